@@ -1,0 +1,219 @@
+"""Device profiles: typed, validated descriptions of GPUs, links, host memory, CXL and NVMe.
+
+A profile is a YAML file in a profile directory (``device_profiles/`` of the checkout, the
+directories in ``TIERSIM_PROFILE_PATH``, or a path given directly). Each file has ``kind``,
+``name``, ``description``, the figures of that kind (units allowed, see ``tiersim.units``) and
+``sources``: one citation per figure. All values are stored in base units: bytes, bytes/s,
+FLOP/s, seconds.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Union
+
+import yaml
+
+from tiersim.errors import ConfigError
+from tiersim.schema import build, duration, flops, integer, number, rate, size
+
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_PROFILE_DIR = PACKAGE_ROOT / "device_profiles"
+
+
+@dataclass(frozen=True)
+class _ProfileBase:
+    kind: str
+    name: str
+    description: str
+    sources: dict[str, str]
+
+    def validate(self, source: str, path: str) -> None:
+        """Every figure must cite where it comes from."""
+        figures = {f.name for f in fields(self)} - {"kind", "name", "description", "sources"}
+        for figure in sorted(figures):
+            if getattr(self, figure) is not None and figure not in self.sources:
+                raise ConfigError(source, f"sources.{figure}", "every figure needs a cited source")
+        for key in self.sources:
+            if key not in figures:
+                raise ConfigError(source, f"sources.{key}", "cites a figure this profile does not have")
+
+
+@dataclass(frozen=True)
+class GPUProfile(_ProfileBase):
+    """A GPU: HBM capacity (bytes) and bandwidth (bytes/s), dense bf16 peak (FLOP/s)."""
+
+    hbm_capacity: int = size(gt=0)
+    hbm_bandwidth: float = rate()
+    bf16_flops: float = flops()
+    compute_efficiency: float = number(gt=0, le=1, doc="achieved / peak for large GEMMs")
+    memory_efficiency: float = number(gt=0, le=1, doc="achieved / peak HBM bandwidth")
+    nvlink_bandwidth: float = rate(doc="per GPU, per direction, for reduce-scatter/all-gather")
+    reserved_memory: int = size(doc="CUDA context, allocator slack and workspace, unusable")
+    host_link: str = ""
+
+
+@dataclass(frozen=True)
+class LinkProfile(_ProfileBase):
+    """A host<->GPU link, per direction (bytes/s), with a per-transfer latency (s)."""
+
+    raw_bandwidth: float = rate()
+    pinned_bandwidth: float = rate()
+    pageable_bandwidth: float = rate()
+    latency: float = duration()
+
+
+@dataclass(frozen=True)
+class CPUProfile(_ProfileBase):
+    """A host CPU socket and its optimizer throughput (parameters/s per core)."""
+
+    cores_per_socket: int = integer(gt=0)
+    adam_params_per_core: float = number(gt=0, doc="DeepSpeed CPU Adam, fp32, params/s per core")
+    memcpy_bandwidth_per_core: float = rate(doc="single-core streaming copy, bytes/s")
+
+
+@dataclass(frozen=True)
+class DRAMProfile(_ProfileBase):
+    """Host DRAM of one socket: capacity (bytes), achievable bandwidth (bytes/s), idle latency (s)."""
+
+    capacity: int = size(gt=0)
+    peak_bandwidth: float = rate()
+    bandwidth: float = rate(doc="achieved (STREAM-like), read+write combined")
+    latency: float = duration()
+
+
+@dataclass(frozen=True)
+class CXLProfile(_ProfileBase):
+    """A CXL Type-3 memory expander: link and device bandwidth (bytes/s), added latency (s)."""
+
+    capacity: int = size(gt=0)
+    link_bandwidth: float = rate(doc="per direction")
+    read_bandwidth: float = rate(doc="device, all reads")
+    write_bandwidth: float = rate(doc="device, all writes")
+    added_latency: float = duration(doc="load latency above local DRAM")
+
+
+@dataclass(frozen=True)
+class NVMeProfile(_ProfileBase):
+    """An NVMe SSD (or pool): sequential bandwidths (bytes/s), per-request latencies (s).
+
+    Throughput of a stream with N requests of B bytes outstanding follows Little's law,
+    N*B / (latency + B/bandwidth), capped by the device bandwidth and, when set, by what one
+    aio submission thread can drive (``aio_thread_bandwidth``).
+    """
+
+    capacity: int = size(gt=0)
+    read_bandwidth: float = rate()
+    write_bandwidth: float = rate()
+    read_latency: float = duration()
+    write_latency: float = duration()
+    aio_thread_bandwidth: float | None = rate(None)
+
+
+@dataclass(frozen=True)
+class HostProfile(_ProfileBase):
+    """A whole host as ``tiersim calibrate`` measures it: CPU, DRAM, NVMe (and a GPU link when
+    CUDA was present). Each part is a full profile mapping of its kind (with ``kind``, ``name``,
+    ``description`` and ``sources``); raw measurements and fit residuals sit beside it in
+    ``calibration`` (free-form, not used by the simulator)."""
+
+    cpu: CPUProfile = None  # type: ignore[assignment]
+    dram: DRAMProfile = None  # type: ignore[assignment]
+    nvme: NVMeProfile = None  # type: ignore[assignment]
+    link: LinkProfile | None = None
+    calibration: dict[str, object] | None = None
+
+    def validate(self, source: str, path: str) -> None:
+        for part in ("cpu", "dram", "nvme"):
+            if getattr(self, part) is None:
+                raise ConfigError(source, part, "required field is missing")
+
+
+Profile = Union[GPUProfile, LinkProfile, CPUProfile, DRAMProfile, CXLProfile, NVMeProfile, HostProfile]
+PROFILE_KINDS: dict[str, type] = {
+    "host": HostProfile,
+    "gpu": GPUProfile,
+    "link": LinkProfile,
+    "cpu": CPUProfile,
+    "dram": DRAMProfile,
+    "cxl": CXLProfile,
+    "nvme": NVMeProfile,
+}
+
+
+def profile_dirs(extra: tuple[Path, ...] = ()) -> list[Path]:
+    """Where profiles are looked up, first match wins: ``extra``, $TIERSIM_PROFILE_PATH,
+    ./device_profiles, then the checkout's device_profiles/."""
+    dirs = list(extra)
+    env = os.environ.get("TIERSIM_PROFILE_PATH", "")
+    dirs += [Path(p) for p in env.split(os.pathsep) if p]
+    dirs += [Path.cwd() / "device_profiles", DEFAULT_PROFILE_DIR]
+    unique: list[Path] = []
+    for d in dirs:
+        if d.is_dir() and d.resolve() not in [u.resolve() for u in unique]:
+            unique.append(d)
+    return unique
+
+
+def read_yaml(path: Path) -> object:
+    """Read a YAML file; a syntax error becomes a ConfigError naming the file and line."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(str(path), "", f"cannot read file ({exc.strerror})") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f"line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or "malformed YAML"
+        raise ConfigError(str(path), line, f"malformed YAML: {problem}") from None
+
+
+def load_profile_file(path: Path) -> Profile:
+    """Load and validate one profile file."""
+    data = read_yaml(path)
+    if not isinstance(data, dict):
+        raise ConfigError(str(path), "", "a profile must be a mapping")
+    kind = data.get("kind")
+    if kind not in PROFILE_KINDS:
+        raise ConfigError(str(path), "kind", f"must be one of {', '.join(PROFILE_KINDS)}; got {kind!r}")
+    return build(PROFILE_KINDS[kind], data, str(path))  # type: ignore[no-any-return]
+
+
+def find_profile(name: str, kind: str, source: str, field_path: str, extra: tuple[Path, ...] = ()) -> Profile:
+    """Resolve a profile by name (or path) and check its kind; errors name the referring field."""
+    candidate = Path(name)
+    if candidate.suffix in (".yaml", ".yml"):
+        for base in (Path.cwd(), *extra):
+            if (base / candidate).is_file():
+                profile = load_profile_file(base / candidate)
+                break
+        else:
+            raise ConfigError(source, field_path, f"profile file {name!r} not found")
+    else:
+        for directory in profile_dirs(extra):
+            path = directory / f"{name}.yaml"
+            if path.is_file():
+                profile = load_profile_file(path)
+                break
+        else:
+            known = ", ".join(p.name for p in list_profiles(extra) if p.kind == kind)
+            raise ConfigError(source, field_path, f"unknown {kind} profile {name!r} (known: {known})")
+    if profile.kind != kind:
+        raise ConfigError(source, field_path, f"profile {name!r} is a {profile.kind} profile, expected {kind}")
+    return profile
+
+
+def list_profiles(extra: tuple[Path, ...] = ()) -> list[Profile]:
+    """All profiles on the search path, by kind then name (first directory wins a name)."""
+    seen: dict[str, Profile] = {}
+    for directory in profile_dirs(extra):
+        for path in sorted(directory.glob("*.yaml")):
+            if path.stem not in seen:
+                seen[path.stem] = load_profile_file(path)
+    return sorted(seen.values(), key=lambda p: (p.kind, p.name))
+
+

@@ -1,0 +1,200 @@
+"""Typed, validated config objects built from YAML mappings.
+
+Config classes are frozen dataclasses whose fields declare how a file value is read through
+``field(metadata=...)`` made by the helpers below (``size()``, ``rate()``, ``duration()``, ...).
+``build(cls, data, source, path)`` checks for unknown and missing fields, parses units via
+``tiersim.units`` and enforces bounds, raising ``ConfigError`` naming the file and dotted field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from typing import Any, Callable, TypeVar
+
+from tiersim.errors import ConfigError
+from tiersim.units import Where, parse_bytes, parse_count, parse_flops, parse_rate, parse_time
+
+T = TypeVar("T")
+Parser = Callable[[object, Where], Any]
+
+_MISSING = dataclasses.MISSING
+
+
+def _plain_number(value: object, where: Where) -> float:
+    return parse_count(value, where)
+
+
+def _integer(value: object, where: Where) -> int:
+    number = parse_count(value, where)
+    if number != int(number):
+        raise ConfigError(*where, f"expected a whole number, got {value!r}")
+    return int(number)
+
+
+def _spec(
+    parser: Parser,
+    default: object,
+    *,
+    gt: float | None,
+    ge: float | None,
+    le: float | None,
+    doc: str,
+) -> Any:
+    metadata = {"parser": parser, "gt": gt, "ge": ge, "le": le, "doc": doc}
+    if default is _MISSING:
+        return dataclasses.field(metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def size(default: object = _MISSING, *, gt: float | None = None, ge: float | None = 0, doc: str = "") -> Any:
+    """A size in bytes ("80 GiB")."""
+    return _spec(parse_bytes, default, gt=gt, ge=ge, le=None, doc=doc)
+
+
+def rate(default: object = _MISSING, *, gt: float | None = 0, ge: float | None = None, doc: str = "") -> Any:
+    """A bandwidth in bytes/s ("25 GB/s"); positive unless told otherwise."""
+    return _spec(parse_rate, default, gt=gt, ge=ge, le=None, doc=doc)
+
+
+def flops(default: object = _MISSING, *, gt: float | None = 0, doc: str = "") -> Any:
+    """A compute rate in FLOP/s ("989 TFLOP/s")."""
+    return _spec(parse_flops, default, gt=gt, ge=None, le=None, doc=doc)
+
+
+def duration(default: object = _MISSING, *, ge: float | None = 0, doc: str = "") -> Any:
+    """A time in seconds ("250 ns")."""
+    return _spec(parse_time, default, gt=None, ge=ge, le=None, doc=doc)
+
+
+def number(
+    default: object = _MISSING,
+    *,
+    gt: float | None = None,
+    ge: float | None = None,
+    le: float | None = None,
+    doc: str = "",
+) -> Any:
+    """A plain float ("1e8" allowed)."""
+    return _spec(_plain_number, default, gt=gt, ge=ge, le=le, doc=doc)
+
+
+def integer(
+    default: object = _MISSING,
+    *,
+    gt: float | None = None,
+    ge: float | None = None,
+    le: float | None = None,
+    doc: str = "",
+) -> Any:
+    """A whole number ("1e8" allowed when it is whole)."""
+    return _spec(_integer, default, gt=gt, ge=ge, le=le, doc=doc)
+
+
+def _check_bounds(value: float, meta: typing.Mapping[str, Any], where: Where) -> None:
+    if meta.get("gt") is not None and not value > meta["gt"]:
+        raise ConfigError(*where, f"must be greater than {meta['gt']:g}, got {value:g}")
+    if meta.get("ge") is not None and not value >= meta["ge"]:
+        raise ConfigError(*where, f"must be at least {meta['ge']:g}, got {value:g}")
+    if meta.get("le") is not None and not value <= meta["le"]:
+        raise ConfigError(*where, f"must be at most {meta['le']:g}, got {value:g}")
+
+
+def _convert(tp: Any, value: object, where: Where) -> Any:
+    """Convert a YAML value to the annotated type ``tp`` (no unit metadata)."""
+    origin = typing.get_origin(tp)
+    if origin is typing.Literal:
+        choices = typing.get_args(tp)
+        if value not in choices:
+            raise ConfigError(*where, f"must be one of {', '.join(map(str, choices))}; got {value!r}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if value is None:
+            return None
+        return _convert(args[0], value, where)
+    if origin in (list, tuple):
+        if not isinstance(value, list):
+            raise ConfigError(*where, f"expected a list, got {value!r}")
+        (item_tp, *_rest) = typing.get_args(tp)
+        items = [_convert(item_tp, v, (where[0], f"{where[1]}[{i}]")) for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(*where, f"expected a mapping, got {value!r}")
+        _key_tp, val_tp = typing.get_args(tp)
+        return {str(k): _convert(val_tp, v, (where[0], f"{where[1]}.{k}")) for k, v in value.items()}
+    if dataclasses.is_dataclass(tp):
+        return build(tp, value, where[0], where[1])
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(*where, f"expected true or false, got {value!r}")
+        return value
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(*where, f"expected a string, got {value!r}")
+        return value
+    if tp is int:
+        return _integer(value, where)
+    if tp is float:
+        return _plain_number(value, where)
+    if tp is Any or tp is object:
+        return value
+    raise TypeError(f"schema cannot convert to {tp!r}")
+
+
+def build(cls: type[T], data: object, source: str, path: str = "") -> T:
+    """Build dataclass ``cls`` from mapping ``data``; errors name ``source`` and the dotted path."""
+    if not isinstance(data, dict):
+        raise ConfigError(source, path or "(top level)", f"expected a mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
+    for key in data:
+        if key not in fields:
+            known = ", ".join(sorted(fields))
+            raise ConfigError(source, _join(path, str(key)), f"unknown field (known: {known})")
+    kwargs: dict[str, Any] = {}
+    for name, fld in fields.items():
+        where = (source, _join(path, name))
+        if name not in data:
+            if fld.default is _MISSING and fld.default_factory is _MISSING:
+                raise ConfigError(*where, "required field is missing")
+            continue
+        raw = data[name]
+        parser = fld.metadata.get("parser")
+        if parser is not None:
+            if raw is None and _allows_none(hints[name]):
+                kwargs[name] = None
+                continue
+            value = parser(raw, where)
+            _check_bounds(value, fld.metadata, where)
+        else:
+            value = _convert(hints[name], raw, where)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                _check_bounds(value, fld.metadata, where)
+        kwargs[name] = value
+    obj = cls(**kwargs)
+    check = getattr(obj, "validate", None)
+    if callable(check):
+        check(source, path)
+    return obj
+
+
+def _allows_none(tp: Any) -> bool:
+    return type(None) in typing.get_args(tp)
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+def to_plain(obj: Any) -> Any:
+    """A config object -> plain dicts/lists/numbers (base units), for JSON and the resolved config."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [to_plain(v) for v in obj]
+    if isinstance(obj, dict):
+        return {str(k): to_plain(v) for k, v in obj.items()}
+    return obj
