@@ -180,7 +180,10 @@ def load_profile_file(path: Path) -> Profile:
     kind = data.get("kind")
     if kind not in PROFILE_KINDS:
         raise ConfigError(str(path), "kind", f"must be one of {', '.join(PROFILE_KINDS)}; got {kind!r}")
-    return build(PROFILE_KINDS[kind], data, str(path))  # type: ignore[no-any-return]
+    profile: Profile = build(PROFILE_KINDS[kind], data, str(path))
+    if profile.name != path.stem:
+        raise ConfigError(str(path), "name", f"must equal the file name {path.stem!r}, got {profile.name!r}")
+    return profile
 
 
 def find_profile(name: str, kind: str, source: str, field_path: str, extra: tuple[Path, ...] = ()) -> Profile:
@@ -200,11 +203,24 @@ def find_profile(name: str, kind: str, source: str, field_path: str, extra: tupl
                 profile = load_profile_file(path)
                 break
         else:
-            known = ", ".join(p.name for p in list_profiles(extra) if p.kind == kind)
+            known = ", ".join(_names_of_kind(kind, extra))
             raise ConfigError(source, field_path, f"unknown {kind} profile {name!r} (known: {known})")
     if profile.kind != kind:
         raise ConfigError(source, field_path, f"profile {name!r} is a {profile.kind} profile, expected {kind}")
     return profile
+
+
+def _names_of_kind(kind: str, extra: tuple[Path, ...]) -> list[str]:
+    """Names of the readable profiles of ``kind`` (for error messages; broken files skipped)."""
+    names: set[str] = set()
+    for directory in profile_dirs(extra):
+        for path in directory.glob("*.yaml"):
+            try:
+                if load_profile_file(path).kind == kind:
+                    names.add(path.stem)
+            except ConfigError:
+                continue
+    return sorted(names)
 
 
 def list_profiles(extra: tuple[Path, ...] = ()) -> list[Profile]:

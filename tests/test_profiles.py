@@ -1,0 +1,269 @@
+"""Bundled device profiles load and are sane; the loader rejects bad profile files clearly."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from tiersim.errors import ConfigError
+from tiersim.profiles import (
+    DEFAULT_PROFILE_DIR,
+    CXLProfile,
+    GPUProfile,
+    LinkProfile,
+    NVMeProfile,
+    find_profile,
+    list_profiles,
+    load_profile_file,
+)
+
+EXPECTED = {
+    "gpu": {"a100-80gb", "h100-sxm", "h200"},
+    "link": {"pcie-gen4-x16", "pcie-gen5-x16"},
+    "cpu": {"xeon-8480", "epyc-9654", "xeon-8380"},
+    "dram": {"ddr4-3200-8ch", "ddr5-4800-8ch", "ddr5-4800-12ch"},
+    "cxl": {"micron-cz120", "samsung-cmm-d", "cxl-gen5-x16-whatif"},
+    "nvme": {"samsung-pm9a3", "micron-7450", "micron-9550", "kioxia-cm7", "seed-nvme-pool"},
+}
+BUNDLED_FILES = sorted(DEFAULT_PROFILE_DIR.glob("*.yaml"))
+
+
+@pytest.fixture(autouse=True)
+def _only_bundled_profiles(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Keep a user's TIERSIM_PROFILE_PATH or ./device_profiles out of these tests."""
+    monkeypatch.delenv("TIERSIM_PROFILE_PATH", raising=False)
+    monkeypatch.chdir(tmp_path)
+
+
+def _find(name: str, kind: str):
+    return find_profile(name, kind, "test.yaml", f"hardware.{kind}")
+
+
+# --- the bundled profiles -------------------------------------------------------------------
+
+
+def test_every_expected_profile_is_bundled() -> None:
+    by_kind: dict[str, set[str]] = {}
+    for profile in list_profiles():
+        by_kind.setdefault(profile.kind, set()).add(profile.name)
+    for kind, names in EXPECTED.items():
+        assert names <= by_kind.get(kind, set()), f"missing {kind} profiles: {names - by_kind.get(kind, set())}"
+    assert "host" not in by_kind, "bundled profiles must not include host (calibration) profiles"
+
+
+@pytest.mark.parametrize("path", BUNDLED_FILES, ids=lambda p: p.stem)
+def test_bundled_profile_loads_and_name_is_stem(path: Path) -> None:
+    profile = load_profile_file(path)
+    assert profile.name == path.stem
+    assert profile.description.strip()
+    figures = {f.name for f in fields(profile)} - {"kind", "name", "description", "sources"}
+    for figure in figures:
+        if getattr(profile, figure) is not None:
+            assert profile.sources.get(figure, "").strip(), f"{path.name}: {figure} has no citation"
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED["gpu"]))
+def test_gpu_host_link_resolves(name: str) -> None:
+    gpu = _find(name, "gpu")
+    assert isinstance(gpu, GPUProfile)
+    link = find_profile(gpu.host_link, "link", f"{name}.yaml", "host_link")
+    assert isinstance(link, LinkProfile)
+    assert link.pinned_bandwidth <= link.raw_bandwidth
+    assert link.pageable_bandwidth <= link.pinned_bandwidth
+    assert gpu.reserved_memory < gpu.hbm_capacity
+
+
+def test_gpu_values_in_base_units() -> None:
+    h100 = _find("h100-sxm", "gpu")
+    assert h100.hbm_capacity == 80_000_000_000
+    assert h100.hbm_bandwidth == pytest.approx(3.35e12)
+    assert h100.bf16_flops == pytest.approx(989e12)
+    assert h100.host_link == "pcie-gen5-x16"
+    h200 = _find("h200", "gpu")
+    assert h200.hbm_capacity == 141_000_000_000
+    assert 0.75 <= h200.compute_efficiency <= 0.82
+    assert h200.memory_efficiency == pytest.approx(4.3 / 4.8, abs=0.01)
+    a100 = _find("a100-80gb", "gpu")
+    assert a100.host_link == "pcie-gen4-x16"
+    assert a100.nvlink_bandwidth == pytest.approx(300e9)
+    assert h200.nvlink_bandwidth == pytest.approx(450e9)
+    assert h100.reserved_memory == 3 * 2**30
+
+
+def test_link_values() -> None:
+    gen5 = _find("pcie-gen5-x16", "link")
+    assert 40e9 <= gen5.pinned_bandwidth <= 64e9
+    assert gen5.raw_bandwidth == pytest.approx(64e9)
+    gen4 = _find("pcie-gen4-x16", "link")
+    assert 20e9 <= gen4.pinned_bandwidth <= 32e9
+    for link in (gen4, gen5):
+        assert 1e-6 <= link.latency <= 20e-6
+
+
+def test_cpu_and_dram_values() -> None:
+    assert _find("xeon-8480", "cpu").cores_per_socket == 56
+    assert _find("epyc-9654", "cpu").cores_per_socket == 96
+    assert _find("xeon-8380", "cpu").cores_per_socket == 40
+    for name in EXPECTED["cpu"]:
+        cpu = _find(name, "cpu")
+        assert 1e7 <= cpu.adam_params_per_core <= 1e9
+        assert 5e9 <= cpu.memcpy_bandwidth_per_core <= 30e9
+    ddr5 = _find("ddr5-4800-8ch", "dram")
+    assert ddr5.peak_bandwidth == pytest.approx(307.2e9)
+    assert ddr5.capacity == 512 * 2**30
+    assert _find("ddr5-4800-12ch", "dram").peak_bandwidth == pytest.approx(460.8e9)
+    for name in EXPECTED["dram"]:
+        dram = _find(name, "dram")
+        assert 0.6 * dram.peak_bandwidth <= dram.bandwidth <= dram.peak_bandwidth
+        assert 50e-9 <= dram.latency <= 200e-9
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED["cxl"]))
+def test_cxl_values(name: str) -> None:
+    cxl = _find(name, "cxl")
+    assert isinstance(cxl, CXLProfile)
+    assert cxl.write_bandwidth <= cxl.read_bandwidth <= cxl.link_bandwidth
+    assert 100e-9 <= cxl.added_latency <= 400e-9
+    if name != "cxl-gen5-x16-whatif":
+        assert cxl.link_bandwidth == pytest.approx(32e9)
+        assert cxl.capacity == 256_000_000_000
+    else:
+        assert "hypothetical" in cxl.description.lower()
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED["nvme"]))
+def test_nvme_values(name: str) -> None:
+    nvme = _find(name, "nvme")
+    assert isinstance(nvme, NVMeProfile)
+    assert nvme.write_bandwidth <= nvme.read_bandwidth <= 16e9
+    assert nvme.write_latency <= nvme.read_latency <= 200e-6
+    if nvme.aio_thread_bandwidth is not None:
+        assert nvme.aio_thread_bandwidth <= nvme.read_bandwidth
+
+
+def test_seed_pool_uses_measured_figures() -> None:
+    pool = _find("seed-nvme-pool", "nvme")
+    assert pool.aio_thread_bandwidth == pytest.approx(2.3e9)
+    assert 3.3e9 <= pool.read_bandwidth <= 3.7e9
+    assert _find("micron-7450", "nvme").aio_thread_bandwidth is None
+
+
+# --- error cases ----------------------------------------------------------------------------
+
+GOOD_LINK = """\
+kind: link
+name: {name}
+description: a test link
+raw_bandwidth: 32 GB/s
+pinned_bandwidth: 25 GB/s
+pageable_bandwidth: 12 GB/s
+latency: 8 us
+sources:
+  raw_bandwidth: spec
+  pinned_bandwidth: measured
+  pageable_bandwidth: estimate
+  latency: estimate
+"""
+
+
+def _write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(text)
+    return path
+
+
+def _assert_error(path: Path, field: str) -> ConfigError:
+    with pytest.raises(ConfigError) as info:
+        load_profile_file(path)
+    message = str(info.value)
+    assert str(path) in message
+    assert field in message
+    assert info.value.field == field or info.value.field.startswith(field)
+    return info.value
+
+
+def test_good_tmp_profile_loads_and_is_found_by_name(tmp_path: Path) -> None:
+    path = _write(tmp_path, "my-link", GOOD_LINK.format(name="my-link"))
+    assert load_profile_file(path).pinned_bandwidth == pytest.approx(25e9)
+    found = find_profile("my-link", "link", "scen.yaml", "hardware.link", extra=(tmp_path,))
+    assert found.name == "my-link"
+    by_path = find_profile("my-link.yaml", "link", "scen.yaml", "hardware.link", extra=(tmp_path,))
+    assert by_path.latency == pytest.approx(8e-6)
+
+
+def test_figure_without_source(tmp_path: Path) -> None:
+    text = GOOD_LINK.format(name="nosrc").replace("  latency: estimate\n", "")
+    _assert_error(_write(tmp_path, "nosrc", text), "sources.latency")
+
+
+def test_source_for_unknown_figure(tmp_path: Path) -> None:
+    text = GOOD_LINK.format(name="extra") + "  warp_speed: fiction\n"
+    _assert_error(_write(tmp_path, "extra", text), "sources.warp_speed")
+
+
+def test_unknown_field(tmp_path: Path) -> None:
+    text = GOOD_LINK.format(name="unk") + "flux_capacitance: 1.21 GB/s\n"
+    error = _assert_error(_write(tmp_path, "unk", text), "flux_capacitance")
+    assert "unknown field" in str(error)
+
+
+@pytest.mark.parametrize("value", ["-25 GB/s", "0 GB/s", "0"])
+def test_non_positive_bandwidth(tmp_path: Path, value: str) -> None:
+    text = GOOD_LINK.format(name="neg").replace("pinned_bandwidth: 25 GB/s", f"pinned_bandwidth: {value}")
+    _assert_error(_write(tmp_path, "neg", text), "pinned_bandwidth")
+
+
+def test_wrong_unit(tmp_path: Path) -> None:
+    text = GOOD_LINK.format(name="unit").replace("latency: 8 us", "latency: 8 GB")
+    _assert_error(_write(tmp_path, "unit", text), "latency")
+
+
+def test_missing_figure(tmp_path: Path) -> None:
+    text = GOOD_LINK.format(name="miss").replace("raw_bandwidth: 32 GB/s\n", "", 1)
+    error = _assert_error(_write(tmp_path, "miss", text), "raw_bandwidth")
+    assert "missing" in str(error)
+
+
+def test_malformed_yaml(tmp_path: Path) -> None:
+    path = _write(tmp_path, "broken", "kind: link\nname: [broken\nraw_bandwidth: 32 GB/s\n")
+    with pytest.raises(ConfigError) as info:
+        load_profile_file(path)
+    message = str(info.value)
+    assert str(path) in message
+    assert "line" in info.value.field and "malformed YAML" in message
+
+
+def test_not_a_mapping(tmp_path: Path) -> None:
+    path = _write(tmp_path, "list", "- kind: link\n")
+    with pytest.raises(ConfigError, match="mapping") as info:
+        load_profile_file(path)
+    assert str(path) in str(info.value)
+
+
+def test_unknown_kind(tmp_path: Path) -> None:
+    text = GOOD_LINK.format(name="tape").replace("kind: link", "kind: tape")
+    error = _assert_error(_write(tmp_path, "tape", text), "kind")
+    assert "tape" in str(error)
+
+
+def test_unknown_profile_name() -> None:
+    with pytest.raises(ConfigError) as info:
+        find_profile("nope", "gpu", "scen.yaml", "hardware.gpu")
+    message = str(info.value)
+    assert "scen.yaml" in message and "hardware.gpu" in message and "nope" in message
+    assert "h100-sxm" in message  # lists the known GPUs
+
+
+def test_wrong_kind_of_profile() -> None:
+    with pytest.raises(ConfigError) as info:
+        find_profile("pcie-gen5-x16", "gpu", "scen.yaml", "hardware.gpu")
+    assert "scen.yaml: hardware.gpu" in str(info.value)
+    assert "link" in str(info.value)
+
+
+def test_missing_profile_file_by_path(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        find_profile("absent.yaml", "nvme", "scen.yaml", "hardware.nvme", extra=(tmp_path,))
+    assert "scen.yaml: hardware.nvme" in str(info.value)

@@ -1,0 +1,137 @@
+"""Fits of the device-profile model parameters, pure functions on arrays (scipy.optimize).
+
+* ``fit_latency_bandwidth``: time = latency + size / bandwidth (memory copies, PCIe copies);
+* ``fit_overhead_rate``: time = overhead + numel / rate (an optimizer step);
+* ``fit_queue_model``: throughput of N outstanding requests of b bytes =
+  min(B, N*b / (L + b/B)) (the NVMe model of ``tiersim.profiles.NVMeProfile``).
+
+Residuals are relative, (model - measured) / measured, so they read as fractions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+from scipy.optimize import least_squares
+
+
+@dataclass(frozen=True)
+class LinearFit:
+    """``y = intercept + x / rate``: intercept in seconds, rate in x-units per second."""
+
+    intercept: float
+    rate: float
+    residuals: list[float] = field(default_factory=list)
+
+    @property
+    def max_abs_residual(self) -> float:
+        return max((abs(r) for r in self.residuals), default=0.0)
+
+    def predict(self, x: float | np.ndarray) -> float | np.ndarray:
+        return self.intercept + np.asarray(x, dtype=float) / self.rate
+
+
+@dataclass(frozen=True)
+class QueueFit:
+    """NVMe-style queue model: per-request ``latency`` (s) and device ``bandwidth`` (bytes/s)."""
+
+    latency: float
+    bandwidth: float
+    residuals: list[float] = field(default_factory=list)
+
+    @property
+    def max_abs_residual(self) -> float:
+        return max((abs(r) for r in self.residuals), default=0.0)
+
+    def predict(self, block_size: float | np.ndarray, outstanding: float | np.ndarray) -> np.ndarray:
+        return queue_throughput(block_size, outstanding, self.latency, self.bandwidth)
+
+
+def _arrays(x: Sequence[float], y: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+    xa = np.asarray(x, dtype=float)
+    ya = np.asarray(y, dtype=float)
+    if xa.shape != ya.shape or xa.ndim != 1 or len(xa) < 2:
+        raise ValueError("need two equal-length 1-D arrays of at least 2 points")
+    if np.any(ya <= 0) or np.any(xa <= 0):
+        raise ValueError("sizes and times must be positive")
+    return xa, ya
+
+
+def fit_latency_bandwidth(sizes: Sequence[float], seconds: Sequence[float]) -> LinearFit:
+    """Fit ``seconds = latency + size / bandwidth`` minimising relative error, latency >= 0."""
+    x, y = _arrays(sizes, seconds)
+    # Parametrise with (intercept / t_scale, inverse rate / g_scale) so both are O(1).
+    t_scale = float(np.min(y))
+    g0 = float(np.max(y / x))
+    g_scale = g0
+
+    def resid(p: np.ndarray) -> np.ndarray:
+        return (p[0] * t_scale + x * p[1] * g_scale - y) / y
+
+    # Start from an ordinary least-squares line through the points.
+    slope, icpt = np.polyfit(x, y, 1)
+    p0 = np.array([max(icpt, 0.0) / t_scale, max(slope, 1e-12) / g_scale])
+    sol = least_squares(resid, p0, bounds=([0.0, 1e-12], [np.inf, np.inf]), x_scale="jac", xtol=1e-14, ftol=1e-14)
+    intercept = float(sol.x[0] * t_scale)
+    rate = 1.0 / float(sol.x[1] * g_scale)
+    return LinearFit(intercept, rate, [float(r) for r in resid(sol.x)])
+
+
+def fit_overhead_rate(numels: Sequence[float], seconds: Sequence[float]) -> LinearFit:
+    """Fit ``seconds = overhead + numel / rate`` (per-call overhead and params/s)."""
+    return fit_latency_bandwidth(numels, seconds)
+
+
+def fit_rate_given_intercept(x: Sequence[float], seconds: Sequence[float], intercept: float) -> LinearFit:
+    """Fit ``seconds = intercept + x / rate`` with the intercept measured separately (e.g. the
+    per-call overhead of a step on a tiny tensor); relative least squares, closed form."""
+    xa, y = _arrays(x, seconds)
+    w = 1.0 / y**2
+    g = float(np.sum(w * xa * (y - intercept)) / np.sum(w * xa * xa))
+    if g <= 0:
+        raise ValueError("measured times are not above the intercept")
+    fitted = LinearFit(float(intercept), 1.0 / g)
+    return LinearFit(fitted.intercept, fitted.rate, [float(r) for r in (fitted.predict(xa) - y) / y])
+
+
+def queue_throughput(
+    block_size: float | np.ndarray, outstanding: float | np.ndarray, latency: float, bandwidth: float
+) -> np.ndarray:
+    """Little's law with a device cap: min(B, N*b / (L + b/B))."""
+    b = np.asarray(block_size, dtype=float)
+    n = np.asarray(outstanding, dtype=float)
+    return np.minimum(bandwidth, n * b / (latency + b / bandwidth))
+
+
+def fit_queue_model(
+    block_sizes: Sequence[float], outstanding: Sequence[float], throughputs: Sequence[float]
+) -> QueueFit:
+    """Fit ``latency`` and ``bandwidth`` of ``queue_throughput`` to measured points, minimising
+    the log ratio (relative error) with a few starts, since the min() makes it piecewise."""
+    b = np.asarray(block_sizes, dtype=float)
+    n = np.asarray(outstanding, dtype=float)
+    thr = np.asarray(throughputs, dtype=float)
+    if not (b.shape == n.shape == thr.shape) or len(b) < 2:
+        raise ValueError("need equal-length arrays of at least 2 points")
+    if np.any(b <= 0) or np.any(n <= 0) or np.any(thr <= 0):
+        raise ValueError("block sizes, request counts and throughputs must be positive")
+
+    def resid(p: np.ndarray) -> np.ndarray:
+        lat, bw = np.exp(p)
+        return np.log(queue_throughput(b, n, lat, bw) / thr)
+
+    bw0 = float(np.max(thr))
+    lat_guesses = np.maximum(n * b / thr - b / bw0, 0.0)
+    lat0 = float(np.median(lat_guesses[lat_guesses > 0])) if np.any(lat_guesses > 0) else 1e-4
+    best = None
+    for lat_s in (lat0, lat0 * 0.3, lat0 * 3.0, 1e-5, 1e-3):
+        for bw_s in (bw0, bw0 * 1.2, bw0 * 2.0):
+            sol = least_squares(resid, np.log([max(lat_s, 1e-9), bw_s]), method="trf", xtol=1e-14, ftol=1e-14)
+            if best is None or sol.cost < best.cost:
+                best = sol
+    assert best is not None
+    lat, bw = (float(v) for v in np.exp(best.x))
+    model = queue_throughput(b, n, lat, bw)
+    return QueueFit(lat, bw, [float(r) for r in (model - thr) / thr])

@@ -1,0 +1,358 @@
+"""Micro-benchmarks, each of a single resource, returning plain records (dicts of numbers).
+
+Every function takes an optional ``on_point`` callback, called once per measured point, so a
+caller can drive a progress bar. Times are medians of repeats after a warm-up, in seconds.
+"""
+
+from __future__ import annotations
+
+import array
+import os
+import statistics
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+from tiersim.calibration.directio import (
+    ALIGN,
+    AlignedBuffer,
+    DirectFile,
+    IOPool,
+    Segment,
+    align_up,
+    probe_bypass_mode,
+)
+
+Record = dict[str, object]
+OnPoint = Callable[[], None] | None
+
+
+def _tick(on_point: OnPoint) -> None:
+    if on_point is not None:
+        on_point()
+
+
+def median_time(fn: Callable[[], object], repeats: int, warmup: int = 1, inner: int = 1) -> tuple[float, list[float]]:
+    """Median seconds per call of ``fn`` over ``repeats`` samples of ``inner`` calls each."""
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(max(repeats, 1)):
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        samples.append((time.perf_counter() - t0) / inner)
+    return statistics.median(samples), samples
+
+
+@contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    import torch
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+# --------------------------------------------------------------------------- host memory
+
+
+def memcpy_bandwidth(
+    sizes: Sequence[int], threads: Sequence[int], repeats: int = 5, on_point: OnPoint = None
+) -> list[Record]:
+    """``dst.copy_(src)`` of float32 torch tensors of ``size`` bytes with ``threads`` torch
+    threads. Records: size (bytes copied), threads, seconds per copy."""
+    import torch
+
+    records: list[Record] = []
+    for size in sizes:
+        numel = max(size // 4, 1)
+        src = torch.rand(numel)
+        dst = torch.empty_like(src)
+        inner = max(1, (64 << 20) // max(size, 1))
+        for t in threads:
+            with torch_threads(t):
+                secs, samples = median_time(lambda: dst.copy_(src), repeats, warmup=2, inner=inner)
+            records.append({"size": numel * 4, "threads": t, "seconds": secs, "samples": samples})
+            _tick(on_point)
+        del src, dst
+    return records
+
+
+def dram_latency(entries: int = 1 << 23, steps: int = 300_000, seed: int = 0, on_point: OnPoint = None) -> Record:
+    """Rough idle load latency: a Python pointer chase over one random cycle of ``entries``
+    int64 slots (``entries*8`` bytes, beyond the last-level cache) minus the same loop over a
+    cache-resident cycle, per step. Interpreter overhead cancels to a few ns."""
+    import numpy as np
+
+    def chase_time(n: int) -> float:
+        rng = np.random.default_rng(seed)
+        perm = rng.permutation(n)
+        nxt = np.empty(n, dtype=np.int64)
+        nxt[perm] = np.roll(perm, -1)
+        table = array.array("q")
+        table.frombytes(nxt.tobytes())
+        best = float("inf")
+        for _ in range(3):
+            i = 0
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                i = table[i]
+            best = min(best, (time.perf_counter() - t0) / steps)
+        return best
+
+    far = chase_time(entries)
+    near = chase_time(1024)
+    _tick(on_point)
+    return {
+        "entries": entries,
+        "bytes": entries * 8,
+        "steps": steps,
+        "chase_s": far,
+        "baseline_s": near,
+        "latency_s": max(far - near, 1e-9),
+    }
+
+
+# --------------------------------------------------------------------------- CPU Adam
+
+
+def make_cpu_adam(param: object, variant: str, lr: float = 1e-3) -> object:
+    """torch.optim.Adam over one tensor with the ``foreach`` or ``fused`` CPU implementation."""
+    import torch
+
+    if variant not in ("foreach", "fused"):
+        raise ValueError(f"unknown Adam variant {variant!r}")
+    return torch.optim.Adam([param], lr=lr, foreach=variant == "foreach", fused=variant == "fused")
+
+
+def cpu_adam(
+    numels: Sequence[int],
+    threads: Sequence[int],
+    variants: Sequence[str] = ("foreach", "fused"),
+    repeats: int = 5,
+    on_point: OnPoint = None,
+) -> list[Record]:
+    """One ``optimizer.step()`` of torch Adam over a single fp32 tensor of ``numel`` params
+    (state already created). Records: variant, numel, threads, seconds per step."""
+    import torch
+
+    records: list[Record] = []
+    for numel in numels:
+        param = torch.nn.Parameter(torch.randn(numel))
+        param.grad = torch.randn(numel) * 1e-3
+        for variant in variants:
+            try:
+                opt = make_cpu_adam(param, variant)
+                opt.step()  # type: ignore[attr-defined]
+            except (RuntimeError, TypeError, ValueError) as exc:  # fused may be missing
+                records.append({"variant": variant, "numel": numel, "error": str(exc)})
+                continue
+            for t in threads:
+                with torch_threads(t):
+                    inner = max(1, (1 << 23) // numel)  # samples of at least ~5 ms
+                    secs, samples = median_time(opt.step, repeats, warmup=2, inner=inner)  # type: ignore[attr-defined]
+                records.append(
+                    {"variant": variant, "numel": numel, "threads": t, "seconds": secs, "samples": samples}
+                )
+                _tick(on_point)
+            del opt
+    return records
+
+
+def cpu_adam_overhead(
+    threads: Sequence[int], variants: Sequence[str] = ("foreach", "fused"), numel: int = 1024, repeats: int = 7,
+    on_point: OnPoint = None,
+) -> list[Record]:
+    """Per-call overhead of ``optimizer.step()``: the time of a step over a ``numel``-param
+    tensor (compute negligible). Records: variant, threads, seconds."""
+    import torch
+
+    records: list[Record] = []
+    param = torch.nn.Parameter(torch.randn(numel))
+    param.grad = torch.randn(numel)
+    for variant in variants:
+        try:
+            opt = make_cpu_adam(param, variant)
+            opt.step()  # type: ignore[attr-defined]
+        except (RuntimeError, TypeError, ValueError) as exc:
+            records.append({"variant": variant, "numel": numel, "error": str(exc)})
+            continue
+        for t in threads:
+            with torch_threads(t):
+                secs, _ = median_time(opt.step, repeats, warmup=10, inner=200)  # type: ignore[attr-defined]
+            records.append({"variant": variant, "numel": numel, "threads": t, "seconds": secs})
+            _tick(on_point)
+    return records
+
+
+# --------------------------------------------------------------------------- file I/O
+
+
+def default_nvme_dir() -> Path:
+    """A directory on the local disk (not tmpfs): $TMPDIR if it is not tmpfs, else /var/tmp."""
+    candidates = [Path(tempfile.gettempdir()), Path("/var/tmp"), Path.cwd()]
+    for c in candidates:
+        if c.is_dir() and os.access(c, os.W_OK) and not _is_tmpfs(c):
+            return c
+    return candidates[0]
+
+
+def _is_tmpfs(path: Path) -> bool:
+    try:
+        best, fstype = "", ""
+        target = str(path.resolve())
+        for line in Path("/proc/mounts").read_text().splitlines():
+            parts = line.split()
+            if len(parts) >= 3 and target.startswith(parts[1]) and len(parts[1]) > len(best):
+                best, fstype = parts[1], parts[2]
+        return fstype in ("tmpfs", "ramfs")
+    except OSError:
+        return False
+
+
+def file_io(
+    directory: Path,
+    file_size: int,
+    block_sizes: Sequence[int],
+    workers: Sequence[int],
+    ops: Sequence[str] = ("write", "read"),
+    repeats: int = 2,
+    on_point: OnPoint = None,
+    mode: str | None = None,
+) -> tuple[str, list[Record]]:
+    """Whole-file transfers of one ``file_size`` file in ``directory`` with ``workers``
+    outstanding requests of ``block_size`` bytes, page cache bypassed. Returns the bypass mode
+    used and records: op, block_size, workers, bytes, seconds (median)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    mode = mode or probe_bypass_mode(directory)
+    size = align_up(file_size, max(max(block_sizes), ALIGN))
+    buf = AlignedBuffer(size)
+    buf.mm.write(os.urandom(min(size, 1 << 20)) * (size // min(size, 1 << 20)))
+    f = DirectFile(directory / f"tiersim-calibrate-{os.getpid()}.bin", mode, create_size=size)
+    records: list[Record] = []
+    try:
+        seg = [Segment(f.fd, buf.view, 0, 0, size)]
+        with IOPool(1, max(block_sizes), mode) as pool:  # lay the file out on the device first
+            pool.run("write", seg)
+            if mode != "O_DIRECT":
+                os.fsync(f.fd)
+        for op in ops:
+            for block in block_sizes:
+                for n in workers:
+                    with IOPool(n, block, mode) as pool:
+                        secs, samples = median_time(lambda: pool.run(op, seg), repeats, warmup=1)
+                    records.append(
+                        {"op": op, "block_size": block, "workers": n, "bytes": size, "seconds": secs, "samples": samples}
+                    )
+                    _tick(on_point)
+    finally:
+        f.unlink()
+        del seg
+        buf.close()
+    return mode, records
+
+
+def request_latency(
+    directory: Path, op: str, mode: str, block: int = ALIGN, count: int = 200, span: int = 64 << 20, on_point: OnPoint = None
+) -> Record:
+    """Mean time of one ``block``-byte request at queue depth 1, at random aligned offsets of a
+    ``span``-byte file (for the record; the fit uses the bandwidth grid)."""
+    import numpy as np
+
+    directory = Path(directory)
+    buf = AlignedBuffer(max(span, block))
+    f = DirectFile(directory / f"tiersim-latency-{os.getpid()}.bin", mode, create_size=span)
+    try:
+        with IOPool(1, 1 << 20, mode) as pool:
+            pool.run("write", [Segment(f.fd, buf.view, 0, 0, span)])
+            if mode != "O_DIRECT":
+                os.fsync(f.fd)
+        offsets = np.random.default_rng(1).integers(0, span // block, size=count) * block
+        io = os.preadv if op == "read" else os.pwritev
+        if mode != "O_DIRECT":
+            os.posix_fadvise(f.fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        view = buf.view[:block]
+        t0 = time.perf_counter()
+        for off in offsets:
+            io(f.fd, [view], int(off))
+        if op == "write" and mode != "O_DIRECT":
+            os.fsync(f.fd)
+        secs = (time.perf_counter() - t0) / count
+        del view
+    finally:
+        f.unlink()
+        buf.close()
+    _tick(on_point)
+    return {"op": op, "block_size": block, "count": count, "seconds": secs}
+
+
+# --------------------------------------------------------------------------- CUDA (guarded)
+
+
+def cuda_available() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def cuda_copy(sizes: Sequence[int], repeats: int = 5, on_point: OnPoint = None) -> list[Record]:
+    """Host<->device copies of ``size`` bytes, pinned and pageable host memory, both directions,
+    synchronised per copy. Records: direction (h2d/d2h), pinned, size, seconds."""
+    import torch
+
+    records: list[Record] = []
+    dev = torch.device("cuda")
+    for size in sizes:
+        numel = max(size // 4, 1)
+        gpu = torch.empty(numel, device=dev)
+        for pinned in (True, False):
+            host = torch.empty(numel, pin_memory=pinned)
+            for direction in ("h2d", "d2h"):
+                if direction == "h2d":
+                    def fn() -> None:
+                        gpu.copy_(host, non_blocking=pinned)
+                        torch.cuda.synchronize()
+                else:
+                    def fn() -> None:
+                        host.copy_(gpu, non_blocking=pinned)
+                        torch.cuda.synchronize()
+                secs, samples = median_time(fn, repeats, warmup=2)
+                records.append({"direction": direction, "pinned": pinned, "size": numel * 4, "seconds": secs})
+                _tick(on_point)
+            del host
+        del gpu
+    return records
+
+
+def gpu_adam(numels: Sequence[int], repeats: int = 5, on_point: OnPoint = None) -> list[Record]:
+    """torch fused Adam step on the GPU over one fp32 tensor. Records: numel, seconds."""
+    import torch
+
+    records: list[Record] = []
+    for numel in numels:
+        p = torch.nn.Parameter(torch.randn(numel, device="cuda"))
+        p.grad = torch.randn_like(p) * 1e-3
+        try:
+            opt = torch.optim.Adam([p], lr=1e-3, fused=True)
+        except (RuntimeError, TypeError, ValueError):
+            opt = torch.optim.Adam([p], lr=1e-3, foreach=True)
+
+        def fn() -> None:
+            opt.step()
+            torch.cuda.synchronize()
+
+        secs, _ = median_time(fn, repeats, warmup=2)
+        records.append({"numel": numel, "seconds": secs})
+        _tick(on_point)
+        del p, opt
+    return records

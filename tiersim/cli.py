@@ -1,0 +1,53 @@
+"""The ``tiersim`` command line: one subcommand per module in ``tiersim.commands``.
+
+Every command module exposes ``register(subparsers)``, which adds its parser and sets
+``func=handler`` where ``handler(args) -> int`` is the exit status. Bad input (a
+``ConfigError``) becomes one line on stderr and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import Sequence
+
+from tiersim import __version__
+from tiersim.errors import ConfigError
+
+COMMAND_MODULES = ("run", "profiles", "calibrate", "validate", "reproduce", "sweep", "plan", "compare")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The top-level parser with every available subcommand registered."""
+    parser = argparse.ArgumentParser(prog="tiersim", description="Simulate memory tiers for transformer training.")
+    parser.add_argument("--version", action="version", version=f"tiersim {__version__}")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(f"tiersim.commands.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"tiersim.commands.{name}":
+                continue
+            raise
+        module.register(subparsers)
+    return parser
+
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point: parse, dispatch, and turn bad input into one line and exit 2."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except ConfigError as exc:
+        print(f"tiersim: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("tiersim: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Subcommands of the ``tiersim`` CLI, one module each (see ``tiersim.cli``)."""

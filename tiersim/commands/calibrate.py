@@ -1,0 +1,62 @@
+"""``tiersim calibrate``: measure this host with micro-benchmarks and write a host profile."""
+
+from __future__ import annotations
+
+import argparse
+import socket
+from pathlib import Path
+
+from tiersim.errors import ConfigError
+
+
+def default_out() -> Path:
+    return Path("device_profiles") / f"host-{socket.gethostname()}.yaml"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = subparsers.add_parser(
+        "calibrate",
+        help="measure this host (memory copy, CPU Adam, file I/O, PCIe) and write a host profile",
+        description="Single-resource micro-benchmarks, fitted with scipy.optimize into a `kind: host` "
+        "profile that `tiersim run` can use; raw measurements and residuals are kept in it.",
+    )
+    p.add_argument("--out", type=Path, default=None, help="profile file (default device_profiles/host-HOSTNAME.yaml)")
+    p.add_argument("--quick", action="store_true", help="fewer sizes and repeats (under about a minute)")
+    p.add_argument("--nvme-dir", type=Path, default=None, help="directory for file I/O (default: a temp dir on local disk)")
+    p.set_defaults(func=handler)
+
+
+def run_with_progress(plan: object, out: Path, nvme_dir: Path | None, quiet: bool = False) -> object:
+    """Run the calibration with a rich progress bar (on stderr); returns the CalibrationResult."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from tiersim.calibration import microbench
+    from tiersim.calibration.runner import run_calibration
+
+    console = Console(stderr=True)
+    total = plan.points(microbench.cuda_available())  # type: ignore[attr-defined]
+    with Progress(
+        TextColumn("{task.description:<16}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(), console=console, disable=quiet, transient=False,
+    ) as progress:
+        task = progress.add_task("calibrating", total=total)
+
+        def on_point(label: str) -> None:
+            progress.update(task, advance=1, description=label)
+
+        return run_calibration(plan, out, nvme_dir, on_point)  # type: ignore[arg-type]
+
+
+def handler(args: argparse.Namespace) -> int:
+    from tiersim.calibration.runner import full_plan, quick_plan
+
+    out = args.out or default_out()
+    if args.nvme_dir is not None and not Path(args.nvme_dir).is_dir():
+        raise ConfigError("--nvme-dir", "", f"{args.nvme_dir} is not a directory")
+    plan = quick_plan() if args.quick else full_plan()
+    result = run_with_progress(plan, out, args.nvme_dir)
+    print(f"wrote {result.path}")  # type: ignore[attr-defined]
+    for key, value in result.summary.items():  # type: ignore[attr-defined]
+        print(f"  {key}: {value}")
+    return 0

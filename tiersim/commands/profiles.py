@@ -1,0 +1,63 @@
+"""``tiersim profiles [NAME]``: list the device profiles on the search path, or show one."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import fields
+
+from tiersim.profiles import PROFILE_KINDS, Profile, find_profile, list_profiles
+from tiersim.report import format_table
+from tiersim.schema import to_plain
+
+_META = ("kind", "name", "description", "sources")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add ``profiles`` to the CLI."""
+    parser = subparsers.add_parser("profiles", help="list or show device profiles", description=__doc__)
+    parser.add_argument("name", nargs="?", help="show this profile (name or path)")
+    parser.add_argument("--kind", choices=sorted(PROFILE_KINDS), help="only profiles of this kind")
+    parser.add_argument("--format", choices=("table", "json"), default="table")
+    parser.set_defaults(func=profiles_command)
+
+
+def profiles_command(args: argparse.Namespace) -> int:
+    """List (optionally by kind) or show one profile with every figure and its source."""
+    if args.name:
+        kinds = [args.kind] if args.kind else list(PROFILE_KINDS)
+        profile = _find_any(args.name, kinds)
+        if args.format == "json":
+            print(json.dumps(to_plain(profile), indent=2))
+        else:
+            print(show_profile(profile))
+        return 0
+    profiles = [p for p in list_profiles() if args.kind in (None, p.kind)]
+    if args.format == "json":
+        print(json.dumps([to_plain(p) for p in profiles], indent=2))
+    else:
+        print(format_table(["kind", "name", "description"], [[p.kind, p.name, p.description] for p in profiles]))
+    return 0
+
+
+def _find_any(name: str, kinds: list[str]) -> Profile:
+    """The profile called ``name`` of whichever kind it is (error lists the known names)."""
+    for profile in list_profiles():
+        if profile.name == name and profile.kind in kinds:
+            return profile
+    return find_profile(name, kinds[0], "tiersim profiles", "NAME")
+
+
+def show_profile(profile: Profile) -> str:
+    """Every figure in base units with its cited source."""
+    rows = []
+    for f in fields(profile):
+        if f.name in _META:
+            continue
+        value = getattr(profile, f.name)
+        if isinstance(value, float):
+            value = f"{value:.6g}"
+        source = profile.sources.get(f.name, "")
+        rows.append([f.name, value, source])
+    head = f"{profile.kind} profile {profile.name}: {profile.description}"
+    return head + "\n" + format_table(["figure", "value (base units)", "source"], rows)

@@ -1,0 +1,69 @@
+"""``tiersim run SCENARIO.yaml``: simulate one iteration under each strategy and report it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from tiersim.errors import ConfigError
+from tiersim.report import csv_text, flat_row, results_table
+from tiersim.results import Result
+from tiersim.scenario import load_scenario
+from tiersim.simulate import simulate
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add ``run`` to the CLI."""
+    parser = subparsers.add_parser("run", help="simulate a scenario under its strategies",
+                                   description=__doc__)
+    parser.add_argument("scenario", help="scenario YAML file")
+    parser.add_argument("--strategy", action="append", default=[], metavar="NAME",
+                        help="only this strategy (repeatable); default: all in the scenario")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                        help="override a scenario field by dotted path, e.g. training.global_batch=64")
+    parser.add_argument("--format", choices=("table", "json", "csv"), default="table")
+    parser.add_argument("--out", type=Path, metavar="DIR",
+                        help="write summary, resolved configs and traces to DIR")
+    parser.add_argument("--trace-format", choices=("csv", "parquet"), default="csv",
+                        help="file format of traces written with --out")
+    parser.set_defaults(func=run_command)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Load, simulate each strategy, print in the chosen format, optionally write files."""
+    configs = load_scenario(args.scenario, args.overrides, args.strategy)
+    scenario = configs[0].scenario
+    results = [simulate(config) for config in configs]
+    if args.out is not None:
+        write_outputs(args.out, scenario, results, args.trace_format)
+    if args.format == "json":
+        print(json.dumps({"scenario": scenario, "results": [r.summary() for r in results]}, indent=2))
+    elif args.format == "csv":
+        print(csv_text([flat_row(scenario, r) for r in results]), end="")
+    else:
+        print(f"scenario: {scenario}")
+        print(results_table(results))
+    return 0
+
+
+def write_outputs(out: Path, scenario: str, results: list[Result], trace_format: str) -> None:
+    """summary.json, summary.csv, and per strategy config, trace, utilisation and placement."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(str(out), "--out", f"cannot create directory ({exc.strerror})") from None
+    (out / "summary.json").write_text(json.dumps({"scenario": scenario, "results": [r.summary() for r in results]},
+                                                 indent=2))
+    (out / "summary.csv").write_text(csv_text([flat_row(scenario, r) for r in results]))
+    for r in results:
+        stem = r.strategy
+        (out / f"config-{stem}.json").write_text(json.dumps(r.config.to_dict(), indent=2))
+        r.placement.to_csv(out / f"placement-{stem}.csv", index=False)
+        if not r.fits:
+            continue
+        r.utilisation.to_csv(out / f"utilisation-{stem}.csv", index=False)
+        if trace_format == "parquet":
+            r.trace.to_parquet(out / f"trace-{stem}.parquet", index=False)
+        else:
+            r.trace.to_csv(out / f"trace-{stem}.csv", index=False)

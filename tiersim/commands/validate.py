@@ -1,0 +1,74 @@
+"""``tiersim validate``: run the real offloaded optimizer step and compare with the prediction."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from tiersim.errors import ConfigError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = subparsers.add_parser(
+        "validate",
+        help="time the real offloaded optimizer step per strategy and compare with the simulator",
+        description="Runs the real optimizer step (DRAM CPU Adam, NVMe swapping; with CUDA also the PCIe "
+        "and all-GPU paths) over model sizes not used by calibration and reports prediction errors.",
+    )
+    p.add_argument("--profile", type=Path, default=None,
+                   help="host profile (default: newest device_profiles/host-*.yaml; a quick calibration if none)")
+    p.add_argument("--quick", action="store_true", help="fewer, smaller cases (under two minutes on 2 cores)")
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.add_argument("--nvme-dir", type=Path, default=None, help="directory for the swap files (default: temp dir on local disk)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch threads for CPU Adam (default 1; the full set adds a case with all cores)")
+    p.add_argument("--repeats", type=int, default=None, help="timed repeats per case (default 5 quick, 7 full)")
+    p.set_defaults(func=handler)
+
+
+def newest_host_profile(directory: Path = Path("device_profiles")) -> Path | None:
+    candidates = sorted(directory.glob("host-*.yaml"), key=lambda p: p.stat().st_mtime)
+    return candidates[-1] if candidates else None
+
+
+def handler(args: argparse.Namespace) -> int:
+    import os
+
+    from tiersim.calibration import microbench
+    from tiersim.profiles import HostProfile, load_profile_file
+    from tiersim.validation.cases import full_cases, quick_cases
+    from tiersim.validation.predictor import predictor_name
+    from tiersim.validation.report import render_table, to_json
+    from tiersim.validation.runner import run_cases
+
+    if args.threads < 1:
+        raise ConfigError("--threads", "", "must be at least 1")
+    if args.nvme_dir is not None and not Path(args.nvme_dir).is_dir():
+        raise ConfigError("--nvme-dir", "", f"{args.nvme_dir} is not a directory")
+    nvme_dir = Path(args.nvme_dir) if args.nvme_dir else microbench.default_nvme_dir()
+    path = args.profile or newest_host_profile()
+    if path is None:
+        from tiersim.calibration.runner import quick_plan
+        from tiersim.commands.calibrate import default_out, run_with_progress
+
+        print("no device_profiles/host-*.yaml: running `tiersim calibrate --quick` first", file=sys.stderr)
+        path = run_with_progress(quick_plan(), default_out(), nvme_dir).path  # type: ignore[attr-defined]
+    host = load_profile_file(Path(path))
+    if not isinstance(host, HostProfile):
+        raise ConfigError(str(path), "kind", f"expected a host profile, got {host.kind}")
+    cuda = microbench.cuda_available()
+    cases = (quick_cases(args.threads, cuda) if args.quick
+             else full_cases(args.threads, cuda, max_threads=os.cpu_count() or 1))
+    repeats = args.repeats or (5 if args.quick else 7)
+
+    def on_case(case: object) -> None:
+        if args.format == "table":
+            print(f"  running {case.name} ...", file=sys.stderr, flush=True)  # type: ignore[attr-defined]
+
+    results = run_cases(cases, host, nvme_dir, warmup=1, repeats=repeats, on_case=on_case)
+    if args.format == "json":
+        print(to_json(results))
+    else:
+        print(render_table(results, title=f"tiersim validate ({path}; predicted by {predictor_name()})"))
+    return 0

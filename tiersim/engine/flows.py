@@ -1,0 +1,125 @@
+"""Processor-sharing links: concurrent flows share each link max-min fairly.
+
+A flow moves ``size`` bytes; each byte consumes ``units`` of capacity on each link it uses,
+and the flow's rate is at most ``cap`` bytes/s. Whenever a flow starts or ends, rates are
+re-allocated by progressive filling (every unfrozen flow's rate grows equally until a link
+saturates or the flow reaches its cap). One timer is pending at a time: the next completion.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import simpy
+
+_REL_TOL = 1e-12
+
+
+@dataclass(eq=False)
+class Flow:
+    """One active transfer: bytes left, current rate (bytes/s) and its completion event."""
+
+    size: float
+    usage: tuple[tuple[str, float], ...]
+    cap: float
+    done: simpy.Event
+    remaining: float = field(init=False)
+    rate: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.remaining = self.size
+
+
+def max_min_rates(flows: list[Flow], capacity: dict[str, float]) -> None:
+    """Set ``flow.rate`` for every flow by weighted max-min fairness (progressive filling)."""
+    residual = dict(capacity)
+    active = list(flows)
+    for flow in active:
+        flow.rate = 0.0
+    while active:
+        load: dict[str, float] = {}
+        for flow in active:
+            for link, units in flow.usage:
+                load[link] = load.get(link, 0.0) + units
+        step = min((flow.cap - flow.rate for flow in active), default=math.inf)
+        for link, units in load.items():
+            if units > 0:
+                step = min(step, residual[link] / units)
+        if not math.isfinite(step):
+            raise ValueError("a flow has neither a link nor a finite rate cap")
+        for flow in active:
+            flow.rate += step
+        for link, units in load.items():
+            residual[link] -= step * units
+        saturated = {link for link, units in load.items() if units > 0 and residual[link] <= _REL_TOL * capacity[link]}
+        active = [
+            flow
+            for flow in active
+            if not _at_cap(flow) and not any(link in saturated for link, _ in flow.usage)
+        ]
+
+
+def _at_cap(flow: Flow) -> bool:
+    """Whether a flow has reached its own rate cap (never, for an uncapped flow)."""
+    return math.isfinite(flow.cap) and flow.cap - flow.rate <= _REL_TOL * flow.cap
+
+
+class FlowNetwork:
+    """The set of links and the flows on them, inside one SimPy environment."""
+
+    def __init__(self, env: simpy.Environment, capacity: dict[str, float]) -> None:
+        self.env = env
+        self.capacity = capacity
+        self.flows: list[Flow] = []
+        self.timers = 0
+        self._last = 0.0
+        self._generation = 0
+        self.busy: dict[str, float] = {name: 0.0 for name in capacity}
+        self.moved: dict[str, float] = {name: 0.0 for name in capacity}
+
+    def transfer(self, size: float, usage: tuple[tuple[str, float], ...], cap: float) -> simpy.Event:
+        """Start a flow now; the returned event fires when its last byte has moved."""
+        done = self.env.event()
+        self._advance()
+        self.flows.append(Flow(size, usage, cap, done))
+        self._reschedule()
+        return done
+
+    def _advance(self) -> None:
+        """Move every flow forward to ``env.now`` at its current rate; account link busy time."""
+        dt = self.env.now - self._last
+        if dt > 0:
+            used: set[str] = set()
+            for flow in self.flows:
+                moved = flow.rate * dt
+                flow.remaining -= moved
+                for link, units in flow.usage:
+                    self.moved[link] += moved * units
+                    used.add(link)
+            for link in used:
+                self.busy[link] += dt
+        self._last = self.env.now
+
+    def _reschedule(self) -> None:
+        """Finish flows that are done, re-allocate rates and arm the timer for the next finish."""
+        finished = [f for f in self.flows if f.remaining <= _REL_TOL * f.size]
+        if finished:
+            self.flows = [f for f in self.flows if f.remaining > _REL_TOL * f.size]
+            for flow in finished:
+                flow.done.succeed()
+        self._generation += 1
+        if not self.flows:
+            return
+        max_min_rates(self.flows, self.capacity)
+        wait = min(flow.remaining / flow.rate for flow in self.flows)
+        generation = self._generation
+        timer = self.env.timeout(wait)
+        self.timers += 1
+        timer.callbacks.append(lambda _event: self._on_timer(generation))
+
+    def _on_timer(self, generation: int) -> None:
+        if generation != self._generation:
+            return
+        self._advance()
+        self._reschedule()

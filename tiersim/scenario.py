@@ -1,0 +1,144 @@
+"""Scenario files -> validated ``RunConfig`` objects, one per strategy.
+
+A scenario YAML has ``name``, ``description``, ``seed``, ``model``, ``training``,
+``hardware`` and ``strategies`` (a list of names, or mappings ``{name: ..., option: ...}``
+whose options are the strategy's ``Options`` fields). ``--set key=value`` overrides any field
+by dotted path before validation; the value is read as YAML (``--set training.global_batch=64``).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+
+from tiersim.errors import ConfigError
+from tiersim.hardware import Hardware, HardwareSpec, resolve_hardware
+from tiersim.profiles import read_yaml
+from tiersim.schema import build, to_plain
+from tiersim.strategies import STRATEGIES
+from tiersim.workload import ModelSpec, TrainingSpec
+
+SECTIONS = ("name", "description", "seed", "model", "training", "hardware", "strategies")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything one simulation needs, resolved: a pure ``simulate(config)`` reads nothing else."""
+
+    scenario: str
+    seed: int
+    model: ModelSpec
+    training: TrainingSpec
+    hardware: Hardware
+    strategy: str
+    options: Any
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved config as plain data (base units), for JSON and result files."""
+        return to_plain(self)
+
+
+def apply_overrides(data: dict[str, Any], overrides: Sequence[str], source: str = "--set") -> dict[str, Any]:
+    """Return a copy of ``data`` with each ``dotted.key=value`` applied (value parsed as YAML)."""
+    result = copy.deepcopy(data)
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(source, item, "expected KEY=VALUE, e.g. training.global_batch=64")
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            value = raw
+        node: Any = result
+        parts = key.split(".")
+        for depth, part in enumerate(parts[:-1]):
+            child = node.get(part) if isinstance(node, dict) else None
+            if child is None:
+                child = {}
+                node[part] = child
+            if not isinstance(child, dict):
+                raise ConfigError(source, ".".join(parts[: depth + 1]), "is not a mapping; cannot set a field inside it")
+            node = child
+        node[parts[-1]] = value
+    return result
+
+
+def load_scenario(
+    path: str | Path, overrides: Sequence[str] = (), strategies: Sequence[str] = ()
+) -> list[RunConfig]:
+    """Read, override and validate a scenario; one ``RunConfig`` per (selected) strategy."""
+    path = Path(path)
+    data = read_yaml(path)
+    if not isinstance(data, dict):
+        raise ConfigError(str(path), "", "a scenario must be a mapping")
+    return scenario_from_dict(apply_overrides(data, overrides), str(path), strategies, (path.parent,))
+
+
+def scenario_from_dict(
+    data: dict[str, Any], source: str, strategies: Sequence[str] = (), search: tuple[Path, ...] = ()
+) -> list[RunConfig]:
+    """Validate a scenario mapping (as read from YAML) into run configs."""
+    for key in data:
+        if key not in SECTIONS:
+            raise ConfigError(source, str(key), f"unknown field (known: {', '.join(SECTIONS)})")
+    for key in ("model", "training", "hardware", "strategies"):
+        if key not in data:
+            raise ConfigError(source, key, "required field is missing")
+    name = data.get("name", Path(source).stem)
+    seed = data.get("seed", 0)
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise ConfigError(source, "seed", f"expected an integer, got {seed!r}")
+    model = build(ModelSpec, data["model"], source, "model")
+    hardware_spec = build(HardwareSpec, data["hardware"], source, "hardware")
+    training_data = dict(data["training"]) if isinstance(data["training"], dict) else data["training"]
+    if isinstance(training_data, dict):
+        training_data.setdefault("data_parallel", hardware_spec.gpus)
+    training = build(TrainingSpec, training_data, source, "training")
+    if training.data_parallel != hardware_spec.gpus:
+        raise ConfigError(
+            source,
+            "training.data_parallel",
+            f"{training.data_parallel} ranks but hardware.gpus is {hardware_spec.gpus} (one rank per GPU)",
+        )
+    hardware = resolve_hardware(hardware_spec, source, search)
+    entries = _strategy_entries(data["strategies"], source)
+    if strategies:
+        unknown = [s for s in strategies if s not in entries]
+        if unknown:
+            raise ConfigError(source, "strategies",
+                              f"--strategy {unknown[0]!r} is not in this scenario (has: {', '.join(entries)})")
+        entries = {name: entries[name] for name in strategies}
+    return [
+        RunConfig(str(name), seed, model, training, hardware, strategy, options)
+        for strategy, options in entries.items()
+    ]
+
+
+def _strategy_entries(raw: object, source: str) -> dict[str, Any]:
+    """Parse ``strategies:``: names or ``{name, options...}`` -> {name: Options instance}."""
+    if not isinstance(raw, list) or not raw:
+        raise ConfigError(source, "strategies", "expected a non-empty list of strategy names or mappings")
+    entries: dict[str, Any] = {}
+    for i, item in enumerate(raw):
+        where = f"strategies[{i}]"
+        fields = {"name": item} if isinstance(item, str) else item
+        if not isinstance(fields, dict) or "name" not in fields:
+            raise ConfigError(source, where, "expected a strategy name or a mapping with 'name'")
+        name = fields["name"]
+        if name not in STRATEGIES:
+            raise ConfigError(source, f"{where}.name", f"unknown strategy {name!r} (known: {', '.join(STRATEGIES)})")
+        if name in entries:
+            raise ConfigError(source, f"{where}.name", f"strategy {name!r} listed twice")
+        options = {k: v for k, v in fields.items() if k != "name"}
+        entries[name] = build(STRATEGIES[name].Options, options, source, where)
+    return entries
+
+
+def with_strategy(config: RunConfig, strategy: str, options: Any = None) -> RunConfig:
+    """The same run under another strategy (its default options unless given)."""
+    opts = options if options is not None else STRATEGIES[strategy].Options()
+    return replace(config, strategy=strategy, options=opts)

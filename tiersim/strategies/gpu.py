@@ -1,0 +1,31 @@
+"""``gpu``: no offload. fp32 master weights, gradients and Adam state stay in HBM; Adam runs on
+the GPU, bound by HBM bandwidth (it streams every state byte once per step)."""
+
+from __future__ import annotations
+
+from tiersim.engine import Task
+from tiersim.hardware import Hardware
+from tiersim.strategies.base import ADAM_READ_BYTES, ADAM_WRITE_BYTES, Placement, StepBuilder, Strategy
+from tiersim.workload import LayerWork, TrainingStep
+
+
+class GPUResident(Strategy):
+    """Everything in HBM, GPU Adam per sub-group on the compute stream."""
+
+    name = "gpu"
+    summary = "all state in HBM, GPU Adam"
+    grads_on_gpu = True
+
+    def place(self, step: TrainingStep, hw: Hardware, placement: Placement) -> None:
+        placement.put("hbm", "fp32 params + Adam m, v", step.optimizer_state_bytes())
+        placement.put("hbm", "fp32 gradients", step.fp32_grad_bytes())
+
+    def offload_gradients(self, b: StepBuilder, micro: int, index: int, layer: LayerWork, ready: str) -> None:
+        """Gradients stay in HBM: nothing to move."""
+
+    def optimizer_step(self, b: StepBuilder, begin: str) -> None:
+        per_element = ADAM_READ_BYTES + ADAM_WRITE_BYTES + b.step.lp_bytes
+        hbm = b.link("hbm")
+        for group in b.step.subgroups:
+            b.add(Task(f"step.{group.index}.adam", "gpu", "optimizer_step", "adam",
+                       size=group.numel * per_element, usage=((hbm, 1.0),), deps=(begin,)))

@@ -1,0 +1,58 @@
+"""Where host-resident bytes live, and what reading or writing them costs on each link.
+
+Engine flows name the links each byte consumes. A host-memory policy turns "read N bytes"
+or "write N bytes" into that usage: DRAM bytes cost 1 unit of the ``dram`` link (bytes/s);
+CXL bytes cost device-seconds on the ``cxl`` link (1/read or 1/write bandwidth, bounded by
+the CXL link's own bandwidth). Weighted interleave splits every allocation by page weights.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tiersim.hardware import Hardware
+
+Usage = tuple[tuple[str, float], ...]
+
+
+@dataclass(frozen=True)
+class HostMemory:
+    """Fractions of host allocations in DRAM and in CXL memory (they sum to 1)."""
+
+    dram_fraction: float
+    cxl_fraction: float
+    cxl_read_cost: float = 0.0
+    cxl_write_cost: float = 0.0
+
+    @classmethod
+    def dram_only(cls) -> HostMemory:
+        """Everything bound to the socket's DRAM (numactl -m)."""
+        return cls(1.0, 0.0)
+
+    @classmethod
+    def interleave(cls, hw: Hardware, dram_weight: float, cxl_weight: float) -> HostMemory:
+        """Weighted interleave of DRAM and CXL pages (numactl --weighted-interleave)."""
+        if hw.cxl is None:
+            raise ValueError("interleave needs CXL devices")
+        total = dram_weight + cxl_weight
+        return cls(
+            dram_fraction=dram_weight / total,
+            cxl_fraction=cxl_weight / total,
+            cxl_read_cost=1.0 / min(hw.cxl.read_bandwidth, hw.cxl.link_bandwidth),
+            cxl_write_cost=1.0 / min(hw.cxl.write_bandwidth, hw.cxl.link_bandwidth),
+        )
+
+    def access(self, read_bytes: float, write_bytes: float) -> Usage:
+        """Link usage of reading ``read_bytes`` and writing ``write_bytes`` per unit of a flow."""
+        usage: list[tuple[str, float]] = []
+        if self.dram_fraction > 0:
+            usage.append(("dram", self.dram_fraction * (read_bytes + write_bytes)))
+        if self.cxl_fraction > 0:
+            cost = self.cxl_fraction * (read_bytes * self.cxl_read_cost + write_bytes * self.cxl_write_cost)
+            usage.append(("cxl", cost))
+        return tuple(usage)
+
+    def split(self, num_bytes: int) -> dict[str, int]:
+        """Bytes of an allocation that land in each host tier."""
+        in_cxl = int(round(num_bytes * self.cxl_fraction))
+        return {"dram": num_bytes - in_cxl, "cxl": in_cxl}

@@ -1,0 +1,89 @@
+"""``nvme``: ZeRO-Infinity optimizer offload. fp32 params, gradients and Adam state live on
+NVMe; each sub-group is swapped in through pinned buffers, updated by CPU Adam and swapped
+out, as DeepSpeed's partitioned (and, with pipeline_read/write, pipelined) optimizer swapper
+does. Gradients collect in the pinned host gradient buffer as for ``dram``; at the
+accumulation boundary each layer's partition is also written to NVMe (swap_out_gradients).
+"""
+
+from __future__ import annotations
+
+from tiersim.engine import Task
+from tiersim.hardware import Hardware
+from tiersim.strategies.base import (
+    LP_TO_FP32,
+    Placement,
+    StepBuilder,
+    Strategy,
+    adam_task,
+    gradients_to_host,
+    partition,
+)
+from tiersim.strategies.memory import HostMemory
+from tiersim.strategies.swap import TENSORS_SWAPPED_IN, TENSORS_SWAPPED_OUT, SwapOptions, device_cost, stream_rate
+from tiersim.workload import LayerWork, TrainingStep
+
+
+class NVMeSwap(Strategy):
+    """Optimizer state on NVMe, swapped through ``buffer_count`` pinned buffers."""
+
+    name = "nvme"
+    summary = "ZeRO-Infinity: state on NVMe, swapped through pinned buffers"
+    Options = SwapOptions
+
+    def check(self, hw: Hardware) -> str | None:
+        return None if hw.nvme is not None else "no NVMe drives in hardware.nvme"
+
+    def place(self, step: TrainingStep, hw: Hardware, placement: Placement) -> None:
+        ranks = step.training.data_parallel
+        largest = max(group.numel for group in step.subgroups)
+        placement.put("nvme", "fp32 params + Adam m, v", step.optimizer_state_bytes() * ranks)
+        placement.put("nvme", "fp32 gradients", step.fp32_grad_bytes() * ranks)
+        buffers = self.options.buffer_count * largest * LP_TO_FP32 * ranks
+        placement.put("dram", "pinned swap buffers", buffers)
+        placement.put("dram", "bf16 staging for H2D", largest * step.lp_bytes * ranks)
+        placement.put("dram", "pinned fp32 gradient buffer", step.fp32_grad_bytes() * ranks)
+
+    def _io(self, b: StepBuilder, name: str, stream: str, phase: str, num_bytes: float,
+            write: bool, deps: tuple[str, ...]) -> str:
+        """An aio read or write between a pinned DRAM buffer and NVMe."""
+        nvme = b.hw.nvme
+        assert nvme is not None
+        usage = ((b.link("nvme"), device_cost(nvme, write)), ("dram", 1.0))
+        b.link("dram")
+        latency = nvme.write_latency if write else nvme.read_latency
+        return b.add(Task(name, stream, phase, "nvme_write" if write else "nvme_read", delay=latency,
+                          size=num_bytes, usage=usage, rate_cap=stream_rate(nvme, self.options, write),
+                          deps=deps))
+
+    def offload_gradients(self, b: StepBuilder, micro: int, index: int, layer: LayerWork, ready: str) -> None:
+        d2h = gradients_to_host(b, HostMemory.dram_only(), micro, index, layer, ready)
+        if micro == b.step.micro_steps - 1:
+            grad_bytes = partition(layer, b.dp) * LP_TO_FP32
+            self._io(b, f"m{micro}.bwd.{index}.grad_write", "aio_write", "backward", grad_bytes, True, (d2h,))
+
+    def optimizer_step(self, b: StepBuilder, begin: str) -> None:
+        opts = self.options
+        dram = HostMemory.dram_only()
+        reads: list[str] = []
+        adams: list[str] = []
+        writes: list[str] = []
+        for i, group in enumerate(b.step.subgroups):
+            # With pipeline_read, sub-group i is read when sub-group i-1's update begins.
+            lag = 2 if opts.pipeline_read else 1
+            deps = [begin] + ([reads[i - 1]] if i > 0 and opts.pipeline_read else [])
+            if i >= lag:
+                deps.append(adams[i - lag])
+                if not opts.pipeline_write:
+                    deps.append(writes[i - lag])
+            if i >= opts.groups_in_flight:
+                deps.append(writes[i - opts.groups_in_flight])
+            fp32 = group.numel * LP_TO_FP32
+            reads.append(self._io(b, f"step.{i}.swap_in", "aio_read", "optimizer_step",
+                                  TENSORS_SWAPPED_IN * fp32, False, tuple(deps)))
+            adam_deps = [reads[i]] + ([writes[i - 1]] if i > 0 and not opts.pipeline_write else [])
+            adams.append(adam_task(b, f"step.{i}.adam", group.numel, dram, tuple(adam_deps)))
+            writes.append(self._io(b, f"step.{i}.swap_out", "aio_write", "optimizer_step",
+                                   TENSORS_SWAPPED_OUT * fp32, True, (adams[i],)))
+            b.add(Task(f"step.{i}.h2d", "h2d", "optimizer_step", "h2d", delay=b.hw.link.latency,
+                       size=group.numel * b.step.lp_bytes,
+                       usage=((b.link("pcie_h2d"), 1.0), *dram.access(1, 0)), deps=(adams[i],)))

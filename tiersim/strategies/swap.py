@@ -1,0 +1,60 @@
+"""The ZeRO-Infinity swapper's settings and the NVMe throughput they allow.
+
+A swap stream keeps ``queue_depth`` requests of ``block_size`` bytes in flight on each of
+``thread_count`` aio threads. By Little's law its throughput is
+``N * block / (latency + block / drive_bandwidth)`` with ``N = queue_depth * thread_count``,
+also at most ``thread_count * aio_thread_bandwidth`` when the profile sets that. The drives'
+bandwidth is shared with every other stream through the ``nvme`` link (device-seconds).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tiersim.errors import ConfigError
+from tiersim.profiles import NVMeProfile
+from tiersim.schema import integer, size
+
+TENSORS_SWAPPED_IN = 4
+"""fp32 param, exp_avg, exp_avg_sq and gradient of a sub-group are read for its update."""
+TENSORS_SWAPPED_OUT = 3
+"""param, exp_avg, exp_avg_sq are written back (the gradient is consumed)."""
+
+
+@dataclass(frozen=True)
+class SwapOptions:
+    """DeepSpeed ``offload_optimizer`` (device nvme) and ``aio`` settings."""
+
+    buffer_count: int = integer(4, gt=0, doc="pinned swap buffers, one sub-group tensor each")
+    block_size: int = size(1 << 20, gt=0, doc="aio request size (bytes)")
+    queue_depth: int = integer(8, gt=0)
+    thread_count: int = integer(1, gt=0)
+    pipeline_read: bool = False
+    pipeline_write: bool = False
+
+    def validate(self, source: str, path: str) -> None:
+        """A sub-group's swap-in needs ``TENSORS_SWAPPED_IN`` buffers at once."""
+        if self.buffer_count < TENSORS_SWAPPED_IN:
+            field = f"{path}.buffer_count" if path else "buffer_count"
+            raise ConfigError(source, field, f"must be at least {TENSORS_SWAPPED_IN} (one per swapped tensor)")
+
+    @property
+    def groups_in_flight(self) -> int:
+        """Sub-groups whose tensors fit in the buffers at the same time."""
+        return self.buffer_count // TENSORS_SWAPPED_IN
+
+
+def stream_rate(nvme: NVMeProfile, swap: SwapOptions, write: bool) -> float:
+    """Bytes/s one swap stream (read or write) can sustain on its own."""
+    bandwidth = nvme.write_bandwidth if write else nvme.read_bandwidth
+    latency = nvme.write_latency if write else nvme.read_latency
+    outstanding = swap.queue_depth * swap.thread_count
+    rate = outstanding * swap.block_size / (latency + swap.block_size / bandwidth)
+    if nvme.aio_thread_bandwidth is not None:
+        rate = min(rate, swap.thread_count * nvme.aio_thread_bandwidth)
+    return rate
+
+
+def device_cost(nvme: NVMeProfile, write: bool) -> float:
+    """Device-seconds one byte costs on a drive (1 / its sequential bandwidth)."""
+    return 1.0 / (nvme.write_bandwidth if write else nvme.read_bandwidth)

@@ -1,0 +1,347 @@
+"""Workload model: a transformer + training settings -> counts of parameters, FLOPs and bytes.
+
+This module knows nothing about SimPy, devices or strategies. Units: bytes, FLOPs, elements.
+
+Conventions (Llama-style decoder, one rank, one micro-batch unless stated):
+
+* Parameters per layer: q and o are ``hidden*hidden``; k and v are ``hidden*kv_heads*head_dim``;
+  the FFN is ``3*hidden*ffn`` (SwiGLU: gate, up, down) or ``2*hidden*ffn`` (GELU: up, down);
+  two norms of ``hidden`` (RMSNorm) or ``2*hidden`` (LayerNorm weight + bias); with ``bias``
+  every linear layer of the decoder has a bias (the LM head never does). The model adds an
+  embedding ``vocab*hidden``, a final norm and, unless tied, an LM head ``vocab*hidden``.
+* FLOPs: 2 per multiply-accumulate. A matmul over ``T`` tokens with ``P`` weights costs
+  ``2*T*P``. Attention scores and values cost ``2 * 2 * mb * seq^2 * hidden`` per layer,
+  counted in full (not halved for causality), as Megatron-LM does. Norms, biases, softmax and
+  activations are not counted. The embedding lookup costs 0. Backward = 2x forward.
+  Recompute under activation checkpointing = the forward of the decoder layers (not the head).
+* Activations (16-bit): Korthikanti et al. 2022, ``seq*mb*hidden*(34 + 5*heads*seq/hidden)``
+  bytes per layer, *with flash attention assumed*, so the ``5*heads*seq/hidden`` term (the
+  materialised score matrix) is dropped: ``34*seq*mb*hidden``. With checkpointing a layer keeps
+  only its 16-bit input, ``2*seq*mb*hidden``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from tiersim.errors import ConfigError
+from tiersim.schema import integer, number
+
+_KORTHIKANTI_BYTES_PER_ELEMENT = 34
+"""Korthikanti et al. 2022 activation bytes per (token x hidden) per layer, flash attention."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSpec:
+    """A decoder-only transformer's shape (scenario section ``model:``)."""
+
+    name: str = "custom"
+    layers: int = integer(gt=0)
+    hidden: int = integer(gt=0)
+    heads: int = integer(gt=0)
+    kv_heads: int | None = integer(None, gt=0, doc="None -> = heads (multi-head attention)")
+    ffn: int = integer(gt=0, doc="FFN intermediate size")
+    vocab: int = integer(32000, gt=0)
+    activation: Literal["swiglu", "gelu"] = "swiglu"
+    norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
+    bias: bool = False
+    tied_embeddings: bool = False
+
+    @property
+    def kv_head_count(self) -> int:
+        """Key/value heads (``heads`` when ``kv_heads`` is None)."""
+        return self.heads if self.kv_heads is None else self.kv_heads
+
+    @property
+    def head_dim(self) -> int:
+        """Elements per attention head."""
+        return self.hidden // self.heads
+
+    def validate(self, source: str, path: str) -> None:
+        """hidden must split into heads, heads into kv groups."""
+        if self.hidden % self.heads:
+            raise ConfigError(
+                source, _join(path, "hidden"), f"hidden {self.hidden} is not divisible by heads {self.heads}"
+            )
+        if self.heads % self.kv_head_count:
+            raise ConfigError(
+                source,
+                _join(path, "kv_heads"),
+                f"heads {self.heads} is not divisible by kv_heads {self.kv_head_count}",
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingSpec:
+    """Batch, parallelism and ZeRO settings (scenario section ``training:``)."""
+
+    seq_len: int = integer(2048, gt=0)
+    micro_batch: int = integer(1, gt=0)
+    global_batch: int = integer(gt=0, doc="sequences per optimizer step, all ranks")
+    data_parallel: int = integer(1, gt=0)
+    precision: Literal["bf16", "fp16"] = "bf16"
+    activation_checkpointing: bool = True
+    zero_stage: int = integer(3, ge=0, le=3)
+    sub_group_size: int = integer(1_000_000_000, gt=0, doc="elements, DeepSpeed stage3 default 1e9")
+    reduce_bucket_size: int = integer(500_000_000, gt=0, doc="elements")
+    adam_beta1: float = number(0.9, gt=0, le=1)
+    adam_beta2: float = number(0.999, gt=0, le=1)
+
+    def validate(self, source: str, path: str) -> None:
+        """global_batch must be a whole number of micro-batches on every rank."""
+        per_step = self.micro_batch * self.data_parallel
+        if self.global_batch % per_step:
+            raise ConfigError(
+                source,
+                _join(path, "global_batch"),
+                f"global_batch {self.global_batch} is not divisible by micro_batch * data_parallel"
+                f" = {self.micro_batch} * {self.data_parallel} = {per_step}",
+            )
+
+
+@dataclass(frozen=True)
+class LayerWork:
+    """One unit of GPU work, per micro-batch, per rank (FLOPs, bytes; params in elements)."""
+
+    name: str
+    params: int
+    forward_flops: float
+    backward_flops: float
+    recompute_flops: float
+    activation_bytes: int
+    working_bytes: int
+
+
+@dataclass(frozen=True)
+class SubGroup:
+    """One optimizer sub-group of one rank's partition (``numel`` elements)."""
+
+    index: int
+    numel: int
+
+
+@dataclass(frozen=True)
+class TrainingStep:
+    """Everything one optimizer step costs on one rank, in elements, FLOPs and bytes."""
+
+    model: ModelSpec
+    training: TrainingSpec
+    total_params: int
+    rank_params: int
+    micro_steps: int
+    tokens_per_micro_batch: int
+    layers: tuple[LayerWork, ...]
+    subgroups: tuple[SubGroup, ...]
+    lp_bytes: int = 2
+    fp32_bytes: int = 4
+
+    def optimizer_state_bytes(self) -> int:
+        """Bytes of fp32 master params + Adam m + v owned by one rank."""
+        return self.rank_params * 3 * self.fp32_bytes
+
+    def fp32_grad_bytes(self) -> int:
+        """Bytes of fp32 gradients owned by one rank (fed to the optimizer)."""
+        return self.rank_params * self.fp32_bytes
+
+    def lp_param_bytes_on_gpu(self) -> int:
+        """Bytes of 16-bit params resident on one GPU (partitioned only for ZeRO-3)."""
+        count = self.rank_params if self.training.zero_stage >= 3 else self.total_params
+        return count * self.lp_bytes
+
+    def lp_grad_bytes_on_gpu(self) -> int:
+        """Bytes of 16-bit grads resident on one GPU (partitioned for ZeRO-2 and -3)."""
+        count = self.rank_params if self.training.zero_stage >= 2 else self.total_params
+        return count * self.lp_bytes
+
+    def logits_bytes(self) -> int:
+        """Bytes of the fp32 logits of one micro-batch (``seq*mb*vocab*4``)."""
+        return self.tokens_per_micro_batch * self.model.vocab * self.fp32_bytes
+
+    def activation_peak_bytes(self) -> int:
+        """Peak activation bytes on one GPU in backward: kept + largest working set + fp32 logits."""
+        kept = sum(layer.activation_bytes for layer in self.layers)
+        working = max(layer.working_bytes for layer in self.layers)
+        return kept + working + self.logits_bytes()
+
+    def model_flops_per_iteration(self) -> float:
+        """Forward + backward FLOPs of one optimizer step on one rank, recompute excluded."""
+        per_micro = sum(layer.forward_flops + layer.backward_flops for layer in self.layers)
+        return per_micro * self.micro_steps
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+def _kv_dim(model: ModelSpec) -> int:
+    """Width of the k (or v) projection output, elements."""
+    return model.kv_head_count * model.head_dim
+
+
+def _attention_weights(model: ModelSpec) -> int:
+    """Weights of q, k, v, o projections (elements)."""
+    return 2 * model.hidden * model.hidden + 2 * model.hidden * _kv_dim(model)
+
+
+def _ffn_weights(model: ModelSpec) -> int:
+    """Weights of the FFN projections (elements)."""
+    matrices = 3 if model.activation == "swiglu" else 2
+    return matrices * model.hidden * model.ffn
+
+
+def _norm_params(model: ModelSpec) -> int:
+    """Parameters of one norm (elements)."""
+    return model.hidden if model.norm == "rmsnorm" else 2 * model.hidden
+
+
+def _bias_params(model: ModelSpec) -> int:
+    """Bias elements of one decoder layer's linear layers (0 without bias)."""
+    if not model.bias:
+        return 0
+    attention = 2 * model.hidden + 2 * _kv_dim(model)
+    ffn_in = (2 if model.activation == "swiglu" else 1) * model.ffn
+    return attention + ffn_in + model.hidden
+
+
+def _layer_matmul_params(model: ModelSpec) -> int:
+    """Weights of one decoder layer that take part in matmuls (elements)."""
+    return _attention_weights(model) + _ffn_weights(model)
+
+
+def layer_params(model: ModelSpec) -> int:
+    """Parameters of one decoder layer (elements)."""
+    return _layer_matmul_params(model) + 2 * _norm_params(model) + _bias_params(model)
+
+
+def _embedding_params(model: ModelSpec) -> int:
+    """Parameters of the token embedding (elements)."""
+    return model.vocab * model.hidden
+
+
+def _head_params(model: ModelSpec) -> int:
+    """Parameters of the final norm + LM head (elements); a tied head owns no weights."""
+    head = 0 if model.tied_embeddings else model.vocab * model.hidden
+    return _norm_params(model) + head
+
+
+def parameter_count(model: ModelSpec) -> int:
+    """Total parameters of the model (elements)."""
+    return _embedding_params(model) + model.layers * layer_params(model) + _head_params(model)
+
+
+def _layer_forward_flops(model: ModelSpec, training: TrainingSpec) -> float:
+    """Forward FLOPs of one decoder layer for one micro-batch (full, non-causal attention)."""
+    tokens = training.seq_len * training.micro_batch
+    matmuls = 2.0 * tokens * _layer_matmul_params(model)
+    attention = 2.0 * 2.0 * training.micro_batch * training.seq_len**2 * model.hidden
+    return matmuls + attention
+
+
+def _input_bytes(model: ModelSpec, training: TrainingSpec, lp_bytes: int) -> int:
+    """Bytes of one 16-bit hidden-state tensor for one micro-batch (``seq*mb*hidden*2``)."""
+    return training.seq_len * training.micro_batch * model.hidden * lp_bytes
+
+
+def _full_layer_activation_bytes(model: ModelSpec, training: TrainingSpec) -> int:
+    """Korthikanti et al. 2022 16-bit activations of one layer, flash attention (``34*s*b*h``)."""
+    return _KORTHIKANTI_BYTES_PER_ELEMENT * training.seq_len * training.micro_batch * model.hidden
+
+
+def _decoder_layer(index: int, model: ModelSpec, training: TrainingSpec, lp_bytes: int) -> LayerWork:
+    """The work of decoder layer ``index``: recompute and keep only its input when checkpointing."""
+    forward = _layer_forward_flops(model, training)
+    full = _full_layer_activation_bytes(model, training)
+    checkpointing = training.activation_checkpointing
+    return LayerWork(
+        name=f"layer.{index}",
+        params=layer_params(model),
+        forward_flops=forward,
+        backward_flops=2.0 * forward,
+        recompute_flops=forward if checkpointing else 0.0,
+        activation_bytes=_input_bytes(model, training, lp_bytes) if checkpointing else full,
+        working_bytes=full,
+    )
+
+
+def _embedding_layer(model: ModelSpec) -> LayerWork:
+    """The embedding lookup: parameters only, no FLOPs, no kept activations."""
+    return LayerWork("embedding", _embedding_params(model), 0.0, 0.0, 0.0, 0, 0)
+
+
+def _head_layer(model: ModelSpec, training: TrainingSpec, lp_bytes: int) -> LayerWork:
+    """Final norm + LM head: keeps its 16-bit input; its working set is the 16-bit logits."""
+    tokens = training.seq_len * training.micro_batch
+    forward = 2.0 * tokens * model.hidden * model.vocab
+    return LayerWork(
+        name="final_norm+lm_head",
+        params=_head_params(model),
+        forward_flops=forward,
+        backward_flops=2.0 * forward,
+        recompute_flops=0.0,
+        activation_bytes=_input_bytes(model, training, lp_bytes),
+        working_bytes=tokens * model.vocab * lp_bytes,
+    )
+
+
+def _rank_params(total: int, training: TrainingSpec) -> int:
+    """Optimizer-state elements one rank owns: ceil(total/dp) under ZeRO >= 1, else all."""
+    if training.zero_stage >= 1:
+        return math.ceil(total / training.data_parallel)
+    return total
+
+
+def _subgroups(rank_params: int, sub_group_size: int) -> tuple[SubGroup, ...]:
+    """Split ``rank_params`` elements into chunks of ``sub_group_size`` (the last one smaller)."""
+    full, rest = divmod(rank_params, sub_group_size)
+    sizes = [sub_group_size] * full + ([rest] if rest else [])
+    return tuple(SubGroup(index, numel) for index, numel in enumerate(sizes))
+
+
+def build_step(model: ModelSpec, training: TrainingSpec) -> TrainingStep:
+    """Count parameters, FLOPs and bytes of one optimizer step of ``model`` under ``training``.
+
+    Specs built directly (not through ``schema.build``) are validated here, source ``<api>``.
+    """
+    model.validate("<api>", "model")
+    training.validate("<api>", "training")
+    lp_bytes = 2  # bf16 and fp16 are both 16-bit
+    total = parameter_count(model)
+    rank = _rank_params(total, training)
+    decoder = tuple(_decoder_layer(i, model, training, lp_bytes) for i in range(model.layers))
+    layers = (_embedding_layer(model), *decoder, _head_layer(model, training, lp_bytes))
+    return TrainingStep(
+        model=model,
+        training=training,
+        total_params=total,
+        rank_params=rank,
+        micro_steps=training.global_batch // (training.micro_batch * training.data_parallel),
+        tokens_per_micro_batch=training.seq_len * training.micro_batch,
+        layers=layers,
+        subgroups=_subgroups(rank, training.sub_group_size),
+        lp_bytes=lp_bytes,
+    )
+
+
+_LLAMA2: dict[str, tuple[int, int, int, int, int]] = {
+    "7b": (32, 4096, 32, 32, 11008),
+    "13b": (40, 5120, 40, 40, 13824),
+    "70b": (80, 8192, 64, 8, 28672),
+}
+
+
+def llama2(size: Literal["7b", "13b", "70b"]) -> ModelSpec:
+    """The Llama-2 shape of ``size`` (SwiGLU, RMSNorm, no bias, untied, vocab 32000)."""
+    if size not in _LLAMA2:
+        raise ConfigError("<api>", "model.name", f"unknown Llama-2 size {size!r}; choose one of 7b, 13b, 70b")
+    layers, hidden, heads, kv_heads, ffn = _LLAMA2[size]
+    return ModelSpec(
+        name=f"llama2-{size}",
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
+        kv_heads=kv_heads,
+        ffn=ffn,
+        vocab=32000,
+    )
