@@ -58,9 +58,9 @@ class HardwareSpec:
 class Hardware:
     """Resolved hardware: profile objects plus counts; helpers give per-rank shares."""
 
-    gpu: GPUProfile
+    gpu: GPUProfile | None
     gpus: int
-    link: LinkProfile
+    link: LinkProfile | None
     pinned: bool
     cpu: CPUProfile
     sockets: int
@@ -78,9 +78,21 @@ class Hardware:
         return math.ceil(self.gpus / self.sockets)
 
     @property
+    def has_gpu(self) -> bool:
+        """False for a host-only machine (validation of the CPU offload path)."""
+        return self.gpu is not None and self.link is not None
+
+    @property
     def pcie_bandwidth(self) -> float:
         """Host<->GPU bytes/s per direction for this rank's buffers (pinned or pageable)."""
+        assert self.link is not None
         return self.link.pinned_bandwidth if self.pinned else self.link.pageable_bandwidth
+
+    @property
+    def pcie_latency(self) -> float:
+        """Seconds to set up one host<->GPU copy."""
+        assert self.link is not None
+        return self.link.latency
 
     @property
     def dram_bandwidth_per_rank(self) -> float:
@@ -100,7 +112,7 @@ class Hardware:
     def capacity(self, tier: str) -> int:
         """Usable bytes of a tier: per GPU for ``hbm``, whole node for host tiers (0 if absent)."""
         if tier == "hbm":
-            return self.gpu.hbm_capacity - self.gpu.reserved_memory
+            return self.gpu.hbm_capacity - self.gpu.reserved_memory if self.gpu else 0
         if tier == "dram":
             return self.dram_capacity_per_socket * self.sockets
         if tier == "cxl":

@@ -72,6 +72,7 @@ class CPUProfile(_ProfileBase):
     cores_per_socket: int = integer(gt=0)
     adam_params_per_core: float = number(gt=0, doc="DeepSpeed CPU Adam, fp32, params/s per core")
     memcpy_bandwidth_per_core: float = rate(doc="single-core streaming copy, bytes/s")
+    adam_step_overhead: float | None = duration(None, doc="fixed cost of one optimizer.step call (s)")
 
 
 @dataclass(frozen=True)

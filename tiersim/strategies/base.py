@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 from tiersim.engine import Task, TaskGraph
 from tiersim.hardware import TIERS, Hardware
+from tiersim.profiles import GPUProfile
 from tiersim.strategies.memory import HostMemory
 from tiersim.workload import LayerWork, TrainingStep
 
@@ -38,7 +39,8 @@ def adam_task(b: StepBuilder, name: str, numel: int, memory: HostMemory, deps: t
     per_element = read + write
     cap = b.hw.cores_per_rank * b.hw.cpu.adam_params_per_core * per_element
     usage = memory.access(read / per_element, write / per_element)
-    return b.add(Task(name, "cpu", "optimizer_step", "adam", size=numel * per_element,
+    overhead = b.hw.cpu.adam_step_overhead or 0.0
+    return b.add(Task(name, "cpu", "optimizer_step", "adam", delay=overhead, size=numel * per_element,
                       usage=usage, rate_cap=cap, deps=deps))
 
 
@@ -85,6 +87,12 @@ class StepBuilder:
         self.graph = TaskGraph()
 
     @property
+    def gpu(self) -> GPUProfile:
+        """The rank's GPU (every schedule but a host-only optimizer step has one)."""
+        assert self.hw.gpu is not None, "this schedule needs a GPU"
+        return self.hw.gpu
+
+    @property
     def dp(self) -> int:
         """Data-parallel degree (ranks)."""
         return self.step.training.data_parallel
@@ -93,8 +101,8 @@ class StepBuilder:
         """Declare one of the rank's links (capacity from the hardware) and return its name."""
         hw = self.hw
         capacities = {
-            "nvlink": lambda: hw.gpu.nvlink_bandwidth,
-            "hbm": lambda: hw.gpu.hbm_bandwidth * hw.gpu.memory_efficiency,
+            "nvlink": lambda: self.gpu.nvlink_bandwidth,
+            "hbm": lambda: self.gpu.hbm_bandwidth * self.gpu.memory_efficiency,
             "pcie_h2d": lambda: hw.pcie_bandwidth,
             "pcie_d2h": lambda: hw.pcie_bandwidth,
             "dram": lambda: hw.dram_bandwidth_per_rank,
@@ -111,7 +119,7 @@ class StepBuilder:
 
     def gpu_seconds(self, flops: float) -> float:
         """Seconds of GPU compute for ``flops`` at the achieved bf16 rate."""
-        return flops / (self.hw.gpu.bf16_flops * self.hw.gpu.compute_efficiency)
+        return flops / (self.gpu.bf16_flops * self.gpu.compute_efficiency)
 
     def marker(self, name: str, phase: str, deps: tuple[str, ...] = ()) -> str:
         """A zero-length task on the GPU stream marking where a phase begins."""
@@ -235,11 +243,22 @@ def gradients_to_host(b: StepBuilder, memory: HostMemory, micro: int, index: int
     deps = (ready,)
     prefix = f"m{micro}.bwd.{index}"
     if micro > 0:
-        deps = (b.add(Task(f"{prefix}.grad_fetch", "h2d", "backward", "h2d", delay=b.hw.link.latency,
+        deps = (b.add(Task(f"{prefix}.grad_fetch", "h2d", "backward", "h2d", delay=b.hw.pcie_latency,
                            size=num_bytes, usage=((b.link("pcie_h2d"), 1.0), *memory.access(1, 0)),
                            deps=deps)),)
-    return b.add(Task(f"{prefix}.d2h", "d2h", "backward", "d2h", delay=b.hw.link.latency, size=num_bytes,
+    return b.add(Task(f"{prefix}.d2h", "d2h", "backward", "d2h", delay=b.hw.pcie_latency, size=num_bytes,
                       usage=((b.link("pcie_d2h"), 1.0), *memory.access(0, 1)), deps=deps))
+
+
+def params_to_gpu(b: StepBuilder, name: str, numel: int, memory: HostMemory, after: str) -> None:
+    """H2D copy of a sub-group's updated 16-bit params from the host staging buffer.
+
+    Skipped on a host-only machine (the CPU validation of the offload path has no GPU).
+    """
+    if not b.hw.has_gpu:
+        return
+    b.add(Task(name, "h2d", "optimizer_step", "h2d", delay=b.hw.pcie_latency, size=numel * b.step.lp_bytes,
+               usage=((b.link("pcie_h2d"), 1.0), *memory.access(1, 0)), deps=(after,)))
 
 
 def partition(layer: LayerWork, dp: int) -> int:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tiersim.engine import Task
 from tiersim.hardware import Hardware
 from tiersim.schema import number
 from tiersim.strategies.base import (
@@ -20,6 +19,7 @@ from tiersim.strategies.base import (
     Strategy,
     adam_task,
     gradients_to_host,
+    params_to_gpu,
 )
 from tiersim.strategies.memory import HostMemory
 from tiersim.workload import LayerWork, TrainingStep
@@ -55,9 +55,7 @@ class HostOffload(Strategy):
         memory = self.memory(b.hw)
         for group in b.step.subgroups:
             adam = adam_task(b, f"step.{group.index}.adam", group.numel, memory, (begin,))
-            b.add(Task(f"step.{group.index}.h2d", "h2d", "optimizer_step", "h2d",
-                       delay=b.hw.link.latency, size=group.numel * b.step.lp_bytes,
-                       usage=((b.link("pcie_h2d"), 1.0), *memory.access(1, 0)), deps=(adam,)))
+            params_to_gpu(b, f"step.{group.index}.h2d", group.numel, memory, adam)
 
 
 @dataclass(frozen=True)

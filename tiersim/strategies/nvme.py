@@ -16,6 +16,7 @@ from tiersim.strategies.base import (
     Strategy,
     adam_task,
     gradients_to_host,
+    params_to_gpu,
     partition,
 )
 from tiersim.strategies.memory import HostMemory
@@ -84,6 +85,4 @@ class NVMeSwap(Strategy):
             adams.append(adam_task(b, f"step.{i}.adam", group.numel, dram, tuple(adam_deps)))
             writes.append(self._io(b, f"step.{i}.swap_out", "aio_write", "optimizer_step",
                                    TENSORS_SWAPPED_OUT * fp32, True, (adams[i],)))
-            b.add(Task(f"step.{i}.h2d", "h2d", "optimizer_step", "h2d", delay=b.hw.link.latency,
-                       size=group.numel * b.step.lp_bytes,
-                       usage=((b.link("pcie_h2d"), 1.0), *dram.access(1, 0)), deps=(adams[i],)))
+            params_to_gpu(b, f"step.{i}.h2d", group.numel, dram, adams[i])
