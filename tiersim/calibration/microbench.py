@@ -84,6 +84,40 @@ def memcpy_bandwidth(
     return records
 
 
+STREAM_KERNELS = {
+    # name: (bytes counted per element moved, read+write), in-place kernels have no write-allocate
+    "copy": 8,
+    "add_": 12,
+    "addcmul_": 16,
+}
+
+
+def dram_stream(
+    size: int, threads: Sequence[int], kernels: Sequence[str] = tuple(STREAM_KERNELS), repeats: int = 5,
+    on_point: OnPoint = None,
+) -> list[Record]:
+    """STREAM-like torch kernels over fp32 arrays of ``size`` bytes each: ``copy`` (c = a),
+    ``add_`` (a += b) and ``addcmul_`` (a += b*c, Adam's in-place read/write mix). Records:
+    kernel, size, threads, bytes (read+write counted), seconds."""
+    import torch
+
+    numel = max(size // 4, 1)
+    a, b, c = torch.rand(numel), torch.rand(numel), torch.rand(numel)
+    fns = {
+        "copy": lambda: c.copy_(a),
+        "add_": lambda: a.add_(b),
+        "addcmul_": lambda: a.addcmul_(b, c),
+    }
+    records: list[Record] = []
+    for t in threads:
+        for k in kernels:
+            with torch_threads(t):
+                secs, _ = median_time(fns[k], repeats, warmup=2)
+            records.append({"kernel": k, "size": numel * 4, "threads": t, "bytes": numel * STREAM_KERNELS[k], "seconds": secs})
+            _tick(on_point)
+    return records
+
+
 def dram_latency(entries: int = 1 << 23, steps: int = 300_000, seed: int = 0, on_point: OnPoint = None) -> Record:
     """Rough idle load latency: a Python pointer chase over one random cycle of ``entries``
     int64 slots (``entries*8`` bytes, beyond the last-level cache) minus the same loop over a

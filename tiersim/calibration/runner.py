@@ -46,7 +46,7 @@ class CalibrationPlan:
 
     def points(self, cuda: bool) -> int:
         """How many progress ticks the plan makes."""
-        n = len(self.memcpy_sizes) * len(self.memcpy_threads) + 1
+        n = len(self.memcpy_sizes) * len(self.memcpy_threads) + 1 + 3 * len(self.memcpy_threads)
         n += (len(self.adam_numels) + 1) * len(self.adam_variants) * len(self.adam_threads)
         n += 2 * len(self.io_block_sizes) * len(self.io_workers) + 2
         if cuda:
@@ -135,6 +135,8 @@ def run_calibration(
     best_copy = max(f.rate for f in mem_fits.values())  # bytes copied per second
     largest = max(plan.memcpy_sizes)
     peak_copy = max([best_copy] + [r["size"] / r["seconds"] for r in mem if r["size"] == largest])
+    stream = microbench.dram_stream(largest, plan.memcpy_threads, repeats=plan.repeats, on_point=tick("DRAM stream"))
+    best_stream = max(r["bytes"] / r["seconds"] for r in stream)  # read+write bytes per second
     lat = microbench.dram_latency(plan.latency_entries, plan.latency_steps, on_point=tick("memory latency"))
 
     # ---- CPU Adam: time = overhead + numel / rate per (variant, threads)
@@ -201,11 +203,12 @@ def run_calibration(
         "cores_per_socket": nproc,
         "adam_params_per_core": adam_per_core,
         "memcpy_bandwidth_per_core": per_core_copy,
+        "adam_step_overhead": adam_fits[variant][one].intercept,
     }
     dram_fig = {
         "capacity": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
-        "peak_bandwidth": 2 * peak_copy,
-        "bandwidth": 2 * best_copy,
+        "peak_bandwidth": max(2 * peak_copy, best_stream),
+        "bandwidth": best_stream,
         "latency": lat["latency_s"],
     }
     nvme_fig = {
@@ -222,14 +225,17 @@ def run_calibration(
             "adam_params_per_core": f"torch.optim.Adam({variant}=True) step over one fp32 tensor of "
             f"{', '.join(str(n) for n in plan.adam_numels)} params with {one} torch thread(s); "
             "per-call overhead from a 1024-param step, then fit time = overhead + numel/rate; rate / threads",
+            "adam_step_overhead": f"median time of torch.optim.Adam({variant}=True).step() over a 1024-param tensor",
             "memcpy_bandwidth_per_core": f"torch copy_ of {sizes_txt} fp32 with 1 thread; fit time = latency + "
             "size/bandwidth; bytes copied per second",
         },
         "dram": {
             "capacity": "os.sysconf(SC_PHYS_PAGES) * SC_PAGE_SIZE (total memory)",
-            "peak_bandwidth": f"best measured torch copy_ of {largest // MiB} MiB over {plan.memcpy_threads} threads, "
-            "read+write bytes counted (2 x copied)",
-            "bandwidth": "fitted torch copy_ bandwidth (best thread count), read+write bytes counted (2 x copied)",
+            "peak_bandwidth": f"best measured of torch copy_ and STREAM-like kernels over {largest // MiB} MiB arrays, "
+            f"{list(plan.memcpy_threads)} threads, read+write bytes counted",
+            "bandwidth": f"best of STREAM-like torch kernels (copy, in-place add_, in-place addcmul_) over "
+            f"{largest // MiB} MiB fp32 arrays and {list(plan.memcpy_threads)} threads, read+write bytes counted "
+            "(in-place kernels move data as Adam does, without write-allocate)",
             "latency": f"Python pointer chase over a random cycle of {lat['bytes'] // MiB} MiB minus the same "
             "loop in cache (rough; includes TLB misses)",
         },
@@ -269,6 +275,7 @@ def run_calibration(
             "fits": {str(t): _fit_dict(f) for t, f in mem_fits.items()},
             "records": _strip_samples(mem),
             "latency_probe": lat,
+            "stream_records": stream,
         },
         "file_io": {
             "fits": {op: _fit_dict(f) for op, f in io_fits.items()},

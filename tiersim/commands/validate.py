@@ -38,7 +38,7 @@ def handler(args: argparse.Namespace) -> int:
     from tiersim.calibration import microbench
     from tiersim.profiles import HostProfile, load_profile_file
     from tiersim.validation.cases import full_cases, quick_cases
-    from tiersim.validation.predictor import predictor_name
+    from tiersim.validation.predictor import PREDICTOR
     from tiersim.validation.report import render_table, to_json
     from tiersim.validation.runner import run_cases
 
@@ -70,5 +70,5 @@ def handler(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(to_json(results))
     else:
-        print(render_table(results, title=f"tiersim validate ({path}; predicted by {predictor_name()})"))
+        print(render_table(results, title=f"tiersim validate ({path}; predicted by {PREDICTOR})"))
     return 0

@@ -31,11 +31,12 @@ ADAM_WRITE_BYTES = 12
 def adam_task(b: StepBuilder, name: str, numel: int, memory: HostMemory, deps: tuple[str, ...]) -> str:
     """CPU Adam over ``numel`` elements as one flow of its memory traffic (bytes).
 
-    It reads param, grad, m, v and writes param, m, v plus the 16-bit copy for the GPU; its
-    rate is at most ``cores * adam_params_per_core`` elements/s, and the memory it touches is
-    shared with every other flow on those links.
+    It reads param, grad, m, v and writes param, m, v plus (when there is a GPU to feed) the
+    16-bit copy for it; its rate is at most ``cores * adam_params_per_core`` elements/s, and the
+    memory it touches is shared with every other flow on those links.
     """
-    read, write = ADAM_READ_BYTES, ADAM_WRITE_BYTES + b.step.lp_bytes
+    read = ADAM_READ_BYTES
+    write = ADAM_WRITE_BYTES + (b.step.lp_bytes if b.hw.has_gpu else 0)
     per_element = read + write
     cap = b.hw.cores_per_rank * b.hw.cpu.adam_params_per_core * per_element
     usage = memory.access(read / per_element, write / per_element)
