@@ -113,13 +113,17 @@ class FlowNetwork:
             return
         max_min_rates(self.flows, self.capacity)
         wait = min(flow.remaining / flow.rate for flow in self.flows)
+        due = [flow for flow in self.flows if flow.remaining / flow.rate <= wait * (1 + 1e-9)]
         generation = self._generation
         timer = self.env.timeout(wait)
         self.timers += 1
-        timer.callbacks.append(lambda _event: self._on_timer(generation))
+        timer.callbacks.append(lambda _event: self._on_timer(generation, due))
 
-    def _on_timer(self, generation: int) -> None:
+    def _on_timer(self, generation: int, due: list[Flow]) -> None:
+        """The flows due now are done, whatever float residue ``now``'s spacing left them."""
         if generation != self._generation:
             return
         self._advance()
+        for flow in due:
+            flow.remaining = 0.0
         self._reschedule()
