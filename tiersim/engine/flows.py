@@ -92,11 +92,8 @@ class FlowNetwork:
         if dt > 0:
             used: set[str] = set()
             for flow in self.flows:
-                moved = flow.rate * dt
-                flow.remaining -= moved
-                for link, units in flow.usage:
-                    self.moved[link] += moved * units
-                    used.add(link)
+                self._move(flow, min(flow.rate * dt, flow.remaining))
+                used.update(link for link, _ in flow.usage)
             for link in used:
                 self.busy[link] += dt
         self._last = self.env.now
@@ -125,5 +122,11 @@ class FlowNetwork:
             return
         self._advance()
         for flow in due:
-            flow.remaining = 0.0
+            self._move(flow, flow.remaining)
         self._reschedule()
+
+    def _move(self, flow: Flow, amount: float) -> None:
+        """Take ``amount`` bytes off a flow and credit its links with the units they cost."""
+        flow.remaining -= amount
+        for link, units in flow.usage:
+            self.moved[link] += amount * units

@@ -1,0 +1,267 @@
+"""Model invariants of the offload strategies on the quickstart scenario: monotonicity in
+bandwidth and swap settings, bytes moved by the update, phase accounting, fit verdicts,
+determinism and the DRAM < CXL < NVMe ordering."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tiersim.hardware import Hardware
+from tiersim.results import Result
+from tiersim.scenario import RunConfig, load_scenario
+from tiersim.simulate import simulate
+from tiersim.workload import build_step
+
+QUICKSTART = Path(__file__).resolve().parent.parent / "scenarios" / "quickstart.yaml"
+SMALL = ["model.layers=4", "training.sub_group_size=2e8"]
+VARIANTS: dict[str, list[str]] = {
+    "small": SMALL,
+    "small-dp2": [*SMALL, "hardware.gpus=2"],  # exercises NVLink collectives
+    "quickstart": [],
+}
+SLACK = 1e-9
+
+_configs: dict[str, dict[str, RunConfig]] = {}
+_baseline: dict[tuple[str, str], Result] = {}
+
+
+def configs(variant: str) -> dict[str, RunConfig]:
+    if variant not in _configs:
+        _configs[variant] = {c.strategy: c for c in load_scenario(QUICKSTART, VARIANTS[variant])}
+    return _configs[variant]
+
+
+def baseline(variant: str, strategy: str) -> Result:
+    key = (variant, strategy)
+    if key not in _baseline:
+        _baseline[key] = simulate(configs(variant)[strategy])
+    return _baseline[key]
+
+
+def scaled(hw: Hardware, knob: str, factor: float) -> Hardware:
+    """``hw`` with one bandwidth multiplied by ``factor``."""
+    if knob == "pcie":
+        assert hw.link is not None
+        return replace(hw, link=replace(hw.link, pinned_bandwidth=hw.link.pinned_bandwidth * factor))
+    if knob == "dram":
+        return replace(hw, dram=replace(hw.dram, bandwidth=hw.dram.bandwidth * factor))
+    if knob in ("cxl_read", "cxl_write", "cxl_both"):
+        assert hw.cxl is not None
+        cxl = hw.cxl
+        if knob != "cxl_write":
+            cxl = replace(cxl, read_bandwidth=cxl.read_bandwidth * factor)
+        if knob != "cxl_read":
+            cxl = replace(cxl, write_bandwidth=cxl.write_bandwidth * factor)
+        return replace(hw, cxl=cxl)
+    if knob in ("nvme_read", "nvme_write", "nvme_both"):
+        assert hw.nvme is not None
+        nvme = hw.nvme
+        if knob != "nvme_write":
+            nvme = replace(nvme, read_bandwidth=nvme.read_bandwidth * factor)
+        if knob != "nvme_read":
+            nvme = replace(nvme, write_bandwidth=nvme.write_bandwidth * factor)
+        return replace(hw, nvme=nvme)
+    assert hw.gpu is not None
+    if knob == "nvlink":
+        return replace(hw, gpu=replace(hw.gpu, nvlink_bandwidth=hw.gpu.nvlink_bandwidth * factor))
+    if knob == "hbm":
+        return replace(hw, gpu=replace(hw.gpu, hbm_bandwidth=hw.gpu.hbm_bandwidth * factor))
+    raise KeyError(knob)
+
+
+KNOBS = ["pcie", "dram", "cxl_read", "cxl_write", "cxl_both", "nvme_read", "nvme_write", "nvme_both",
+         "nvlink", "hbm"]
+
+
+# --- monotonicity ------------------------------------------------------------------------
+
+
+@given(
+    variant=st.sampled_from(sorted(VARIANTS)),
+    strategy=st.sampled_from(["gpu", "dram", "cxl", "nvme"]),
+    knob=st.sampled_from(KNOBS),
+    factor=st.floats(1.0, 8.0),
+)
+@settings(max_examples=25, deadline=None)
+def test_more_bandwidth_is_never_slower(variant: str, strategy: str, knob: str, factor: float) -> None:
+    base = baseline(variant, strategy)
+    config = configs(variant)[strategy]
+    faster = simulate(replace(config, hardware=scaled(config.hardware, knob, factor)))
+    assert faster.fits == base.fits
+    if not base.fits:
+        return
+    assert faster.iteration_time_s <= base.iteration_time_s * (1 + SLACK)
+
+
+@pytest.mark.parametrize("knob", KNOBS)
+@pytest.mark.parametrize("strategy", ["gpu", "dram", "cxl", "nvme"])
+def test_each_bandwidth_doubled_is_never_slower(strategy: str, knob: str) -> None:
+    # The deterministic companion of the property above: every knob, every strategy, dp=2.
+    base = baseline("small-dp2", strategy)
+    config = configs("small-dp2")[strategy]
+    assert base.fits
+    faster = simulate(replace(config, hardware=scaled(config.hardware, knob, 2.0)))
+    assert faster.iteration_time_s <= base.iteration_time_s * (1 + SLACK)
+
+
+def _nvme(variant: str, **options: object) -> Result:
+    config = configs(variant)["nvme"]
+    return simulate(replace(config, options=replace(config.options, **options)))
+
+
+@given(
+    variant=st.sampled_from(["small", "quickstart"]),
+    counts=st.lists(st.integers(4, 40), min_size=2, max_size=2).map(sorted),
+    pipeline_read=st.booleans(),
+    pipeline_write=st.booleans(),
+)
+@settings(max_examples=20, deadline=None)
+def test_more_swap_buffers_never_slower(variant: str, counts: list[int], pipeline_read: bool,
+                                        pipeline_write: bool) -> None:
+    few, many = (_nvme(variant, buffer_count=n, pipeline_read=pipeline_read, pipeline_write=pipeline_write)
+                 for n in counts)
+    assert few.fits and many.fits
+    assert many.iteration_time_s <= few.iteration_time_s * (1 + SLACK)
+
+
+@given(
+    variant=st.sampled_from(["small", "quickstart"]),
+    depths=st.lists(st.integers(1, 64), min_size=2, max_size=2).map(sorted),
+    pipeline_read=st.booleans(),
+    pipeline_write=st.booleans(),
+)
+@settings(max_examples=20, deadline=None)
+def test_more_queue_depth_never_slower(variant: str, depths: list[int], pipeline_read: bool,
+                                       pipeline_write: bool) -> None:
+    shallow, deep = (_nvme(variant, queue_depth=q, pipeline_read=pipeline_read, pipeline_write=pipeline_write)
+                     for q in depths)
+    assert deep.iteration_time_s <= shallow.iteration_time_s * (1 + SLACK)
+
+
+# --- bytes moved -------------------------------------------------------------------------
+
+
+def link_units(result: Result, link: str, phase: str) -> float:
+    rows = result.utilisation
+    picked = rows[(rows["kind"] == "link") & (rows["resource"] == link) & (rows["phase"] == phase)]
+    assert len(picked) == 1, f"no utilisation row for link {link!r} in phase {phase!r}"
+    return float(picked["units_moved"].iloc[0])
+
+
+@st.composite
+def small_configs(draw: st.DrawFn, strategy: str, micro_steps: int | None = None) -> RunConfig:
+    dp = draw(st.sampled_from([1, 2, 4]))
+    layers = draw(st.integers(1, 6))
+    sub_group = draw(st.sampled_from(["5e7", "1e8", "2e8", "1e9"]))
+    micro = micro_steps if micro_steps is not None else draw(st.integers(1, 3))
+    overrides = [f"model.layers={layers}", f"training.sub_group_size={sub_group}", f"hardware.gpus={dp}",
+                 f"training.global_batch={dp * micro}"]
+    return load_scenario(QUICKSTART, overrides, [strategy])[0]
+
+
+@given(config=small_configs("nvme"))
+@settings(max_examples=20, deadline=None)
+def test_nvme_update_moves_seven_fp32_tensors(config: RunConfig) -> None:
+    result = simulate(config)
+    assert result.fits
+    rank_params = build_step(config.model, config.training).rank_params
+    nvme = config.hardware.nvme
+    assert nvme is not None
+    read, written = 4 * 4 * rank_params, 3 * 4 * rank_params
+    expected = read / nvme.read_bandwidth + written / nvme.write_bandwidth
+    assert link_units(result, "nvme", "optimizer_step") == pytest.approx(expected, rel=1e-9)
+
+
+@given(config=small_configs("dram"))
+@settings(max_examples=20, deadline=None)
+def test_dram_update_sends_bf16_params_back(config: RunConfig) -> None:
+    result = simulate(config)
+    rank_params = build_step(config.model, config.training).rank_params
+    assert link_units(result, "pcie_h2d", "optimizer_step") == pytest.approx(rank_params * 2, rel=1e-9)
+
+
+@given(config=small_configs("dram", micro_steps=1))
+@settings(max_examples=20, deadline=None)
+def test_dram_backward_sends_fp32_gradient_partition(config: RunConfig) -> None:
+    result = simulate(config)
+    step = build_step(config.model, config.training)
+    moved = link_units(result, "pcie_d2h", "backward")
+    # Per-layer ceil partitioning may add up to one element per layer (layers*dp is generous).
+    slack = len(step.layers) * config.training.data_parallel * 4
+    assert step.rank_params * 4 <= moved <= step.rank_params * 4 + slack
+
+
+# --- phases ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+@pytest.mark.parametrize("strategy", ["gpu", "dram", "cxl", "nvme"])
+def test_phase_spans_sum_to_iteration_time(variant: str, strategy: str) -> None:
+    result = baseline(variant, strategy)
+    if not result.fits:
+        pytest.skip(f"{strategy} does not fit in {variant}: {result.reason}")
+    assert set(result.phases) == {"forward", "backward", "optimizer_step"}
+    assert all(span >= 0 for span in result.phases.values())
+    assert math.fsum(result.phases.values()) == pytest.approx(result.iteration_time_s, rel=1e-12)
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_forward_is_the_same_for_every_offload(variant: str) -> None:
+    forwards = {s: baseline(variant, s).phases["forward"] for s in ("dram", "cxl", "nvme")}
+    assert forwards["dram"] > 0
+    assert forwards["cxl"] == forwards["dram"]
+    assert forwards["nvme"] == forwards["dram"]
+
+
+# --- fit verdicts ------------------------------------------------------------------------
+
+
+def test_quickstart_gpu_strategy_does_not_fit_in_hbm() -> None:
+    result = baseline("quickstart", "gpu")
+    assert result.fits is False
+    assert result.iteration_time_s is None
+    assert result.phases is None
+    assert result.reason is not None and "hbm" in result.reason
+    assert result.peak_bytes["hbm"] > result.capacity_bytes["hbm"]
+
+
+@pytest.mark.parametrize(
+    ("strategy", "overrides", "tier"),
+    [
+        ("dram", ["hardware.dram_capacity=1 GiB"], "dram"),
+        ("cxl", ["hardware.dram_capacity=1 GiB"], "dram"),
+        ("nvme", ["hardware.nvme=null"], "nvme"),
+        ("cxl", ["hardware.cxl=null"], "cxl"),
+    ],
+)
+def test_misfit_reason_names_the_tier(strategy: str, overrides: list[str], tier: str) -> None:
+    (config,) = load_scenario(QUICKSTART, [*SMALL, *overrides], [strategy])
+    result = simulate(config)
+    assert result.fits is False
+    assert result.iteration_time_s is None
+    assert result.reason is not None and tier in result.reason.lower()
+
+
+# --- determinism and ordering ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("strategy", ["dram", "cxl", "nvme"])
+def test_simulate_is_deterministic(strategy: str) -> None:
+    config = configs("quickstart")[strategy]
+    first, second = simulate(config), simulate(config)
+    pd.testing.assert_frame_equal(first.trace, second.trace)
+    pd.testing.assert_frame_equal(first.utilisation, second.utilisation)
+    assert first.iteration_time_s == second.iteration_time_s
+    assert first.events == second.events
+
+
+def test_quickstart_ordering_dram_cxl_nvme() -> None:
+    times = {s: baseline("quickstart", s).iteration_time_s for s in ("dram", "cxl", "nvme")}
+    assert times["dram"] < times["cxl"] < times["nvme"], times
