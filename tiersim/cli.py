@@ -44,6 +44,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"tiersim: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        sys.stdout = None  # type: ignore[assignment]  # the reader left (e.g. `| head`): stop quietly
+        return 0
     except KeyboardInterrupt:
         print("tiersim: interrupted", file=sys.stderr)
         return 130

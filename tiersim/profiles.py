@@ -23,12 +23,13 @@ PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_PROFILE_DIR = PACKAGE_ROOT / "device_profiles"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class _ProfileBase:
     kind: str
     name: str
     description: str
     sources: dict[str, str]
+    price_usd: float | None = number(None, ge=0, doc="street price of one unit (USD), for planning")
 
     def validate(self, source: str, path: str) -> None:
         """Every figure must cite where it comes from."""
@@ -41,7 +42,7 @@ class _ProfileBase:
                 raise ConfigError(source, f"sources.{key}", "cites a figure this profile does not have")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GPUProfile(_ProfileBase):
     """A GPU: HBM capacity (bytes) and bandwidth (bytes/s), dense bf16 peak (FLOP/s)."""
 
@@ -55,7 +56,7 @@ class GPUProfile(_ProfileBase):
     host_link: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LinkProfile(_ProfileBase):
     """A host<->GPU link, per direction (bytes/s), with a per-transfer latency (s)."""
 
@@ -65,7 +66,7 @@ class LinkProfile(_ProfileBase):
     latency: float = duration()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CPUProfile(_ProfileBase):
     """A host CPU socket and its optimizer throughput (parameters/s per core)."""
 
@@ -75,7 +76,7 @@ class CPUProfile(_ProfileBase):
     adam_step_overhead: float | None = duration(None, doc="fixed cost of one optimizer.step call (s)")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DRAMProfile(_ProfileBase):
     """Host DRAM of one socket: capacity (bytes), achievable bandwidth (bytes/s), idle latency (s)."""
 
@@ -85,7 +86,7 @@ class DRAMProfile(_ProfileBase):
     latency: float = duration()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CXLProfile(_ProfileBase):
     """A CXL Type-3 memory expander: link and device bandwidth (bytes/s), added latency (s)."""
 
@@ -96,7 +97,7 @@ class CXLProfile(_ProfileBase):
     added_latency: float = duration(doc="load latency above local DRAM")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class NVMeProfile(_ProfileBase):
     """An NVMe SSD (or pool): sequential bandwidths (bytes/s), per-request latencies (s).
 
@@ -113,7 +114,7 @@ class NVMeProfile(_ProfileBase):
     aio_thread_bandwidth: float | None = rate(None)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HostProfile(_ProfileBase):
     """A whole host as ``tiersim calibrate`` measures it: CPU, DRAM, NVMe (and a GPU link when
     CUDA was present). Each part is a full profile mapping of its kind (with ``kind``, ``name``,

@@ -36,8 +36,13 @@ def profiles_command(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps([to_plain(p) for p in profiles], indent=2))
     else:
-        print(format_table(["kind", "name", "description"], [[p.kind, p.name, p.description] for p in profiles]))
+        print(format_table(["kind", "name", "description"], [[p.kind, p.name, _short(p.description)] for p in profiles]))
     return 0
+
+
+def _short(text: str, width: int = 90) -> str:
+    """The first ``width`` characters of a description, with an ellipsis when cut."""
+    return text if len(text) <= width else text[: width - 3].rstrip() + "..."
 
 
 def _find_any(name: str, kinds: list[str]) -> Profile:
