@@ -1,14 +1,16 @@
 """Simulation results: iteration time, phases, peak bytes per tier, utilisation and the trace.
 
-Stats are the engine's records, turned into DataFrames here at the end. Phase spans partition
-the timeline at the phase markers on the GPU stream, so forward + backward + optimizer step =
-iteration time exactly. ``exposed_transfer_s`` is the time in which neither the GPU nor the CPU
-computes (nothing but data movement is in progress).
+The engine's records are summarised in plain Python (cheap enough for sweeps of thousands of
+runs); the DataFrames (``trace``, ``utilisation``, ``placement``) are built the first time they
+are read. Phase spans partition the timeline at the phase markers on the GPU stream, so
+forward + backward + optimizer step = iteration time exactly. ``exposed_transfer_s`` is the
+time in which neither the GPU nor the CPU computes (nothing but data movement is in progress).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import pandas as pd
@@ -18,7 +20,8 @@ from tiersim.engine.runner import EngineRun, TaskRecord
 from tiersim.scenario import RunConfig
 
 PHASES = ("forward", "backward", "optimizer_step")
-COMPUTE_CATEGORIES = ("compute", "adam", "accumulate")
+COMPUTE_CATEGORIES = ("compute", "adam")
+UTILISATION_COLUMNS = ["resource", "kind", "phase", "busy_s", "utilisation", "units_moved"]
 
 
 @dataclass(frozen=True)
@@ -33,24 +36,45 @@ class Result:
     exposed_transfer_s: float | None
     peak_bytes: dict[str, int]
     capacity_bytes: dict[str, int]
-    placement: pd.DataFrame
-    trace: pd.DataFrame
-    utilisation: pd.DataFrame
+    placement_items: list[tuple[str, str, int]]
     events: int
+    run: EngineRun | None = field(default=None, repr=False)
+    graph: TaskGraph | None = field(default=None, repr=False)
 
     @property
     def strategy(self) -> str:
         """The strategy this result is for."""
         return self.config.strategy
 
+    @cached_property
+    def placement(self) -> pd.DataFrame:
+        """Bytes of each tensor group on each tier (hbm per GPU, host tiers per node)."""
+        return pd.DataFrame(self.placement_items, columns=["tier", "what", "bytes"])
+
+    @cached_property
+    def trace(self) -> pd.DataFrame:
+        """Every task: name, stream, phase, category, ready, start, end (s) and size (bytes)."""
+        return trace_frame(self.run.records if self.run else [])
+
+    @cached_property
+    def utilisation(self) -> pd.DataFrame:
+        """Per stream and link, over the iteration and per phase (see ``utilisation_records``)."""
+        if self.run is None or self.graph is None or self.phases is None:
+            return pd.DataFrame(columns=UTILISATION_COLUMNS)
+        return pd.DataFrame(self._utilisation, columns=UTILISATION_COLUMNS)
+
+    @cached_property
+    def _utilisation(self) -> list[dict[str, Any]]:
+        if self.run is None or self.graph is None or self.phases is None:
+            return []
+        return utilisation_records(self.run, self.graph, self.phases)
+
     def bottleneck(self) -> str | None:
-        """The busiest resource during the optimizer step (highest utilisation), or None."""
-        if self.utilisation.empty:
+        """The busiest resource (stream or link) during the optimizer step, or None."""
+        step = [row for row in self._utilisation if row["phase"] == "optimizer_step"]
+        if not step:
             return None
-        step = self.utilisation[self.utilisation["phase"] == "optimizer_step"]
-        if step.empty:
-            return None
-        return str(step.sort_values("utilisation", ascending=False).iloc[0]["resource"])
+        return str(max(step, key=lambda row: row["utilisation"])["resource"])
 
     def summary(self) -> dict[str, Any]:
         """The JSON-friendly summary the CLI prints (times in s, sizes in bytes)."""
@@ -58,9 +82,7 @@ class Result:
             "strategy": self.strategy,
             "fits": self.fits,
             "iteration_time_s": self.iteration_time_s,
-            "phases": None
-            if self.phases is None
-            else {f"{phase}_s": self.phases[phase] for phase in PHASES},
+            "phases": None if self.phases is None else {f"{phase}_s": self.phases[phase] for phase in PHASES},
             "exposed_transfer_s": self.exposed_transfer_s,
             "peak_bytes": dict(self.peak_bytes),
             "capacity_bytes": dict(self.capacity_bytes),
@@ -76,23 +98,24 @@ class Result:
 def trace_frame(records: list[TaskRecord]) -> pd.DataFrame:
     """The engine's task records as a DataFrame, ordered by start time."""
     frame = pd.DataFrame.from_records(
-        [r.__dict__ for r in records],
+        [(r.name, r.stream, r.phase, r.category, r.ready, r.start, r.end, r.size) for r in records],
         columns=["name", "stream", "phase", "category", "ready", "start", "end", "size"],
     )
     return frame.sort_values(["start", "end"], kind="stable").reset_index(drop=True)
 
 
-def phase_spans(trace: pd.DataFrame, makespan: float) -> dict[str, float]:
+def phase_spans(records: list[TaskRecord], makespan: float) -> dict[str, float]:
     """Seconds in each phase: from each phase marker to the next one (the last to the end)."""
-    markers = trace[trace["category"] == "marker"].sort_values("end", kind="stable")
+    markers = sorted((r for r in records if r.category == "marker"), key=lambda r: r.end)
     spans = {phase: 0.0 for phase in PHASES}
-    ends = list(markers["end"]) + [makespan]
-    for (_, row), stop in zip(markers.iterrows(), ends[1:]):
-        spans[row["phase"]] += stop - row["end"]
+    ends = [m.end for m in markers[1:]] + [makespan]
+    for marker, stop in zip(markers, ends):
+        spans[marker.phase] += stop - marker.end
     return spans
 
 
-def _union_length(intervals: list[tuple[float, float]]) -> float:
+def union_length(intervals: list[tuple[float, float]]) -> float:
+    """Total length covered by a set of [start, end) intervals (s)."""
     total, cursor = 0.0, float("-inf")
     for start, end in sorted(intervals):
         if end > cursor:
@@ -101,15 +124,12 @@ def _union_length(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
-def exposed_transfer(trace: pd.DataFrame, makespan: float) -> float:
-    """Seconds of the iteration when no compute (GPU kernels, CPU Adam, accumulation) runs."""
-    busy = trace[trace["category"].isin(COMPUTE_CATEGORIES)]
-    return makespan - _union_length(list(zip(busy["start"], busy["end"])))
+def exposed_transfer(records: list[TaskRecord], makespan: float) -> float:
+    """Seconds of the iteration when no compute (GPU kernels, CPU Adam) runs."""
+    return makespan - union_length([(r.start, r.end) for r in records if r.category in COMPUTE_CATEGORIES])
 
 
-def utilisation_frame(
-    run: EngineRun, trace: pd.DataFrame, graph: TaskGraph, spans: dict[str, float]
-) -> pd.DataFrame:
+def utilisation_records(run: EngineRun, graph: TaskGraph, spans: dict[str, float]) -> list[dict[str, Any]]:
     """Per stream and per link, over the iteration and per phase: busy seconds, utilisation.
 
     A stream is busy while one of its tasks runs. A link's utilisation is the capacity-units
@@ -118,13 +138,18 @@ def utilisation_frame(
     """
     rows: list[dict[str, Any]] = []
     windows = {"iteration": run.makespan, **spans}
-    work = trace[trace["category"] != "marker"]
-    for stream, group in work.groupby("stream", sort=True):
-        parts = [("iteration", group)] + [(str(p), g) for p, g in group.groupby("phase", sort=True)]
-        for phase, part in parts:
-            busy = _union_length(list(zip(part["start"], part["end"])))
+    by_stream: dict[str, dict[str, list[TaskRecord]]] = {}
+    for r in run.records:
+        if r.category != "marker":
+            phases = by_stream.setdefault(r.stream, {"iteration": []})
+            phases["iteration"].append(r)
+            phases.setdefault(r.phase, []).append(r)
+    for stream in sorted(by_stream):
+        for phase in ["iteration", *sorted(p for p in by_stream[stream] if p != "iteration")]:
+            part = by_stream[stream][phase]
+            busy = union_length([(r.start, r.end) for r in part])
             rows.append({"resource": stream, "kind": "stream", "phase": phase, "busy_s": busy,
-                         "utilisation": _ratio(busy, windows[phase]), "units_moved": float(part["size"].sum())})
+                         "utilisation": _ratio(busy, windows[phase]), "units_moved": sum(r.size for r in part)})
     used: dict[tuple[str, str], float] = {}
     for task in graph.tasks:
         for link, units in task.usage:
@@ -138,7 +163,7 @@ def utilisation_frame(
                 units_used = used[(link, phase)]
                 rows.append({"resource": link, "kind": "link", "phase": phase, "busy_s": float("nan"),
                              "utilisation": _ratio(units_used, capacity * spans[phase]), "units_moved": units_used})
-    return pd.DataFrame(rows, columns=["resource", "kind", "phase", "busy_s", "utilisation", "units_moved"])
+    return rows
 
 
 def _ratio(part: float, whole: float) -> float:

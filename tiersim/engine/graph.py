@@ -27,7 +27,7 @@ class Link:
             raise ValueError(f"link {self.name!r}: capacity must be positive and finite, got {self.capacity}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Task:
     """One unit of work: a delay (s) then a flow of ``size`` bytes over ``usage`` links."""
 

@@ -46,9 +46,9 @@ def run_graph(graph: TaskGraph) -> EngineRun:
 
     def stream(tasks: list[Task]) -> simpy.events.ProcessGenerator:
         for task in tasks:
-            pending = [done[d] for d in task.deps if not done[d].triggered]
-            if pending:
-                yield env.all_of(pending)
+            for dep in task.deps:
+                if not done[dep].triggered:
+                    yield done[dep]
             ready = max((end_of[d] for d in task.deps), default=0.0)
             start = float(env.now)
             if task.delay > 0:

@@ -100,17 +100,26 @@ class StepBuilder:
 
     def link(self, name: str) -> str:
         """Declare one of the rank's links (capacity from the hardware) and return its name."""
+        if name not in self.graph.links:
+            self.graph.link(name, self._capacity(name))
+        return name
+
+    def _capacity(self, name: str) -> float:
+        """Capacity of a rank's link: bytes/s, or device-seconds per second for cxl and nvme."""
         hw = self.hw
-        capacities = {
-            "nvlink": lambda: self.gpu.nvlink_bandwidth,
-            "hbm": lambda: self.gpu.hbm_bandwidth * self.gpu.memory_efficiency,
-            "pcie_h2d": lambda: hw.pcie_bandwidth,
-            "pcie_d2h": lambda: hw.pcie_bandwidth,
-            "dram": lambda: hw.dram_bandwidth_per_rank,
-            "cxl": lambda: hw.cxl_devices_per_rank,
-            "nvme": lambda: hw.nvme_drives_per_rank,
-        }
-        return self.graph.link(name, capacities[name]())
+        if name == "nvlink":
+            return self.gpu.nvlink_bandwidth
+        if name == "hbm":
+            return self.gpu.hbm_bandwidth * self.gpu.memory_efficiency
+        if name in ("pcie_h2d", "pcie_d2h"):
+            return hw.pcie_bandwidth
+        if name == "dram":
+            return hw.dram_bandwidth_per_rank
+        if name == "cxl":
+            return hw.cxl_devices_per_rank
+        if name == "nvme":
+            return hw.nvme_drives_per_rank
+        raise KeyError(f"unknown link {name!r}")
 
     def add(self, task: Task) -> str:
         """Add a task after declaring the links it uses."""
