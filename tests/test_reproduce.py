@@ -1,0 +1,105 @@
+"""The seed study: ``tiersim.reproduce``, ``tiersim reproduce`` and the notebook."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tiersim.reproduce import phase_figure, run_study, speedup_table, study_scenarios
+
+ROOT = Path(__file__).resolve().parent.parent
+SIZES = ("20B", "30B", "40B", "52B", "70B")
+
+
+@pytest.fixture(scope="module")
+def seed() -> "object":
+    return run_study(study_scenarios("seed", ROOT / "scenarios"))
+
+
+def test_seed_scenarios_are_the_five_sizes() -> None:
+    names = [p.stem for p in study_scenarios("seed", ROOT / "scenarios")]
+    assert names == ["seed-20b", "seed-30b", "seed-40b", "seed-52b", "seed-70b"]
+    assert [p.stem for p in study_scenarios("whatif", ROOT / "scenarios")] == [n.replace("seed", "whatif") for n in names]
+
+
+def test_cli_json_has_fifteen_rows(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "tiersim", "reproduce", "seed", "--format", "json",
+                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    rows = data["rows"]
+    assert len(rows) == 15
+    assert sorted({r["strategy"] for r in rows}) == ["cxl", "dram", "nvme"]
+    assert [r["model"] for r in rows[::3]] == list(SIZES)
+    assert all(r["fits"] for r in rows)
+    assert (tmp_path / "seed.html").stat().st_size > 1000
+    assert len(data["speedup"]) == 5
+
+
+def test_cli_table(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "tiersim", "reproduce", "whatif", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert "cxl_vs_nvme" in proc.stdout and "70B" in proc.stdout
+    assert (tmp_path / "whatif.html").exists()
+
+
+def test_forward_is_the_same_under_every_strategy(seed) -> None:
+    for _model, group in seed.groupby("model"):
+        forward = list(group["forward_s"])
+        assert forward == pytest.approx([forward[0]] * len(forward), rel=1e-9)
+
+
+def test_ordering_dram_cxl_nvme_and_cxl_closer_to_dram(seed) -> None:
+    speed = speedup_table(seed)
+    assert list(speed["ordering"]) == ["dram < cxl < nvme"] * 5
+    assert speed["cxl_closer_to_dram"].all()
+
+
+def test_step_does_not_grow_with_gradient_accumulation() -> None:
+    path = study_scenarios("seed", ROOT / "scenarios")[:1]
+    small = run_study(path, ["training.global_batch=4"]).set_index("strategy")
+    large = run_study(path, ["training.global_batch=16"]).set_index("strategy")
+    for strategy in ("dram", "cxl", "nvme"):
+        assert large.loc[strategy, "step_s"] == pytest.approx(small.loc[strategy, "step_s"], rel=1e-9)
+        assert large.loc[strategy, "forward_s"] > 3 * small.loc[strategy, "forward_s"]
+
+
+def test_nvme_step_is_io_bound_with_low_cpu_use(seed) -> None:
+    cpu = seed.set_index(["model", "strategy"])["step_cpu_utilisation"]
+    for model in SIZES:
+        assert cpu[(model, "nvme")] < 0.3
+        assert cpu[(model, "dram")] > 0.5
+        assert cpu[(model, "cxl")] > 0.5
+
+
+def test_nvme_backward_carries_gradient_writes(seed) -> None:
+    back = seed.set_index(["model", "strategy"])["backward_s"]
+    for model in SIZES:
+        assert back[(model, "dram")] == pytest.approx(back[(model, "cxl")], rel=1e-6)
+        assert back[(model, "nvme")] > back[(model, "dram")]
+
+
+def test_phase_figure_stacks_three_phases(seed) -> None:
+    fig = phase_figure(seed)
+    assert [t.name for t in fig.data] == ["forward", "backward", "optimizer step"]
+    assert fig.layout.barmode == "stack"
+    assert all(len(t.y) == 15 for t in fig.data)
+
+
+def test_notebook_executes() -> None:
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    notebooks = ROOT / "notebooks"
+    nb = nbformat.read(notebooks / "seed_experiment.ipynb", as_version=4)
+    client = nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
+                                     resources={"metadata": {"path": str(notebooks)}})
+    client.execute()
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    assert not [o for o in outputs if o.get("output_type") == "error"]
+    data = [o.get("data", {}) for o in outputs]
+    assert any("application/vnd.plotly.v1+json" in d or "plotly" in d.get("text/html", "") for d in data)

@@ -1,0 +1,76 @@
+"""``tiersim reproduce seed|whatif``: run a bundled study, print one table, write a figure.
+
+``seed`` is the seed experiment (scenarios/seed-*.yaml: 20B-70B on 4 GPUs, optimizer state
+offloaded to DRAM, DRAM+CXL or NVMe); ``whatif`` the same study on H100 + Gen5 NVMe + a
+hypothetical faster CXL device (scenarios/whatif-*.yaml). Writes DIR/<study>.html (stacked
+phase bars per model and strategy) and DIR/<study>.csv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+from tiersim.errors import ConfigError
+from tiersim.reproduce import STUDIES, phase_figure, run_study, speedup_table, study_scenarios, study_table
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add ``reproduce`` to the CLI."""
+    parser = subparsers.add_parser("reproduce", help="reproduce a bundled study (seed, whatif)",
+                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("study", choices=sorted(STUDIES), help="which study")
+    parser.add_argument("--out", type=Path, default=Path("out"), metavar="DIR",
+                        help="where to write <study>.html and <study>.csv (default: out/)")
+    parser.add_argument("--format", choices=("table", "json"), default="table")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                        help="override a field in every scenario, e.g. training.global_batch=128")
+    parser.add_argument("--scenarios", type=Path, default=None, metavar="DIR",
+                        help="directory holding the study's scenario files (default: the bundled scenarios/)")
+    parser.add_argument("--no-figure", action="store_true", help="do not write the HTML figure")
+    parser.set_defaults(func=reproduce_command)
+
+
+def _clean(value: object) -> object:
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if hasattr(value, "item"):
+        return value.item()  # numpy scalar -> Python
+    return value
+
+
+def reproduce_command(args: argparse.Namespace) -> int:
+    """Run the study, print it, write the figure and CSV."""
+    paths = study_scenarios(args.study, args.scenarios)
+    if not paths:
+        where = args.scenarios or "scenarios/"
+        raise ConfigError(str(where), "--scenarios", f"no {STUDIES[args.study]} scenario files found")
+    df = run_study(paths, args.overrides)
+    speed = speedup_table(df)
+    if args.out is not None:
+        try:
+            args.out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(str(args.out), "--out", f"cannot create directory ({exc.strerror})") from None
+        df.to_csv(args.out / f"{args.study}.csv", index=False)
+        if not args.no_figure:
+            fig = phase_figure(df, title=f"tiersim reproduce {args.study}: iteration time by phase")
+            fig.write_html(args.out / f"{args.study}.html", include_plotlyjs=True)
+    if args.format == "json":
+        rows = [{k: _clean(v) for k, v in row.items()} for row in df.to_dict(orient="records")]
+        summary = [{k: _clean(v) for k, v in row.items()} for row in speed.to_dict(orient="records")]
+        print(json.dumps({"study": args.study, "scenarios": [str(p) for p in paths], "rows": rows,
+                          "speedup": summary}, indent=2))
+    else:
+        print(f"study: {args.study} ({len(paths)} scenarios)")
+        print(study_table(df))
+        print()
+        print("CXL vs NVMe per model: " + "; ".join(
+            f"{r.model} {r.cxl_vs_nvme_reduction_pct:.1f}% faster, {r.ordering}"
+            for r in speed.itertuples() if r.cxl_vs_nvme_reduction_pct is not None
+            and not math.isnan(r.cxl_vs_nvme_reduction_pct)))
+        if args.out is not None and not args.no_figure:
+            print(f"figure: {args.out / (args.study + '.html')}")
+    return 0
