@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import simpy
 
 _REL_TOL = 1e-12
+"""Relative tolerance for a link counted as saturated or a flow as at its cap."""
 
 
 @dataclass(eq=False, slots=True)
@@ -28,13 +29,21 @@ class Flow:
     done: simpy.Event
     remaining: float = field(init=False)
     rate: float = 0.0
+    links: frozenset[str] = field(init=False)
 
     def __post_init__(self) -> None:
         self.remaining = self.size
+        self.links = frozenset(link for link, _ in self.usage)
 
 
 def max_min_rates(flows: list[Flow], capacity: dict[str, float]) -> None:
     """Set ``flow.rate`` for every flow by weighted max-min fairness (progressive filling)."""
+    if len(flows) == 1:
+        flow = flows[0]
+        flow.rate = min([flow.cap, *(capacity[link] / units for link, units in flow.usage if units > 0)])
+        if not math.isfinite(flow.rate):
+            raise ValueError("a flow has neither a link nor a finite rate cap")
+        return
     residual = {link: capacity[link] for flow in flows for link, _ in flow.usage}
     for flow in flows:
         flow.rate = 0.0
@@ -60,7 +69,7 @@ def max_min_rates(flows: list[Flow], capacity: dict[str, float]) -> None:
         still = []
         for flow in active:
             flow.rate += step
-            if not _at_cap(flow) and not any(link in saturated for link, _ in flow.usage):
+            if not _at_cap(flow) and not (saturated and not saturated.isdisjoint(flow.links)):
                 still.append(flow)
         active = still
 
@@ -80,9 +89,9 @@ def connected(flows: list[Flow], links: set[str]) -> list[Flow]:
         grew = False
         others = []
         for flow in rest:
-            if any(link in reach for link, _ in flow.usage):
+            if not reach.isdisjoint(flow.links):
                 members.append(flow)
-                reach.update(link for link, _ in flow.usage)
+                reach |= flow.links
                 grew = True
             else:
                 others.append(flow)
@@ -109,7 +118,11 @@ class FlowNetwork:
         self._advance()
         flow = Flow(size, usage, cap, done)
         self.flows.append(flow)
-        self._reschedule({link for link, _ in usage}, [flow])
+        if flow.links:
+            max_min_rates(connected(self.flows, set(flow.links)), self.capacity)
+        else:
+            max_min_rates([flow], self.capacity)
+        self._arm()
         return done
 
     def _advance(self) -> None:
@@ -119,27 +132,16 @@ class FlowNetwork:
             used: set[str] = set()
             for flow in self.flows:
                 self._move(flow, min(flow.rate * dt, flow.remaining))
-                used.update(link for link, _ in flow.usage)
+                used |= flow.links
             for link in used:
                 self.busy[link] += dt
         self._last = self.env.now
 
-    def _reschedule(self, changed: set[str], started: list[Flow]) -> None:
-        """Finish flows that are done, re-allocate rates around ``changed`` links (plus the
-        ``started`` flows) and arm the timer for the next finish."""
-        finished = [f for f in self.flows if f.remaining <= _REL_TOL * f.size]
-        if finished:
-            self.flows = [f for f in self.flows if f.remaining > _REL_TOL * f.size]
-            for flow in finished:
-                changed.update(link for link, _ in flow.usage)
-                flow.done.succeed()
+    def _arm(self) -> None:
+        """Arm one timer for the next completion; earlier timers become stale."""
         self._generation += 1
         if not self.flows:
             return
-        affected = connected(self.flows, changed)
-        affected += [flow for flow in started if not flow.usage and flow.remaining > 0]
-        if affected:
-            max_min_rates(affected, self.capacity)
         wait = min(flow.remaining / flow.rate for flow in self.flows)
         due = [flow for flow in self.flows if flow.remaining / flow.rate <= wait * (1 + 1e-9)]
         generation = self._generation
@@ -148,13 +150,23 @@ class FlowNetwork:
         timer.callbacks.append(lambda _event: self._on_timer(generation, due))
 
     def _on_timer(self, generation: int, due: list[Flow]) -> None:
-        """The flows due now are done, whatever float residue ``now``'s spacing left them."""
+        """The flows due now are done, whatever float residue ``now``'s spacing left them;
+        the flows they shared links with get their rates re-allocated."""
         if generation != self._generation:
             return
         self._advance()
+        changed: set[str] = set()
         for flow in due:
             self._move(flow, flow.remaining)
-        self._reschedule(set(), [])
+            changed |= flow.links
+            flow.done.succeed()
+        finished = {id(flow) for flow in due}
+        self.flows = [flow for flow in self.flows if id(flow) not in finished]
+        if changed:
+            affected = connected(self.flows, changed)
+            if affected:
+                max_min_rates(affected, self.capacity)
+        self._arm()
 
     def _move(self, flow: Flow, amount: float) -> None:
         """Take ``amount`` bytes off a flow and credit its links with the units they cost."""

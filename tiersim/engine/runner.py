@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import simpy
 
@@ -10,8 +11,7 @@ from tiersim.engine.flows import FlowNetwork
 from tiersim.engine.graph import Task, TaskGraph
 
 
-@dataclass(frozen=True)
-class TaskRecord:
+class TaskRecord(NamedTuple):
     """What happened to one task: ``ready`` (deps met), ``start`` (stream free), ``end`` (s)."""
 
     name: str
