@@ -1,6 +1,7 @@
 """How the engine scales: tasks, events and wall time of one simulated iteration.
 
-For Llama-style 7B and 70B and GPT-3 175B on a 4x H100 node with DRAM, CXL and NVMe, build
+For Llama-style 7B and 70B on a 4x H100 node and GPT-3 175B on an 8x H100 node (its 16-bit
+parameters alone would need 87.5 GB per GPU on 4), with DRAM, CXL and NVMe, build
 the scenario with ``scenario_from_dict``, simulate one iteration per offload strategy and print
 a markdown table: model, strategy, fits, tasks, events, wall time (best of ``--repeat`` runs of
 ``simulate``, ms) and the predicted iteration time. ``tasks`` counts the engine tasks of the
@@ -42,6 +43,8 @@ HARDWARE: dict[str, Any] = {
     "nvme": {"device": "samsung-pm9a3", "count": 4},
 }
 
+GPUS: dict[str, int] = {"llama-7b": 4, "llama-70b": 4, "gpt3-175b": 8}
+
 TRAINING: dict[str, Any] = {"seq_len": 2048, "micro_batch": 1, "global_batch": 4, "sub_group_size": 1e8}
 
 STRATEGIES: list[Any] = ["dram", "cxl", "nvme"]
@@ -52,8 +55,8 @@ def scenario(model: str) -> dict[str, Any]:
     return {
         "name": f"engine-scaling-{model}",
         "model": dict(MODELS[model]),
-        "training": dict(TRAINING),
-        "hardware": dict(HARDWARE),
+        "training": {**TRAINING, "global_batch": GPUS[model]},
+        "hardware": {**HARDWARE, "gpus": GPUS[model]},
         "strategies": list(STRATEGIES),
     }
 
