@@ -1,3 +1,45 @@
-"""tiersim: a discrete-event simulator of memory tiers for transformer training."""
+"""tiersim: a discrete-event simulator of memory tiers for transformer training.
+
+The Python API, for notebooks (imported lazily, so ``import tiersim`` stays light)::
+
+    import tiersim
+    configs = tiersim.load_scenario("scenarios/quickstart.yaml", ["training.global_batch=8"])
+    result = tiersim.simulate(configs[0])          # a Result; result.summary(), result.trace
+    df = tiersim.sweep("sweeps/quickstart-nvme.yaml", jobs=4)   # one row per run (DataFrame)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tiersim.results import Result
+    from tiersim.scenario import load_scenario
+    from tiersim.simulate import simulate
+    from tiersim.sweeper import sweep
+
+_LAZY = {
+    "load_scenario": ("tiersim.scenario", "load_scenario"),
+    "simulate": ("tiersim.simulate", "simulate"),
+    "Result": ("tiersim.results", "Result"),
+    "sweep": ("tiersim.sweeper", "sweep"),
+}
+
+__all__ = ["__version__", "load_scenario", "simulate", "sweep", "Result"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        module_name, attr = _LAZY[name]
+        value = getattr(importlib.import_module(module_name), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'tiersim' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

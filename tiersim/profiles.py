@@ -9,6 +9,7 @@ FLOP/s, seconds.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -104,6 +105,15 @@ class NVMeProfile(_ProfileBase):
     Throughput of a stream with N requests of B bytes outstanding follows Little's law,
     N*B / (latency + B/bandwidth), capped by the device bandwidth and, when set, by what one
     aio submission thread can drive (``aio_thread_bandwidth``).
+
+    ``read_queueing`` / ``write_queueing`` (optional, 0..1, default unset = 0) say how much of
+    the transfer time of the other N-1 outstanding requests each request waits behind: the
+    per-request latency overlaps across the queue, the data transfer of queued requests goes
+    through the device at ``q`` of full serialisation. A request then takes
+    ``latency + B/bandwidth * (1 + q*(N-1))``, so throughput is
+    N*B / (latency + B/bandwidth * (1 + q*(N-1))): q = 0 is the plain Little's-law model above,
+    q = 1 a single transfer channel (throughput approaches the bandwidth only gradually with N,
+    as a virtual disk or a drive with one internal queue does). ``tiersim calibrate`` fits them.
     """
 
     capacity: int = size(gt=0)
@@ -112,6 +122,8 @@ class NVMeProfile(_ProfileBase):
     read_latency: float = duration()
     write_latency: float = duration()
     aio_thread_bandwidth: float | None = rate(None)
+    read_queueing: float | None = number(None, ge=0, le=1, doc="transfer serialisation of queued reads, 0..1")
+    write_queueing: float | None = number(None, ge=0, le=1, doc="transfer serialisation of queued writes, 0..1")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -175,7 +187,21 @@ def read_yaml(path: Path) -> object:
 
 
 def load_profile_file(path: Path) -> Profile:
-    """Load and validate one profile file."""
+    """Load and validate one profile file (cached while the file is unchanged)."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return _load_profile(path)
+    return _load_cached(str(path), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=1024)
+def _load_cached(path: str, mtime_ns: int, size: int) -> Profile:
+    """``_load_profile`` keyed by the file's identity; errors are raised, never cached."""
+    return _load_profile(Path(path))
+
+
+def _load_profile(path: Path) -> Profile:
     data = read_yaml(path)
     if not isinstance(data, dict):
         raise ConfigError(str(path), "", "a profile must be a mapping")

@@ -9,6 +9,7 @@ Config classes are frozen dataclasses whose fields declare how a file value is r
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
 from typing import Any, Callable, TypeVar
@@ -144,12 +145,18 @@ def _convert(tp: Any, value: object, where: Where) -> Any:
     raise TypeError(f"schema cannot convert to {tp!r}")
 
 
+@functools.cache
+def _schema(cls: type) -> tuple[dict[str, Any], dict[str, dataclasses.Field[Any]]]:
+    """Resolved type hints and init fields of a config class (computed once per class)."""
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    return typing.get_type_hints(cls), fields
+
+
 def build(cls: type[T], data: object, source: str, path: str = "") -> T:
     """Build dataclass ``cls`` from mapping ``data``; errors name ``source`` and the dotted path."""
     if not isinstance(data, dict):
         raise ConfigError(source, path or "(top level)", f"expected a mapping, got {data!r}")
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
+    hints, fields = _schema(cls)
     for key in data:
         if key not in fields:
             known = ", ".join(sorted(fields))

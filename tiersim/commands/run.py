@@ -27,6 +27,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         help="write summary, resolved configs and traces to DIR")
     parser.add_argument("--trace-format", choices=("csv", "parquet"), default="csv",
                         help="file format of traces written with --out")
+    parser.add_argument("--plot", type=Path, metavar="OUT.html",
+                        help="write a self-contained HTML report: phase bars, and per fitted strategy its "
+                             "critical path, timeline (Gantt) and utilisation")
     parser.set_defaults(func=run_command)
 
 
@@ -37,6 +40,10 @@ def run_command(args: argparse.Namespace) -> int:
     results = [simulate(config) for config in configs]
     if args.out is not None:
         write_outputs(args.out, scenario, results, args.trace_format)
+    if args.plot is not None:
+        from tiersim.plots import write_report
+
+        write_report(results, args.plot)
     if args.format == "json":
         print(json.dumps({"scenario": scenario, "results": [r.summary() for r in results]}, indent=2))
     elif args.format == "csv":

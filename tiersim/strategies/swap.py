@@ -3,7 +3,9 @@
 A swap stream keeps ``queue_depth`` requests of ``block_size`` bytes in flight on each of
 ``thread_count`` aio threads. By Little's law its throughput is
 ``N * block / (latency + block / drive_bandwidth)`` with ``N = queue_depth * thread_count``,
-also at most ``thread_count * aio_thread_bandwidth`` when the profile sets that. The drives'
+also at most ``thread_count * aio_thread_bandwidth`` when the profile sets that. When the
+profile sets ``read_queueing``/``write_queueing`` = q, each request also waits behind q of the
+other N-1 requests' transfers: ``N * block / (latency + block / drive_bandwidth * (1 + q*(N-1)))``. The drives'
 bandwidth is shared with every other stream through the ``nvme`` link (device-seconds).
 """
 
@@ -48,8 +50,10 @@ def stream_rate(nvme: NVMeProfile, swap: SwapOptions, write: bool) -> float:
     """Bytes/s one swap stream (read or write) can sustain on its own."""
     bandwidth = nvme.write_bandwidth if write else nvme.read_bandwidth
     latency = nvme.write_latency if write else nvme.read_latency
+    queueing = (nvme.write_queueing if write else nvme.read_queueing) or 0.0
     outstanding = swap.queue_depth * swap.thread_count
-    rate = outstanding * swap.block_size / (latency + swap.block_size / bandwidth)
+    transfer = swap.block_size / bandwidth * (1.0 + queueing * (outstanding - 1))
+    rate = outstanding * swap.block_size / (latency + transfer)
     if nvme.aio_thread_bandwidth is not None:
         rate = min(rate, swap.thread_count * nvme.aio_thread_bandwidth)
     return rate

@@ -1,0 +1,97 @@
+"""Sweep throughput: runs per second for a grid of Llama-2-70B iterations, per ``--jobs``.
+
+Builds a ``--points``-point sweep (default 1,000) on scenarios/llama2-70b-offload.yaml with
+``training.global_batch=4`` (one micro-step per rank: one iteration = forward, backward and
+the offloaded optimizer step), NVMe offload, over NVMe drive count x pinned buffer count x aio
+queue depth x aio thread count, and runs it with ``tiersim.sweeper.run_sweep`` for each ``--jobs``
+value (1 = in this process, N = a process pool of N). Prints a markdown table: jobs, runs,
+planning seconds (resolving every point's config), wall seconds (planning, pool start, runs,
+Parquet parts and the final file), runs/s, speed-up over the first row, and the mean CPU
+milliseconds of one ``simulate`` call measured in-process on a sample of the configs. Target
+(issue 5): at least 200 runs/s on 2 cores.
+
+    python3 benchmarks/sweep_throughput.py --points 1000 --jobs 1 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tiersim.sweeper import load_sweep, plan_sweep, run_sweep  # noqa: E402
+
+AXES = {
+    "hardware.nvme.count": [1, 2, 4, 8, 16],
+    "strategies.nvme.buffer_count": [4, 8, 16, 32, 64],
+    "strategies.nvme.queue_depth": [2, 4, 8, 16, 32, 64, 128, 256],
+    "strategies.nvme.thread_count": [1, 2, 4, 8, 16],
+}  # 5 * 5 * 8 * 5 = 1,000 points
+
+
+def sweep_spec(points: int) -> dict:
+    """The first ``points`` points of the grid (cycled if more are asked for) as a points sweep."""
+    keys = list(AXES)
+    combos = itertools.islice(itertools.cycle(itertools.product(*AXES.values())), points)
+    rows = []
+    for i, combo in enumerate(combos):
+        point = {"strategy": "nvme", **dict(zip(keys, combo))}
+        if i >= 1000:  # beyond the grid: vary the seed so every point is distinct
+            point["seed"] = i // 1000
+        rows.append(point)
+    return {
+        "name": "bench-70b-nvme",
+        "base": str(ROOT / "scenarios" / "llama2-70b-offload.yaml"),
+        "set": ["training.global_batch=4"],
+        "points": rows,
+    }
+
+
+def simulate_cpu_ms(spec: dict, sample: int) -> float:
+    """Mean process CPU milliseconds of one simulate() over ``sample`` configs of the sweep."""
+    from tiersim.simulate import simulate
+
+    runs = plan_sweep(load_sweep(spec))
+    step = max(1, len(runs) // sample)
+    chosen = [r.config for r in runs[::step]][:sample]
+    start = time.process_time()
+    for config in chosen:
+        simulate(config)
+    return (time.process_time() - start) * 1000 / len(chosen)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--points", type=int, default=1000)
+    parser.add_argument("--jobs", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--sample", type=int, default=20, help="configs timed in-process for CPU ms/run")
+    parser.add_argument("--chunk-size", type=int, default=None)
+    args = parser.parse_args()
+    spec = sweep_spec(args.points)
+    t0 = time.perf_counter()
+    plan_sweep(load_sweep(spec))
+    planning = time.perf_counter() - t0
+    cpu_ms = simulate_cpu_ms(spec, args.sample)
+    print(f"{args.points} points of 70B (global_batch 4, nvme), planning {planning:.2f} s, "
+          f"simulate {cpu_ms:.1f} ms CPU/run in-process (mean of {args.sample})")
+    print()
+    print("| jobs | runs | wall s | runs/s | speed-up |")
+    print("|-----:|-----:|-------:|-------:|---------:|")
+    first = None
+    for jobs in args.jobs:
+        with tempfile.TemporaryDirectory() as tmp:
+            outcome = run_sweep(spec, jobs=jobs, out=Path(tmp) / "out", chunk_size=args.chunk_size)
+        rate = outcome.total / outcome.seconds
+        first = first or rate
+        print(f"| {jobs} | {outcome.total} | {outcome.seconds:.1f} | {rate:.1f} | {rate / first:.2f}x |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,212 @@
+"""Sweeps: same rows in-process, on a process pool and on a Dask cluster; kill + resume gives
+the same final file; bad sweep files are one line and exit 2; ``--set`` applies."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+import tiersim
+from tiersim.errors import ConfigError
+from tiersim.sweeper import load_sweep, plan_sweep, run_sweep
+
+ROOT = Path(__file__).resolve().parent.parent
+QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
+
+SMALL = {
+    "name": "small",
+    "base": str(QUICKSTART),
+    "set": ["training.sub_group_size=1e10"],
+    "grid": {
+        "model.layers": [2, 4],
+        "hardware.nvme.count": [1, 2],
+        "strategies.nvme.buffer_count": [4, 8],
+    },
+}
+
+# ~60 runs of the full quickstart model (a few seconds), in many small parts: long enough to
+# kill midway.
+LONGER = {
+    "name": "longer",
+    "base": str(QUICKSTART),
+    "grid": {
+        "strategy": ["nvme", "dram"],
+        "hardware.nvme.count": [1, 2, 3],
+        "strategies.nvme.buffer_count": [4, 8, 12, 16, 20],
+        "strategies.nvme.queue_depth": [4, 16],
+    },
+}
+
+
+def tiersim_cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tiersim", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=120)
+
+
+def write(path: Path, data: object) -> Path:
+    path.write_text(yaml.safe_dump(data, sort_keys=False) if not isinstance(data, str) else data)
+    return path
+
+
+def test_plan_is_a_cartesian_product_in_file_order() -> None:
+    runs = plan_sweep(load_sweep(SMALL))
+    sweep = load_sweep(SMALL)
+    assert len(sweep.points) == 8 and len(runs) == 8 * 4  # every base strategy per point
+    assert sweep.points[1] == {"model.layers": 2, "hardware.nvme.count": 1, "strategies.nvme.buffer_count": 8}
+    assert [r.strategy for r in runs[:4]] == ["gpu", "dram", "cxl", "nvme"]
+    assert len({r.point_id for r in runs}) == len(runs)
+    nvme = [r for r in runs if r.strategy == "nvme"]
+    assert [r.config.options.buffer_count for r in nvme[:2]] == [4, 8]
+    assert all(r.config.training.sub_group_size == 10**10 for r in runs)
+
+
+def test_rows_are_the_same_in_process_on_a_pool_and_on_a_dask_cluster() -> None:
+    distributed = pytest.importorskip("distributed")
+    inline = tiersim.sweep(SMALL, jobs=1)
+    pool = tiersim.sweep(SMALL, jobs=2)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        dask = tiersim.sweep(SMALL, scheduler=cluster.scheduler_address)
+    assert len(inline) == 32
+    pd.testing.assert_frame_equal(inline, pool)
+    pd.testing.assert_frame_equal(inline, dask)
+    # one row per run: factors, result fields, seed, version
+    for column in ("point", "point_id", "model.layers", "hardware.nvme.count", "strategies.nvme.buffer_count",
+                   "strategy", "fits", "iteration_time_s", "peak_dram_bytes", "seed", "tiersim_version",
+                   "config_hash"):
+        assert column in inline.columns
+    assert (inline["tiersim_version"] == tiersim.__version__).all()
+    assert list(inline["point"]) == sorted(inline["point"])
+
+
+def test_killed_sweep_resumed_gives_the_same_file(tmp_path: Path) -> None:
+    sweep_file = write(tmp_path / "longer.yaml", LONGER)
+    full = run_sweep(sweep_file, jobs=1, out=tmp_path / "full")
+    out = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-m", "tiersim", "sweep", str(sweep_file), "--jobs", "1",
+                             "--chunk-size", "2", "--out", str(out), "--format", "none"],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    parts = out / "parts"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(list(parts.glob("part-*.parquet"))) < 3 and proc.poll() is None:
+        time.sleep(0.01)
+    assert proc.poll() is None, "the sweep finished before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    saved = len(list(parts.glob("part-*.parquet")))
+    assert 3 <= saved < full.total / 2 and not (out / "results.parquet").exists()
+    again = tiersim_cli("sweep", str(sweep_file), "--out", str(out), "--resume", "--jobs", "2")
+    assert again.returncode == 0, again.stderr
+    assert "resumed" in again.stdout
+    resumed = pd.read_parquet(out / "results.parquet")
+    uninterrupted = pd.read_parquet(tmp_path / "full" / "results.parquet")
+    assert len(resumed) == full.total == 60
+    pd.testing.assert_frame_equal(resumed, uninterrupted)
+
+
+def test_ctrl_c_keeps_parts_exits_130_and_says_how_to_resume(tmp_path: Path) -> None:
+    sweep_file = write(tmp_path / "longer.yaml", LONGER)
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "tiersim", "sweep", str(sweep_file), "--jobs", "2",
+                             "--chunk-size", "2", "--out", str(out)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(list((out / "parts").glob("part-*.parquet"))) < 2:
+        time.sleep(0.01)
+    assert proc.poll() is None, "the sweep finished before it could be interrupted"
+    os.kill(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "runs saved" in lines[0] and "--resume" in lines[0], err
+    finished = run_sweep(sweep_file, jobs=1, out=out, resume=True)
+    assert finished.resumed > 0 and finished.resumed + finished.computed == finished.total
+
+
+def test_resume_reruns_only_what_changed_and_refuses_to_mix(tmp_path: Path) -> None:
+    first = run_sweep(SMALL, out=tmp_path / "o")
+    assert first.computed == 32
+    again = run_sweep(SMALL, out=tmp_path / "o", resume=True)
+    assert (again.resumed, again.computed) == (32, 0)
+    pd.testing.assert_frame_equal(first.frame, again.frame)
+    changed = run_sweep(SMALL, out=tmp_path / "o", resume=True, overrides=["hardware.cxl.count=1"])
+    assert changed.computed == 32  # a different config hash: nothing reused
+    with pytest.raises(ConfigError, match="--resume"):
+        run_sweep(SMALL, out=tmp_path / "o")
+
+
+def test_points_strategy_factor_and_strategy_options(tmp_path: Path) -> None:
+    spec = {"base": str(QUICKSTART), "set": {"model.layers": 2},
+            "points": [{"strategy": "nvme", "strategies.nvme.buffer_count": 4},
+                       {"strategy": "nvme", "strategies.nvme.buffer_count": 40},
+                       {"strategy": "dram", "strategies.nvme.buffer_count": 40}]}
+    df = tiersim.sweep(spec)
+    assert list(df["strategy"]) == ["nvme", "nvme", "dram"]
+    assert df["peak_dram_bytes"].iloc[1] > df["peak_dram_bytes"].iloc[0]  # more pinned swap buffers
+
+
+def test_set_applies_to_every_run(tmp_path: Path) -> None:
+    sweep_file = write(tmp_path / "s.yaml", {"base": str(QUICKSTART),
+                                             "grid": {"strategy": ["dram"], "model.layers": [2, 4]}})
+    base = tiersim_cli("sweep", str(sweep_file), "--out", str(tmp_path / "a"), "--jobs", "1")
+    more = tiersim_cli("sweep", str(sweep_file), "--out", str(tmp_path / "b"), "--jobs", "1",
+                       "--set", "training.global_batch=8")
+    assert base.returncode == 0 and more.returncode == 0, base.stderr + more.stderr
+    a = pd.read_parquet(tmp_path / "a" / "results.parquet")
+    b = pd.read_parquet(tmp_path / "b" / "results.parquet")
+    assert (b["forward_s"] > 1.9 * a["forward_s"]).all()  # twice the micro-batches
+    assert (a["config_hash"] != b["config_hash"]).all()
+
+
+BAD = {
+    "malformed YAML": ("base: {q}\ngrid: {{model.layers: [2, 3\n", "line 3"),
+    "unknown key": ("base: {q}\ngridd: {{model.layers: [2]}}\n", "gridd"),
+    "bad dotted path": ("base: {q}\ngrid: {{hardware.nvme.countt: [1, 2]}}\n", "grid.hardware.nvme.countt"),
+    "empty grid": ("base: {q}\ngrid: {{}}\n", "grid"),
+    "grid and points": ("base: {q}\ngrid: {{model.layers: [2]}}\npoints: [{{}}]\n", "grid"),
+    "bad option value": ("base: {q}\ngrid: {{strategies.nvme.buffer_count: [8, 2]}}\n",
+                         "grid.strategies.nvme.buffer_count"),
+    "unknown option": ("base: {q}\ngrid: {{strategies.nvme.buffer_countt: [8]}}\n",
+                       "grid.strategies.nvme.buffer_countt"),
+    "unknown strategy": ("base: {q}\ngrid: {{strategy: [nvme, tape]}}\n", "grid.strategy"),
+    "bad point": ("base: {q}\npoints: [{{model.layers: 2}}, {{model.layerz: 2}}]\n", "points[1].model.layerz"),
+    "missing base": ("grid: {{model.layers: [2]}}\n", "base"),
+    "base not found": ("base: nothere.yaml\ngrid: {{model.layers: [2]}}\n", "base"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_sweep_files_are_one_line_and_exit_2(tmp_path: Path, case: str) -> None:
+    text, field = BAD[case]
+    sweep_file = write(tmp_path / "bad.yaml", text.format(q=QUICKSTART))
+    proc = tiersim_cli("sweep", str(sweep_file), "--out", str(tmp_path / "out"), "--jobs", "1")
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith(f"tiersim: error: {sweep_file}: {field}"), lines[0]
+    assert not (tmp_path / "out").exists()  # validated up front: nothing ran
+
+
+def test_set_on_a_factor_or_bad_field_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    sweep_file = write(tmp_path / "s.yaml", {"base": str(QUICKSTART), "grid": {"model.layers": [2]}})
+    for arg, field in (("model.layers=4", "--set: model.layers"), ("model.layerss=2", "--set: model.layerss")):
+        proc = tiersim_cli("sweep", str(sweep_file), "--set", arg, "--out", str(tmp_path / "o"))
+        assert proc.returncode == 2 and proc.stderr.startswith(f"tiersim: error: {field}"), proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_import_is_light_and_exports_the_api() -> None:
+    code = ("import sys, tiersim; assert 'dask' not in sys.modules and 'pandas' not in sys.modules; "
+            "assert callable(tiersim.sweep) and callable(tiersim.simulate) and callable(tiersim.load_scenario); "
+            "import tiersim.results; assert tiersim.Result is tiersim.results.Result; "
+            "assert 'distributed' not in sys.modules; print(tiersim.__version__)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == tiersim.__version__

@@ -1,0 +1,141 @@
+"""``tiersim compare A.parquet B.parquet``: two sweeps' results side by side.
+
+Each file has one row per run as ``tiersim sweep`` writes it: factor columns named by dotted
+path (``training.global_batch``, ``hardware.nvme.count``), ``strategy``, ``fits``,
+``iteration_time_s``, phase seconds and peak/capacity bytes per tier. Rows are matched on the
+factor columns both files share plus ``strategy`` (or on ``--on`` columns); factors only one
+file has are shown beside. Each matched row gives both iteration times, B - A and B / A; the
+summary counts matched and unmatched rows and the geometric mean of B / A where both fit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+import pandas as pd
+
+from tiersim.errors import ConfigError
+from tiersim.report import format_table
+
+METRICS = ("fits", "iteration_time_s", "forward_s", "backward_s", "optimizer_step_s")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add ``compare`` to the CLI."""
+    parser = subparsers.add_parser("compare", help="compare two sweep result tables (parquet)",
+                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("a", type=Path, help="first results.parquet (the baseline)")
+    parser.add_argument("b", type=Path, help="second results.parquet")
+    parser.add_argument("--on", action="append", default=[], metavar="COLUMN",
+                        help="match on this column (repeatable); default: shared factor columns + strategy")
+    parser.add_argument("--format", choices=("table", "json", "csv"), default="table")
+    parser.set_defaults(func=compare_command)
+
+
+def read_results(path: Path) -> pd.DataFrame:
+    """A sweep's results.parquet; a missing or malformed file is a ConfigError."""
+    if not path.is_file():
+        raise ConfigError(str(path), "", "no such file")
+    try:
+        frame = pd.read_parquet(path)
+    except Exception as exc:  # pyarrow raises several types for a file that is not parquet
+        raise ConfigError(str(path), "", f"cannot read as parquet ({type(exc).__name__})") from None
+    for column in ("strategy", "fits", "iteration_time_s"):
+        if column not in frame.columns:
+            raise ConfigError(str(path), column, "required column is missing (expected a tiersim sweep result)")
+    return frame
+
+
+def factor_columns(frame: pd.DataFrame) -> list[str]:
+    """Columns named by dotted path (the sweep's factors), in file order."""
+    return [c for c in frame.columns if "." in str(c)]
+
+
+def compare_frames(a: pd.DataFrame, b: pd.DataFrame, on: Sequence[str] = (), names: tuple[str, str] = ("A", "B"),
+                   ) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Matched rows (keys, A and B metrics, delta and ratio) and a summary dict."""
+    if on:
+        keys = list(on)
+        for label, frame in zip(names, (a, b)):
+            missing = [k for k in keys if k not in frame.columns]
+            if missing:
+                raise ConfigError(label, "--on", f"column {missing[0]!r} is not in this file")
+    else:
+        shared = [c for c in factor_columns(a) if c in set(factor_columns(b))]
+        keys = shared + ["strategy"]
+    only_a = [c for c in factor_columns(a) if c not in keys]
+    only_b = [c for c in factor_columns(b) if c not in keys]
+    metrics = [m for m in METRICS if m in a.columns and m in b.columns]
+    left = a[keys + only_a + metrics].copy()
+    right = b[keys + only_b + metrics].copy()
+    left["_a"] = True
+    right["_b"] = True
+    merged = left.merge(right, on=keys, how="outer", suffixes=(f" {names[0]}", f" {names[1]}"))
+    both = merged[merged["_a"].eq(True) & merged["_b"].eq(True)].copy()
+    ta, tb = f"iteration_time_s {names[0]}", f"iteration_time_s {names[1]}"
+    fa, fb = f"fits {names[0]}", f"fits {names[1]}"
+    both_fit = both[fa].fillna(False).astype(bool) & both[fb].fillna(False).astype(bool)
+    both["delta_s"] = [tb_ - ta_ if ok else None for ok, ta_, tb_ in zip(both_fit, both[ta], both[tb])]
+    both["ratio"] = [tb_ / ta_ if ok and ta_ else None for ok, ta_, tb_ in zip(both_fit, both[ta], both[tb])]
+    ratios = [r for r in both["ratio"] if r is not None and r > 0]
+    summary = {
+        "keys": keys,
+        "only_in_a_factors": only_a,
+        "only_in_b_factors": only_b,
+        "matched_rows": int(len(both)),
+        "only_in_a_rows": int((merged["_a"].eq(True) & ~merged["_b"].eq(True)).sum()),
+        "only_in_b_rows": int((merged["_b"].eq(True) & ~merged["_a"].eq(True)).sum()),
+        "both_fit": int(both_fit.sum()),
+        "fits_changed": int((both[fa].fillna(False).astype(bool) != both[fb].fillna(False).astype(bool)).sum()),
+        "geomean_ratio": math.exp(sum(math.log(r) for r in ratios) / len(ratios)) if ratios else None,
+    }
+    columns = keys + only_a + only_b + [fa, fb, ta, tb, "delta_s", "ratio"]
+    for phase in ("forward_s", "backward_s", "optimizer_step_s"):
+        if phase in metrics:
+            columns += [f"{phase} {names[0]}", f"{phase} {names[1]}"]
+    both = both[[c for c in columns if c in both.columns]].reset_index(drop=True)
+    return both, summary
+
+
+def compare_command(args: argparse.Namespace) -> int:
+    """Read both tables, match, print the comparison."""
+    a, b = read_results(args.a), read_results(args.b)
+    frame, summary = compare_frames(a, b, args.on)
+    summary = {"a": str(args.a), "b": str(args.b), **summary}
+    if args.format == "json":
+        rows = [{k: _plain(v) for k, v in row.items()} for row in frame.to_dict(orient="records")]
+        print(json.dumps({"summary": summary, "rows": rows}, indent=2, default=str))
+        return 0
+    if args.format == "csv":
+        print(frame.to_csv(index=False), end="")
+        return 0
+    print(f"A: {args.a}\nB: {args.b}\nmatched on: {', '.join(summary['keys'])}")
+    headers = list(frame.columns)
+    short = [h.replace("iteration_time_s", "iter_s").replace("optimizer_step_s", "step_s") for h in headers]
+    print(format_table(short, [[_cell(v) for v in row] for row in frame.itertuples(index=False)]))
+    geo = summary["geomean_ratio"]
+    print(f"{summary['matched_rows']} matched ({summary['both_fit']} fit in both, {summary['fits_changed']} "
+          f"change fit), {summary['only_in_a_rows']} only in A, {summary['only_in_b_rows']} only in B; "
+          f"geometric mean B/A {'-' if geo is None else f'{geo:.4g}'}")
+    return 0
+
+
+def _plain(value: Any) -> Any:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return value.item() if hasattr(value, "item") else value
+
+
+def _cell(value: Any) -> str:
+    value = _plain(value)
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "NO"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)

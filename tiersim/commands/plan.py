@@ -1,0 +1,110 @@
+"""``tiersim plan SCENARIO.yaml --objective fastest|cheapest|largest-model``: capacity planning.
+
+largest-model: per strategy, the largest model that fits the scenario's hardware (deepening the
+scenario's model at fixed width, or ``--scale ladder``: Llama-2-style 7B/13B/20B/30B/34B/52B/
+70B/100B/175B), with the tier that stops the next step. fastest: strategies x tier sizing
+(DRAM GiB per socket, CXL devices, NVMe drives) ranked by iteration time. cheapest: those that
+meet ``--max-iteration-time`` (and ``--budget``) ranked by hardware cost. Prices are the
+profiles' ``price_usd`` (edit them; each is cited). Cost per iteration amortises the hardware
+over ``--lifetime-years`` of continuous use. Each row names its binding constraint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+import pandas as pd
+
+from tiersim import plan
+from tiersim.errors import ConfigError
+from tiersim.report import format_table
+
+SIZING_COLUMNS = [("rank", "rank"), ("strategy", "strategy"), ("dram_gib_per_socket", "dram_GiB/socket"),
+                  ("cxl_devices", "cxl"), ("nvme_drives", "nvme"), ("iteration_time_s", "iteration_s"),
+                  ("optimizer_step_s", "step_s"), ("cost_usd", "cost_usd"),
+                  ("cost_per_iteration_usd", "usd/iter"), ("binding", "binding constraint"),
+                  ("excluded", "excluded")]
+MODEL_COLUMNS = [("rank", "rank"), ("strategy", "strategy"), ("model", "model"), ("layers", "layers"),
+                 ("hidden", "hidden"), ("params_b", "params_B"), ("iteration_time_s", "iteration_s"),
+                 ("cost_per_iteration_usd", "usd/iter"), ("next_step", "next step"),
+                 ("next_binding", "next step binding constraint")]
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add ``plan`` to the CLI."""
+    parser = subparsers.add_parser("plan", help="largest model, fastest sizing or cheapest hardware",
+                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("scenario", help="scenario YAML file")
+    parser.add_argument("--objective", choices=plan.OBJECTIVES, required=True)
+    parser.add_argument("--strategy", action="append", default=[], metavar="NAME",
+                        help="only this strategy (repeatable); default: all in the scenario")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                        help="override a scenario field by dotted path before planning")
+    parser.add_argument("--budget", type=float, metavar="USD", help="hardware cost limit (fastest, cheapest)")
+    parser.add_argument("--max-iteration-time", type=float, metavar="S",
+                        help="iteration-time target in seconds (cheapest; also filters fastest)")
+    parser.add_argument("--dram-gib", default=",".join(str(g) for g in plan.DEFAULT_DRAM_GIB), metavar="LIST",
+                        help="DRAM GiB per socket to try (default %(default)s)")
+    parser.add_argument("--cxl-counts", default=",".join(str(c) for c in plan.DEFAULT_CXL_COUNTS), metavar="LIST",
+                        help="CXL device counts to try for the cxl strategy (default %(default)s)")
+    parser.add_argument("--nvme-counts", default=",".join(str(c) for c in plan.DEFAULT_NVME_COUNTS),
+                        metavar="LIST", help="NVMe drive counts to try for the nvme strategy (default %(default)s)")
+    parser.add_argument("--scale", choices=("layers", "ladder"), default="layers",
+                        help="largest-model: deepen the scenario's model, or try the standard ladder")
+    parser.add_argument("--max-layers", type=int, default=plan.DEFAULT_MAX_LAYERS,
+                        help="largest-model --scale layers: stop searching here (default %(default)s)")
+    parser.add_argument("--lifetime-years", type=float, default=plan.DEFAULT_LIFETIME_YEARS,
+                        help="amortisation period for cost per iteration (default %(default)s)")
+    parser.add_argument("--top", type=int, default=0, metavar="N", help="table: only the first N rows")
+    parser.add_argument("--format", choices=("table", "json"), default="table")
+    parser.set_defaults(func=plan_command)
+
+
+def plan_command(args: argparse.Namespace) -> int:
+    """Read the scenario, run the chosen planner, print a ranked table or JSON."""
+    scenario = plan.read_scenario(args.scenario, args.overrides)
+    if args.objective == "largest-model":
+        if args.budget is not None or args.max_iteration_time is not None:
+            raise ConfigError("plan", "--budget/--max-iteration-time",
+                                   "apply to --objective fastest or cheapest, not largest-model")
+        frame = plan.plan_largest_model(scenario, args.strategy, args.scale, args.max_layers, args.lifetime_years)
+        columns = MODEL_COLUMNS
+    else:
+        frame = plan.plan_sizing(
+            scenario, args.objective, args.strategy,
+            dram_gib=plan.parse_list(args.dram_gib, "--dram-gib"),
+            cxl_counts=plan.parse_list(args.cxl_counts, "--cxl-counts", int),
+            nvme_counts=plan.parse_list(args.nvme_counts, "--nvme-counts", int),
+            budget=args.budget, max_iteration_time=args.max_iteration_time, lifetime_years=args.lifetime_years)
+        columns = SIZING_COLUMNS
+    name = str(scenario.data.get("name", scenario.source))
+    if args.format == "json":
+        print(json.dumps({"scenario": name, "objective": args.objective, "lifetime_years": args.lifetime_years,
+                          "budget_usd": args.budget, "max_iteration_time_s": args.max_iteration_time,
+                          "rows": plan.records(frame)}, indent=2))
+        return 0
+    shown = frame.head(args.top) if args.top > 0 else frame
+    print(f"scenario: {name}  objective: {args.objective}")
+    print(format_table([h for _c, h in columns], [[_cell(c, row[c]) for c, _h in columns]
+                                                  for row in shown.to_dict(orient="records")]))
+    if args.objective != "largest-model" and frame["rank"].isna().all():
+        print("no candidate meets the constraints")
+    return 0
+
+
+def _cell(column: str, value: Any) -> str:
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return "-"
+    if column in ("iteration_time_s", "optimizer_step_s"):
+        return f"{value:.4g}"
+    if column == "cost_usd":
+        return f"{value:,.0f}"
+    if column == "cost_per_iteration_usd":
+        return f"{value:.3g}"
+    if column == "params_b":
+        return f"{value:.1f}"
+    if column in ("dram_gib_per_socket", "layers", "hidden"):
+        return f"{value:g}"
+    return str(value)

@@ -1,0 +1,489 @@
+"""Capacity planning: which model fits, which sizing is fastest, which hardware is cheapest.
+
+Pure functions over a scenario mapping (as read from YAML, overrides applied); each returns a
+``pandas.DataFrame`` with one row per candidate, ranked. Every candidate is simulated with
+``simulate`` (no shortcuts), so a planner answer is exactly what ``tiersim run`` would say.
+
+Objectives
+----------
+``largest-model``
+    For each strategy on the scenario's hardware as given, the largest model that fits. With
+    ``scale="layers"`` the scenario's model is deepened or made shallower at fixed width
+    (hidden, heads, FFN): the largest layer count that fits is found by doubling then binary
+    search (fitting is monotone in depth). With ``scale="ladder"`` the candidates are the
+    standard shapes in ``LADDER`` (Llama-2-style, 7B ... 175B) and the largest fitting rung
+    is reported. Each row names the next larger step and why it does not fit.
+``fastest``
+    Tier sizing x strategies: DRAM per socket from a list, CXL device counts, NVMe drive
+    counts. A device a strategy does not use is left out of that candidate (and of its cost):
+    ``gpu`` and ``dram`` candidates have no CXL and no NVMe, ``cxl`` ones no NVMe, ``nvme`` ones
+    no CXL. Ranked by iteration time (then cost); ``budget`` and ``max_iteration_time`` filter.
+``cheapest``
+    The same candidates; among those that fit, meet ``max_iteration_time`` and ``budget``,
+    ranked by hardware cost (then iteration time). Every priced device needs ``price_usd``.
+
+Costs
+-----
+Hardware cost = sum of unit prices (``price_usd`` in the device profiles; user-editable, each
+cited) x counts: GPU x ``gpus``, CPU x ``sockets``, DRAM kit x ``sockets`` scaled per byte when
+``dram_capacity`` differs from the profile's capacity, CXL x count, NVMe x count. Links (PCIe)
+are part of the platform and not priced. ``cost_per_iteration_usd`` = hardware cost amortised
+linearly over ``lifetime_years`` of continuous use (default 3 years, 365-day years) x iteration
+time; power, hosting and the rest of the server are not included. ``iterations_per_hour`` is
+3600 / iteration time.
+
+Binding constraint
+------------------
+A candidate that does not fit is bound by capacity: ``capacity: <tier> (needs X GB, has Y GB)``
+(or the missing device). One that fits is bound by the busiest resource of the optimizer step
+(``Result.bottleneck()``), labelled stream or link, with the phase that dominates the iteration.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import pandas as pd
+
+from tiersim.errors import ConfigError
+from tiersim.hardware import Hardware
+from tiersim.profiles import read_yaml
+from tiersim.results import PHASES, Result
+from tiersim.scenario import RunConfig, apply_overrides, scenario_from_dict
+from tiersim.simulate import simulate
+from tiersim.workload import parameter_count
+
+GIB = 2**30
+SECONDS_PER_YEAR = 365 * 24 * 3600
+OBJECTIVES = ("fastest", "cheapest", "largest-model")
+DEFAULT_DRAM_GIB = (256, 512, 1024, 2048)
+DEFAULT_CXL_COUNTS = (2, 4, 8)
+DEFAULT_NVME_COUNTS = (1, 2, 4, 8)
+DEFAULT_LIFETIME_YEARS = 3.0
+DEFAULT_MAX_LAYERS = 1024
+
+LADDER: tuple[dict[str, Any], ...] = (
+    # Llama-2-style decoders (SwiGLU, RMSNorm, no bias, vocab 32000). 7B/13B/70B are Llama-2;
+    # 20B/30B/52B are the seed study's shapes (scenarios/seed-*.yaml); 34B is Code Llama 34B;
+    # 100B is a 70B-style shape widened to 10240; 175B has GPT-3's depth and width (96 x 12288)
+    # with a SwiGLU FFN of the same parameter count as GPT-3's 4h GELU FFN.
+    {"name": "7b", "layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 32, "ffn": 11008},
+    {"name": "13b", "layers": 40, "hidden": 5120, "heads": 40, "kv_heads": 40, "ffn": 13824},
+    {"name": "20b", "layers": 40, "hidden": 5120, "heads": 64, "kv_heads": 64, "ffn": 20480},
+    {"name": "30b", "layers": 60, "hidden": 6656, "heads": 52, "kv_heads": 52, "ffn": 17920},
+    {"name": "34b", "layers": 48, "hidden": 8192, "heads": 64, "kv_heads": 8, "ffn": 22016},
+    {"name": "52b", "layers": 64, "hidden": 8192, "heads": 64, "kv_heads": 64, "ffn": 21824},
+    {"name": "70b", "layers": 80, "hidden": 8192, "heads": 64, "kv_heads": 8, "ffn": 28672},
+    {"name": "100b", "layers": 88, "hidden": 10240, "heads": 80, "kv_heads": 8, "ffn": 28672},
+    {"name": "175b", "layers": 96, "hidden": 12288, "heads": 96, "kv_heads": 96, "ffn": 32768},
+)
+"""The ``scale="ladder"`` model shapes, smallest first."""
+
+_USES = {"gpu": (), "dram": (), "cxl": ("cxl",), "nvme": ("nvme",)}
+"""Optional devices each strategy needs (others are left out of its candidates)."""
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A scenario mapping (overrides applied) plus where it came from, for re-validation."""
+
+    data: dict[str, Any]
+    source: str
+    search: tuple[Path, ...] = ()
+
+    def configs(self, data: dict[str, Any] | None = None, strategies: Sequence[str] = ()) -> list[RunConfig]:
+        """Validate ``data`` (default: the scenario itself) into run configs."""
+        return scenario_from_dict(self.data if data is None else data, self.source, strategies, self.search)
+
+    def strategies(self) -> list[str]:
+        """Strategy names in scenario order."""
+        return [c.strategy for c in self.configs()]
+
+
+def read_scenario(path: str | Path, overrides: Sequence[str] = ()) -> Scenario:
+    """Read a scenario YAML and apply ``--set`` overrides (validated once here)."""
+    path = Path(path)
+    data = read_yaml(path)
+    if not isinstance(data, dict):
+        raise ConfigError(str(path), "", "a scenario must be a mapping")
+    scenario = Scenario(apply_overrides(data, overrides), str(path), (path.parent,))
+    scenario.configs()
+    return scenario
+
+
+# --------------------------------------------------------------------------------------------
+# costs
+
+
+def hardware_cost(hw: Hardware) -> dict[str, float | None]:
+    """Cost in USD of each part of the machine and ``total`` (None where a price is missing)."""
+    parts: dict[str, float | None] = {}
+
+    def priced(profile: Any, count: float) -> float | None:
+        if profile is None or count == 0:
+            return 0.0
+        return None if profile.price_usd is None else float(profile.price_usd) * count
+
+    parts["gpu"] = priced(hw.gpu, hw.gpus)
+    parts["cpu"] = priced(hw.cpu, hw.sockets)
+    parts["dram"] = priced(hw.dram, hw.sockets * hw.dram_capacity_per_socket / hw.dram.capacity)
+    parts["cxl"] = priced(hw.cxl, hw.cxl_count)
+    parts["nvme"] = priced(hw.nvme, hw.nvme_count)
+    values = list(parts.values())
+    parts["total"] = None if any(v is None for v in values) else float(sum(v for v in values if v is not None))
+    return parts
+
+
+def unpriced(hw: Hardware) -> list[str]:
+    """Names of the machine's priced device profiles that lack ``price_usd``."""
+    devices = [(hw.gpu, hw.gpus), (hw.cpu, hw.sockets), (hw.dram, hw.sockets), (hw.cxl, hw.cxl_count),
+               (hw.nvme, hw.nvme_count)]
+    return [p.name for p, n in devices if p is not None and n and p.price_usd is None]
+
+
+def cost_per_iteration(cost: float | None, iteration_time_s: float | None,
+                       lifetime_years: float = DEFAULT_LIFETIME_YEARS) -> float | None:
+    """Hardware cost amortised linearly over ``lifetime_years`` of use, times one iteration."""
+    if cost is None or iteration_time_s is None:
+        return None
+    return cost / (lifetime_years * SECONDS_PER_YEAR) * iteration_time_s
+
+
+# --------------------------------------------------------------------------------------------
+# binding constraint
+
+_CAPACITY = re.compile(r"^(\w+) needs ([\d.]+) GB (per GPU|on the node) but has ([\d.]+) GB")
+
+
+def binding_tier(result: Result) -> str | None:
+    """The tier whose capacity a non-fitting result exceeds (None if it fits or lacks a device)."""
+    match = _CAPACITY.match(result.reason or "")
+    return match.group(1) if match and not result.fits else None
+
+
+def binding_constraint(result: Result) -> str:
+    """One phrase: the capacity that fails, or the busiest resource of the step and the main phase."""
+    if not result.fits:
+        match = _CAPACITY.match(result.reason or "")
+        if match:
+            tier, need, where, have = match.groups()
+            return f"capacity: {tier} (needs {need} GB {where}, has {have} GB)"
+        return f"missing: {result.reason}"
+    assert result.phases is not None and result.iteration_time_s
+    phase = max(PHASES, key=lambda p: result.phases[p])  # type: ignore[index]
+    share = result.phases[phase] / result.iteration_time_s
+    busiest = result.bottleneck()
+    if busiest is None:
+        return f"{phase} {share:.0%} of iteration"
+    row = result.utilisation[(result.utilisation["phase"] == "optimizer_step")
+                             & (result.utilisation["resource"] == busiest)].iloc[0]
+    kind = "bandwidth: link" if row["kind"] == "link" else "busy: stream"
+    return f"{kind} {busiest} ({row['utilisation']:.0%} in step); {phase} {share:.0%} of iteration"
+
+
+# --------------------------------------------------------------------------------------------
+# candidates
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """Tier sizing of one candidate: DRAM per socket (bytes), CXL devices, NVMe drives."""
+
+    dram_per_socket: int
+    cxl_count: int
+    nvme_count: int
+
+
+def sized(data: dict[str, Any], sizing: Sizing, source: str = "plan") -> dict[str, Any]:
+    """A copy of the scenario mapping with this tier sizing (count 0 removes the device)."""
+    out = copy.deepcopy(data)
+    hw = out["hardware"]
+    hw["dram_capacity"] = int(sizing.dram_per_socket)
+    for key, count in (("cxl", sizing.cxl_count), ("nvme", sizing.nvme_count)):
+        if count == 0:
+            hw.pop(key, None)
+            continue
+        device = hw.get(key)
+        if not isinstance(device, dict) or "device" not in device:
+            raise ConfigError(source, f"hardware.{key}", f"--{key}-counts needs hardware.{key}.device in the scenario")
+        hw[key] = {**device, "count": int(count)}
+    return out
+
+
+def sizings(scenario: Scenario, strategy: str, dram_gib: Sequence[float], cxl_counts: Sequence[int],
+            nvme_counts: Sequence[int]) -> list[Sizing]:
+    """The tier sizings tried for ``strategy`` (devices it does not use are left out)."""
+    uses = _USES.get(strategy, ("cxl", "nvme"))
+    cxl = list(cxl_counts) if "cxl" in uses else [0]
+    nvme = list(nvme_counts) if "nvme" in uses else [0]
+    return [Sizing(int(round(g * GIB)), c, n) for g in dram_gib for c in cxl for n in nvme]
+
+
+def _check_lists(dram_gib: Sequence[float], cxl_counts: Sequence[int], nvme_counts: Sequence[int]) -> None:
+    if not dram_gib or any(not (g > 0) for g in dram_gib):
+        raise ConfigError("plan", "--dram-gib", "expected positive sizes in GiB per socket")
+    if not cxl_counts or any(c < 1 for c in cxl_counts):
+        raise ConfigError("plan", "--cxl-counts", "expected counts >= 1 (CXL is left out where unused)")
+    if not nvme_counts or any(n < 1 for n in nvme_counts):
+        raise ConfigError("plan", "--nvme-counts", "expected counts >= 1 (NVMe is left out where unused)")
+
+
+def candidate_configs(scenario: Scenario, strategies: Sequence[str] = (),
+                      dram_gib: Sequence[float] = DEFAULT_DRAM_GIB,
+                      cxl_counts: Sequence[int] = DEFAULT_CXL_COUNTS,
+                      nvme_counts: Sequence[int] = DEFAULT_NVME_COUNTS) -> list[tuple[Sizing, RunConfig]]:
+    """Every (sizing, config) the ``fastest``/``cheapest`` objectives simulate, in a fixed order."""
+    _check_lists(dram_gib, cxl_counts, nvme_counts)
+    names = list(strategies) or scenario.strategies()
+    scenario.configs(strategies=names)  # unknown strategy -> ConfigError
+    out = []
+    for name in names:
+        for sizing in sizings(scenario, name, dram_gib, cxl_counts, nvme_counts):
+            (config,) = scenario.configs(sized(scenario.data, sizing, scenario.source), [name])
+            out.append((sizing, config))
+    return out
+
+
+def result_row(result: Result, lifetime_years: float = DEFAULT_LIFETIME_YEARS) -> dict[str, Any]:
+    """One candidate as a flat row: sizing, time, phases, cost and binding constraint."""
+    hw = result.config.hardware
+    cost = hardware_cost(hw)["total"]
+    phases = result.phases or {}
+    t = result.iteration_time_s
+    return {
+        "strategy": result.strategy,
+        "dram_gib_per_socket": hw.dram_capacity_per_socket / GIB,
+        "cxl_devices": hw.cxl_count if hw.cxl is not None else 0,
+        "nvme_drives": hw.nvme_count if hw.nvme is not None else 0,
+        "fits": result.fits,
+        "iteration_time_s": t,
+        **{f"{p}_s": phases.get(p) for p in PHASES},
+        "cost_usd": cost,
+        "cost_per_iteration_usd": cost_per_iteration(cost, t, lifetime_years),
+        "iterations_per_hour": 3600.0 / t if t else None,
+        "binding": binding_constraint(result),
+    }
+
+
+def _check_limits(budget: float | None, max_iteration_time: float | None, lifetime_years: float) -> None:
+    if budget is not None and not budget > 0:
+        raise ConfigError("plan", "--budget", f"expected a positive amount in USD, got {budget}")
+    if max_iteration_time is not None and not max_iteration_time > 0:
+        raise ConfigError("plan", "--max-iteration-time", f"expected positive seconds, got {max_iteration_time}")
+    if not (lifetime_years > 0 and math.isfinite(lifetime_years)):
+        raise ConfigError("plan", "--lifetime-years", f"expected a positive number of years, got {lifetime_years}")
+
+
+def rank_rows(rows: list[dict[str, Any]], objective: str, budget: float | None = None,
+              max_iteration_time: float | None = None) -> pd.DataFrame:
+    """Mark which rows are eligible and rank them for ``objective`` ('fastest' or 'cheapest').
+
+    Eligible: fits, cost within ``budget`` and time within ``max_iteration_time`` (when given).
+    fastest: by (iteration time, cost); cheapest: by (cost, iteration time); ties keep the
+    candidate order. Eligible rows come first with ``rank`` 1..n; the rest follow unranked
+    (``rank`` None) with ``excluded`` saying why.
+    """
+    frame = pd.DataFrame(rows)
+    frame["order"] = range(len(frame))
+    why: list[str | None] = []
+    for row in rows:
+        reasons = []
+        if not row["fits"]:
+            reasons.append("does not fit")
+        else:
+            if max_iteration_time is not None and row["iteration_time_s"] > max_iteration_time:
+                reasons.append(f"slower than {max_iteration_time:g} s")
+            if budget is not None and (row["cost_usd"] is None or row["cost_usd"] > budget):
+                reasons.append(f"over budget ${budget:,.0f}")
+        why.append("; ".join(reasons) or None)
+    frame["excluded"] = why
+    eligible = frame[frame["excluded"].isna()].copy()
+    rest = frame[frame["excluded"].notna()].copy()
+    inf = float("inf")
+    eligible["_cost"] = eligible["cost_usd"].map(lambda c: inf if c is None or pd.isna(c) else c)
+    keys = ["iteration_time_s", "_cost", "order"] if objective == "fastest" else ["_cost", "iteration_time_s", "order"]
+    eligible = eligible.sort_values(keys, kind="stable").drop(columns="_cost")
+    eligible["rank"] = range(1, len(eligible) + 1)
+    rest["rank"] = None
+    out = pd.concat([eligible, rest], ignore_index=True) if len(rest) else eligible.reset_index(drop=True)
+    columns = ["rank"] + [c for c in out.columns if c not in ("rank", "order")]
+    return out[columns].astype({"rank": "object"})
+
+
+def plan_sizing(scenario: Scenario, objective: str, strategies: Sequence[str] = (),
+                dram_gib: Sequence[float] = DEFAULT_DRAM_GIB, cxl_counts: Sequence[int] = DEFAULT_CXL_COUNTS,
+                nvme_counts: Sequence[int] = DEFAULT_NVME_COUNTS, budget: float | None = None,
+                max_iteration_time: float | None = None,
+                lifetime_years: float = DEFAULT_LIFETIME_YEARS) -> pd.DataFrame:
+    """The ``fastest`` or ``cheapest`` answer: every candidate simulated, ranked (see module doc)."""
+    if objective not in ("fastest", "cheapest"):
+        raise ConfigError("plan", "--objective", f"expected fastest or cheapest here, got {objective!r}")
+    _check_limits(budget, max_iteration_time, lifetime_years)
+    candidates = candidate_configs(scenario, strategies, dram_gib, cxl_counts, nvme_counts)
+    if objective == "cheapest" or budget is not None:
+        for _sizing, config in candidates:
+            missing = unpriced(config.hardware)
+            if missing:
+                raise ConfigError(scenario.source, "hardware",
+                                  f"profile {missing[0]!r} has no price_usd; add one (with sources.price_usd) "
+                                  f"to rank by cost")
+    rows = [result_row(simulate(config), lifetime_years) for _sizing, config in candidates]
+    return rank_rows(rows, objective, budget, max_iteration_time)
+
+
+def plan_fastest(scenario: Scenario, **kwargs: Any) -> pd.DataFrame:
+    """Fastest strategy and tier sizing (see ``plan_sizing``)."""
+    return plan_sizing(scenario, "fastest", **kwargs)
+
+
+def plan_cheapest(scenario: Scenario, **kwargs: Any) -> pd.DataFrame:
+    """Cheapest hardware meeting the iteration-time target and budget (see ``plan_sizing``)."""
+    return plan_sizing(scenario, "cheapest", **kwargs)
+
+
+# --------------------------------------------------------------------------------------------
+# largest model
+
+
+def with_model(data: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    """A copy of the scenario mapping with these ``model`` fields replaced."""
+    out = copy.deepcopy(data)
+    out["model"] = {**out["model"], **fields}
+    return out
+
+
+def _simulate_model(scenario: Scenario, strategy: str, fields: dict[str, Any]) -> Result:
+    (config,) = scenario.configs(with_model(scenario.data, **fields), [strategy])
+    return simulate(config)
+
+
+def largest_layers(scenario: Scenario, strategy: str,
+                   max_layers: int = DEFAULT_MAX_LAYERS) -> tuple[int | None, Result | None, Result | None]:
+    """The largest layer count (scenario width) that fits: (layers, its result, next result).
+
+    ``layers`` is None when even one layer does not fit; ``next result`` (layers + 1) is None
+    when ``max_layers`` fits. Doubling from the scenario's depth, then binary search.
+    """
+    cache: dict[int, Result] = {}
+
+    def run(layers: int) -> Result:
+        if layers not in cache:
+            cache[layers] = _simulate_model(scenario, strategy, {"layers": layers})
+        return cache[layers]
+
+    start = min(int(scenario.data["model"]["layers"]), max_layers)
+    if run(start).fits:
+        lo, hi = start, None
+        while hi is None:
+            probe = min(lo * 2, max_layers)
+            if probe == lo:
+                return lo, run(lo), None
+            if run(probe).fits:
+                lo = probe
+            else:
+                hi = probe
+    else:
+        if not run(1).fits:
+            return None, None, run(1)
+        lo, hi = 1, start
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if run(mid).fits:
+            lo = mid
+        else:
+            hi = mid
+    return lo, run(lo), run(lo + 1)
+
+
+def _model_row(strategy: str, model_name: str, result: Result | None, fields: dict[str, Any],
+               nxt: Result | None, next_label: str | None, lifetime_years: float) -> dict[str, Any]:
+    row: dict[str, Any] = {"strategy": strategy, "model": model_name, **fields}
+    if result is not None:
+        model = result.config.model
+        row["params_b"] = parameter_count(model) / 1e9
+        cost = hardware_cost(result.config.hardware)["total"]
+        row.update({
+            "fits": result.fits,
+            "iteration_time_s": result.iteration_time_s,
+            "cost_usd": cost,
+            "cost_per_iteration_usd": cost_per_iteration(cost, result.iteration_time_s, lifetime_years),
+            "binding": binding_constraint(result),
+        })
+    else:
+        row.update({"params_b": None, "fits": False, "iteration_time_s": None, "cost_usd": None,
+                    "cost_per_iteration_usd": None, "binding": None})
+    row["next_step"] = next_label
+    row["next_params_b"] = parameter_count(nxt.config.model) / 1e9 if nxt is not None else None
+    row["next_binding"] = binding_constraint(nxt) if nxt is not None else None
+    row["next_binding_tier"] = binding_tier(nxt) if nxt is not None else None
+    return row
+
+
+def plan_largest_model(scenario: Scenario, strategies: Sequence[str] = (), scale: str = "layers",
+                       max_layers: int = DEFAULT_MAX_LAYERS,
+                       lifetime_years: float = DEFAULT_LIFETIME_YEARS) -> pd.DataFrame:
+    """Per strategy, the largest model that fits this hardware, ranked by size (see module doc)."""
+    _check_limits(None, None, lifetime_years)
+    if scale not in ("layers", "ladder"):
+        raise ConfigError("plan", "--scale", f"expected layers or ladder, got {scale!r}")
+    if max_layers < 1:
+        raise ConfigError("plan", "--max-layers", f"expected a positive layer count, got {max_layers}")
+    names = list(strategies) or scenario.strategies()
+    scenario.configs(strategies=names)
+    base = scenario.data["model"]
+    rows = []
+    for name in names:
+        if scale == "layers":
+            layers, result, nxt = largest_layers(scenario, name, max_layers)
+            label = f"{layers + 1} layers" if nxt is not None and layers is not None else (
+                "1 layer" if layers is None else None)
+            rows.append(_model_row(name, str(base.get("name", "custom")), result,
+                                   {"layers": layers, "hidden": base["hidden"]}, nxt, label, lifetime_years))
+        else:
+            results = [_simulate_model(scenario, name, {k: v for k, v in rung.items() if k != "name"}
+                                       | {"name": f"ladder-{rung['name']}"}) for rung in LADDER]
+            fitting = [i for i, r in enumerate(results) if r.fits]
+            best = fitting[-1] if fitting else None
+            nxt_i = (best + 1 if best is not None else 0)
+            nxt = results[nxt_i] if nxt_i < len(results) else None
+            rung = LADDER[best] if best is not None else None
+            rows.append(_model_row(
+                name, rung["name"] if rung else "-", results[best] if best is not None else None,
+                {"layers": rung["layers"] if rung else None, "hidden": rung["hidden"] if rung else None},
+                nxt, LADDER[nxt_i]["name"] if nxt is not None else None, lifetime_years))
+    frame = pd.DataFrame(rows)
+    frame["_size"] = frame["params_b"].map(lambda v: -1.0 if v is None or pd.isna(v) else v)
+    frame = frame.sort_values("_size", ascending=False, kind="stable").drop(columns="_size").reset_index(drop=True)
+    frame.insert(0, "rank", range(1, len(frame) + 1))
+    return frame
+
+
+def parse_list(text: str, option: str, kind: type = float) -> list[Any]:
+    """'1,2,4' -> [1, 2, 4]; a bad item is a ConfigError naming ``option``."""
+    try:
+        values = [kind(item) for item in str(text).split(",") if item.strip()]
+    except ValueError:
+        raise ConfigError("plan", option, f"expected a comma-separated list of numbers, got {text!r}") from None
+    if not values:
+        raise ConfigError("plan", option, "expected at least one value")
+    return values
+
+
+def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """A ranked frame as JSON-ready records (NaN -> None)."""
+    out = []
+    for row in frame.to_dict(orient="records"):
+        out.append({k: (None if isinstance(v, float) and math.isnan(v) else _plain(v)) for k, v in row.items()})
+    return out
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "item"):
+        return value.item()
+    return value
+
