@@ -141,3 +141,13 @@ def test_missing_file_and_bad_set(tmp_path: Path) -> None:
     assert missing.returncode == 2 and "nope.yaml: cannot read file" in missing.stderr
     bad_set = tiersim("run", str(QUICKSTART), "--set", "training.global_batch")
     assert bad_set.returncode == 2 and "expected KEY=VALUE" in bad_set.stderr
+
+
+def test_set_strategy_option_by_name() -> None:
+    base = json.loads(tiersim("run", str(QUICKSTART), "--strategy", "nvme", "--format", "json").stdout)
+    piped = json.loads(tiersim("run", str(QUICKSTART), "--strategy", "nvme", "--format", "json",
+                               "--set", "strategies.nvme.pipeline_read=true",
+                               "--set", "strategies.nvme.pipeline_write=true").stdout)
+    assert piped["results"][0]["phases"]["optimizer_step_s"] < base["results"][0]["phases"]["optimizer_step_s"]
+    unknown = tiersim("run", str(QUICKSTART), "--set", "strategies.warp.buffer_count=8")
+    assert unknown.returncode == 2 and "strategy 'warp' is not in this scenario" in unknown.stderr

@@ -53,18 +53,44 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str], source: str 
             value = yaml.safe_load(raw)
         except yaml.YAMLError:
             value = raw
-        node: Any = result
-        parts = key.split(".")
-        for depth, part in enumerate(parts[:-1]):
-            child = node.get(part) if isinstance(node, dict) else None
-            if child is None:
-                child = {}
-                node[part] = child
-            if not isinstance(child, dict):
-                raise ConfigError(source, ".".join(parts[: depth + 1]), "is not a mapping; cannot set a field inside it")
-            node = child
-        node[parts[-1]] = value
+        assign(result, key, value, source, key)
     return result
+
+
+def assign(data: dict[str, Any], key: str, value: Any, source: str, label: str) -> None:
+    """Set dotted ``key`` in a scenario mapping, creating mappings on the way.
+
+    ``strategies.NAME.OPTION`` sets an option of the strategy entry called NAME (a plain name
+    entry becomes a mapping). Errors name ``source`` and ``label`` (the key as the user wrote it).
+    """
+    parts = key.split(".")
+    if parts[0] == "strategies" and len(parts) == 3 and isinstance(data.get("strategies"), list):
+        entry = _strategy_entry(data["strategies"], parts[1], source, label)
+        entry[parts[2]] = copy.deepcopy(value)
+        return
+    node: Any = data
+    for depth, part in enumerate(parts[:-1]):
+        child = node.get(part) if isinstance(node, dict) else None
+        if child is None:
+            child = {}
+            node[part] = child
+        if not isinstance(child, dict):
+            inner = ".".join(parts[: depth + 1])
+            raise ConfigError(source, label, f"{inner} is not a mapping; cannot set a field inside it")
+        node = child
+    node[parts[-1]] = copy.deepcopy(value)
+
+
+def _strategy_entry(entries: list[Any], name: str, source: str, label: str) -> dict[str, Any]:
+    """The mapping of strategy ``name`` in a ``strategies:`` list (made a mapping if a name)."""
+    for i, item in enumerate(entries):
+        if item == name:
+            entries[i] = {"name": name}
+            return entries[i]  # type: ignore[no-any-return]
+        if isinstance(item, dict) and item.get("name") == name:
+            return item
+    names = [e if isinstance(e, str) else e.get("name") for e in entries if isinstance(e, (str, dict))]
+    raise ConfigError(source, label, f"strategy {name!r} is not in this scenario (has: {', '.join(map(str, names))})")
 
 
 def load_scenario(

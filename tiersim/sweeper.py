@@ -395,19 +395,10 @@ def _entries(data: dict[str, Any], source: str) -> dict[str, dict[str, Any]]:
 
 
 def _assign(data: dict[str, Any], setting: Setting) -> None:
-    """Set ``setting.key`` (dotted) in ``data``, creating mappings on the way."""
-    node: Any = data
-    parts = setting.key.split(".")
-    for depth, part in enumerate(parts[:-1]):
-        child = node.get(part)
-        if child is None:
-            child = {}
-            node[part] = child
-        if not isinstance(child, dict):
-            inner = ".".join(parts[: depth + 1])
-            raise ConfigError(setting.source, setting.label, f"{inner} is not a mapping; cannot set a field inside it")
-        node = child
-    node[parts[-1]] = copy.deepcopy(setting.value)
+    """Set ``setting.key`` (dotted) in ``data`` as ``--set`` would (``tiersim.scenario.assign``)."""
+    from tiersim.scenario import assign
+
+    assign(data, setting.key, setting.value, setting.source, setting.label)
 
 
 def _attribute(exc: ConfigError, data: dict[str, Any], assignments: list[Setting], sweep: Sweep,
