@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Callable
 
 import simpy
 
@@ -26,7 +27,7 @@ class Flow:
     size: float
     usage: tuple[tuple[str, float], ...]
     cap: float
-    done: simpy.Event
+    done: Callable[[], None]
     remaining: float = field(init=False)
     rate: float = 0.0
     links: frozenset[str] = field(init=False)
@@ -112,18 +113,15 @@ class FlowNetwork:
         self.busy: dict[str, float] = {name: 0.0 for name in capacity}
         self.moved: dict[str, float] = {name: 0.0 for name in capacity}
 
-    def transfer(self, size: float, usage: tuple[tuple[str, float], ...], cap: float) -> simpy.Event:
-        """Start a flow now; the returned event fires when its last byte has moved."""
-        done = self.env.event()
+    def transfer(self, size: float, usage: tuple[tuple[str, float], ...], cap: float,
+                 done: Callable[[], None]) -> None:
+        """Start a flow now; ``done()`` is called when its last byte has moved."""
         self._advance()
         flow = Flow(size, usage, cap, done)
         self.flows.append(flow)
-        if flow.links:
-            max_min_rates(connected(self.flows, set(flow.links)), self.capacity)
-        else:
-            max_min_rates([flow], self.capacity)
+        affected = connected(self.flows, set(flow.links)) if flow.links else [flow]
+        max_min_rates(affected, self.capacity)
         self._arm()
-        return done
 
     def _advance(self) -> None:
         """Move every flow forward to ``env.now`` at its current rate; account link busy time."""
@@ -159,7 +157,6 @@ class FlowNetwork:
         for flow in due:
             self._move(flow, flow.remaining)
             changed |= flow.links
-            flow.done.succeed()
         finished = {id(flow) for flow in due}
         self.flows = [flow for flow in self.flows if id(flow) not in finished]
         if changed:
@@ -167,6 +164,8 @@ class FlowNetwork:
             if affected:
                 max_min_rates(affected, self.capacity)
         self._arm()
+        for flow in due:
+            flow.done()
 
     def _move(self, flow: Flow, amount: float) -> None:
         """Take ``amount`` bytes off a flow and credit its links with the units they cost."""
