@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tiersim.results import Result
     from tiersim.scenario import load_scenario
     from tiersim.simulate import simulate
+    from tiersim.plots import timeline_figure, utilisation_figure
     from tiersim.sweeper import sweep
 
 _LAZY = {
@@ -25,9 +26,12 @@ _LAZY = {
     "simulate": ("tiersim.simulate", "simulate"),
     "Result": ("tiersim.results", "Result"),
     "sweep": ("tiersim.sweeper", "sweep"),
+    "timeline_figure": ("tiersim.plots", "timeline_figure"),
+    "utilisation_figure": ("tiersim.plots", "utilisation_figure"),
 }
 
-__all__ = ["__version__", "load_scenario", "simulate", "sweep", "Result"]
+__all__ = ["__version__", "load_scenario", "simulate", "sweep", "Result", "timeline_figure",
+           "utilisation_figure"]
 
 
 def __getattr__(name: str) -> Any:
