@@ -46,15 +46,20 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str], source: str 
     """Return a copy of ``data`` with each ``dotted.key=value`` applied (value parsed as YAML)."""
     result = copy.deepcopy(data)
     for item in overrides:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(source, item, "expected KEY=VALUE, e.g. training.global_batch=64")
-        try:
-            value = yaml.safe_load(raw)
-        except yaml.YAMLError:
-            value = raw
+        key, value = parse_assignment(item, source, item)
         assign(result, key, value, source, key)
     return result
+
+
+def parse_assignment(item: str, source: str, where: str) -> tuple[str, Any]:
+    """``"dotted.key=value"`` -> (key, value read as YAML, or the raw text if it is not YAML)."""
+    key, sep, raw = item.partition("=")
+    if not sep or not key:
+        raise ConfigError(source, where, "expected KEY=VALUE, e.g. training.global_batch=64")
+    try:
+        return key, yaml.safe_load(raw)
+    except yaml.YAMLError:
+        return key, raw
 
 
 def assign(data: dict[str, Any], key: str, value: Any, source: str, label: str) -> None:

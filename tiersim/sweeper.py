@@ -55,8 +55,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
-import yaml
-
 from tiersim import __version__
 from tiersim.errors import ConfigError
 
@@ -192,6 +190,8 @@ def _read_base(raw: object, source: str, here: Path) -> tuple[dict[str, Any], st
 
 def _settings(raw: object, source: str, label: str | None) -> list[Setting]:
     """``set:`` as a list of KEY=VALUE strings or a mapping; ``--set`` as a list of strings."""
+    from tiersim.scenario import parse_assignment
+
     if raw is None:
         return []
     out: list[Setting] = []
@@ -206,13 +206,7 @@ def _settings(raw: object, source: str, label: str | None) -> list[Setting]:
         where = f"{label}[{i}]" if label else str(item)
         if not isinstance(item, str):
             raise ConfigError(source, where, f"expected KEY=VALUE, got {item!r}")
-        key, sep, text = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(source, where, "expected KEY=VALUE, e.g. training.global_batch=64")
-        try:
-            value = yaml.safe_load(text)
-        except yaml.YAMLError:
-            value = text
+        key, value = parse_assignment(item, source, where)
         _check_key(key, source, where)
         out.append(Setting(key, value, source, f"{label}.{key}" if label else key))
     return out
