@@ -51,6 +51,45 @@ def test_queue_model_fit_recovers_latency_and_bandwidth() -> None:
     assert f.max_abs_residual < 0.02
 
 
+def test_queue_model_fit_recovers_transfer_queueing() -> None:
+    rng = np.random.default_rng(4)
+    blocks, workers = np.meshgrid([256 << 10, 512 << 10, 1 << 20, 2 << 20], [1, 2, 4, 8])
+    blocks, workers = blocks.ravel().astype(float), workers.ravel().astype(float)
+    latency, bandwidth, q = 100e-6, 2.0e9, 0.9
+    thr = fit.queue_throughput(blocks, workers, latency, bandwidth, q) * (1 + rng.normal(0, 0.002, blocks.size))
+    f = fit.fit_queue_model(blocks, workers, thr)
+    assert f.queueing == pytest.approx(q, abs=0.05)
+    assert f.bandwidth == pytest.approx(bandwidth, rel=0.03)
+    assert f.latency == pytest.approx(latency, rel=0.1)
+    assert f.max_abs_residual < 0.02
+    plain = fit.fit_queue_model(blocks, workers, thr, fit_queueing=False)
+    assert plain.queueing == 0.0 and plain.max_abs_residual > f.max_abs_residual
+
+
+def test_queueing_slows_queued_requests_only() -> None:
+    one = fit.queue_throughput(1 << 20, 1, 1e-4, 2e9, 1.0)
+    assert one == pytest.approx(fit.queue_throughput(1 << 20, 1, 1e-4, 2e9, 0.0))
+    assert fit.queue_throughput(1 << 20, 8, 1e-4, 2e9, 1.0) < fit.queue_throughput(1 << 20, 8, 1e-4, 2e9, 0.0)
+    assert fit.queue_throughput(1 << 20, 8, 1e-4, 2e9, 1.0) < 2e9
+
+
+def test_file_io_spreads_over_fresh_files(tmp_path: Path) -> None:
+    from tiersim.calibration.microbench import file_io
+
+    mode, records = file_io(tmp_path, 1 << 20, (64 << 10,), (1, 2), ("write", "read"), repeats=2, files=4)
+    assert mode in (O_DIRECT_MODE, FSYNC_MODE)
+    assert len(records) == 4 and all(r["files"] == 4 and len(r["samples"]) == 2 for r in records)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_plan_sizes_are_not_powers_of_two() -> None:
+    from tiersim.calibration.runner import full_plan, quick_plan
+
+    for plan in (quick_plan(), full_plan()):
+        for n in plan.adam_numels + plan.memcpy_sizes:
+            assert n & (n - 1) != 0
+
+
 def test_queue_throughput_is_capped_by_bandwidth() -> None:
     assert fit.queue_throughput(1 << 20, 1, 1e-4, 1e9) < 1e9
     assert fit.queue_throughput(1 << 20, 64, 1e-4, 1e9) == pytest.approx(1e9)

@@ -125,6 +125,34 @@ def test_predicted_pipelining_never_slower() -> None:
     assert 0 < piped <= plain
 
 
+def test_stream_rate_uses_optional_queueing() -> None:
+    from dataclasses import replace
+
+    from tiersim.profiles import NVMeProfile
+    from tiersim.strategies.swap import SwapOptions, stream_rate
+
+    nvme = NVMeProfile(kind="nvme", name="n", description="d", sources={}, capacity=1 << 40,
+                       read_bandwidth=2e9, write_bandwidth=4e9, read_latency=1e-4, write_latency=1e-4)
+    swap = SwapOptions(block_size=1 << 20, queue_depth=8)
+    plain = stream_rate(nvme, swap, write=False)
+    assert plain == pytest.approx(8 * (1 << 20) / (1e-4 + (1 << 20) / 2e9))
+    queued = stream_rate(replace(nvme, read_queueing=1.0), swap, write=False)
+    assert queued == pytest.approx(8 * (1 << 20) / (1e-4 + 8 * (1 << 20) / 2e9))
+    assert stream_rate(replace(nvme, read_queueing=1.0), swap, write=True) == stream_rate(nvme, swap, write=True)
+
+
+def test_interleaved_measurement_returns_samples_per_case(tmp_path: Path) -> None:
+    from tiersim.validation.runner import measure_interleaved
+
+    cases = tiny_cases()[:2]
+    from types import SimpleNamespace
+
+    host = SimpleNamespace(calibration=None)  # adam_variant falls back to fused
+    samples = measure_interleaved(cases, host, tmp_path, warmup=1, repeats=3)  # type: ignore[arg-type]
+    assert [len(s) for s in samples] == [3, 3] and all(t > 0 for s in samples for t in s)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_commands_are_registered() -> None:
     args = build_parser().parse_args(["validate", "--quick", "--format", "json"])
     assert args.quick and args.format == "json" and callable(args.func)

@@ -8,6 +8,9 @@ ends with ``fsync`` + ``posix_fadvise(DONTNEED)`` and every read batch starts wi
 
 An aio queue is emulated by a pool of ``queue_depth * thread_count`` worker threads, each
 issuing ``block_size`` ``preadv``/``pwritev`` calls (the GIL is released during the syscall).
+The workers take the next request of a batch from a shared queue as soon as their previous one
+completes, so ``N`` requests stay outstanding until the batch drains (as an aio ring refilled on
+completion; a fixed per-worker split would leave workers idle behind a slow one).
 """
 
 from __future__ import annotations
@@ -147,6 +150,31 @@ def split_blocks(segments: Sequence[Segment], block_size: int) -> list[tuple[int
     return blocks
 
 
+class _BlockQueue:
+    """The requests of one batch, handed out in order to whichever worker is free."""
+
+    def __init__(self, blocks: list[tuple[int, memoryview, int, int]]) -> None:
+        self.blocks = blocks
+        self.next = 0
+        self.lock = threading.Lock()
+
+    def take(self) -> tuple[int, memoryview, int, int] | None:
+        with self.lock:
+            if self.next >= len(self.blocks):
+                return None
+            block = self.blocks[self.next]
+            self.next += 1
+            return block
+
+
+def _drain(op: str, queue: _BlockQueue) -> int:
+    """One worker: issue requests from ``queue`` one at a time until it is empty."""
+    total = 0
+    while (block := queue.take()) is not None:
+        total += _do_blocks(op, [block])
+    return total
+
+
 def _do_blocks(op: str, blocks: list[tuple[int, memoryview, int, int]]) -> int:
     total = 0
     io = os.preadv if op == "read" else os.pwritev
@@ -197,10 +225,10 @@ class IOPool:
             for fd in fds:
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         blocks = split_blocks(segments, self.block_size)
-        # Interleaved: the N outstanding requests sweep the file front to back together, as
-        # an aio queue with N slots drains a sub-group's tensors.
-        per = [blocks[i :: self.workers] for i in range(self.workers)]
-        futures = [self.pool.submit(_do_blocks, op, chunk) for chunk in per if chunk]
+        # The N outstanding requests sweep the tensors front to back together, each worker
+        # taking the next request when its last one completes (an aio queue with N slots).
+        queue = _BlockQueue(blocks)
+        futures = [self.pool.submit(_drain, op, queue) for _ in range(min(self.workers, len(blocks)))]
         after = None
         if op == "write" and self.mode == FSYNC_MODE:
 

@@ -3,7 +3,8 @@
 * ``fit_latency_bandwidth``: time = latency + size / bandwidth (memory copies, PCIe copies);
 * ``fit_overhead_rate``: time = overhead + numel / rate (an optimizer step);
 * ``fit_queue_model``: throughput of N outstanding requests of b bytes =
-  min(B, N*b / (L + b/B)) (the NVMe model of ``tiersim.profiles.NVMeProfile``).
+  min(B, N*b / (L + b/B * (1 + q*(N-1)))) (the NVMe model of ``tiersim.profiles.NVMeProfile``;
+  q, the transfer queueing, is 0 in the plain Little's-law model and fitted in [0, 1]).
 
 Residuals are relative, (model - measured) / measured, so they read as fractions.
 """
@@ -35,18 +36,20 @@ class LinearFit:
 
 @dataclass(frozen=True)
 class QueueFit:
-    """NVMe-style queue model: per-request ``latency`` (s) and device ``bandwidth`` (bytes/s)."""
+    """NVMe-style queue model: per-request ``latency`` (s), device ``bandwidth`` (bytes/s) and
+    ``queueing`` (0..1: how much of the other outstanding requests' transfers each one waits behind)."""
 
     latency: float
     bandwidth: float
     residuals: list[float] = field(default_factory=list)
+    queueing: float = 0.0
 
     @property
     def max_abs_residual(self) -> float:
         return max((abs(r) for r in self.residuals), default=0.0)
 
     def predict(self, block_size: float | np.ndarray, outstanding: float | np.ndarray) -> np.ndarray:
-        return queue_throughput(block_size, outstanding, self.latency, self.bandwidth)
+        return queue_throughput(block_size, outstanding, self.latency, self.bandwidth, self.queueing)
 
 
 def _arrays(x: Sequence[float], y: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
@@ -97,19 +100,29 @@ def fit_rate_given_intercept(x: Sequence[float], seconds: Sequence[float], inter
 
 
 def queue_throughput(
-    block_size: float | np.ndarray, outstanding: float | np.ndarray, latency: float, bandwidth: float
+    block_size: float | np.ndarray,
+    outstanding: float | np.ndarray,
+    latency: float,
+    bandwidth: float,
+    queueing: float = 0.0,
 ) -> np.ndarray:
-    """Little's law with a device cap: min(B, N*b / (L + b/B))."""
+    """Little's law with a device cap, min(B, N*b / (L + b/B * (1 + q*(N-1)))); q = 0 is the
+    plain model, q = 1 transfers of the outstanding requests fully serialised (see
+    ``tiersim.strategies.swap.stream_rate``)."""
     b = np.asarray(block_size, dtype=float)
     n = np.asarray(outstanding, dtype=float)
-    return np.minimum(bandwidth, n * b / (latency + b / bandwidth))
+    return np.minimum(bandwidth, n * b / (latency + b / bandwidth * (1.0 + queueing * (n - 1.0))))
 
 
 def fit_queue_model(
-    block_sizes: Sequence[float], outstanding: Sequence[float], throughputs: Sequence[float]
+    block_sizes: Sequence[float],
+    outstanding: Sequence[float],
+    throughputs: Sequence[float],
+    fit_queueing: bool = True,
 ) -> QueueFit:
-    """Fit ``latency`` and ``bandwidth`` of ``queue_throughput`` to measured points, minimising
-    the log ratio (relative error) with a few starts, since the min() makes it piecewise."""
+    """Fit ``latency``, ``bandwidth`` (and, with ``fit_queueing``, ``queueing`` in [0, 1]) of
+    ``queue_throughput`` to measured points, minimising the log ratio (relative error) from a
+    few starts, since the min() makes it piecewise."""
     b = np.asarray(block_sizes, dtype=float)
     n = np.asarray(outstanding, dtype=float)
     thr = np.asarray(throughputs, dtype=float)
@@ -119,19 +132,25 @@ def fit_queue_model(
         raise ValueError("block sizes, request counts and throughputs must be positive")
 
     def resid(p: np.ndarray) -> np.ndarray:
-        lat, bw = np.exp(p)
-        return np.log(queue_throughput(b, n, lat, bw) / thr)
+        lat, bw = np.exp(p[:2])
+        q = p[2] if fit_queueing else 0.0
+        return np.log(queue_throughput(b, n, lat, bw, q) / thr)
 
     bw0 = float(np.max(thr))
     lat_guesses = np.maximum(n * b / thr - b / bw0, 0.0)
     lat0 = float(np.median(lat_guesses[lat_guesses > 0])) if np.any(lat_guesses > 0) else 1e-4
+    lo = [np.log(1e-9), np.log(bw0 * 0.1)] + ([0.0] if fit_queueing else [])
+    hi = [np.log(1.0), np.log(bw0 * 100.0)] + ([1.0] if fit_queueing else [])
     best = None
     for lat_s in (lat0, lat0 * 0.3, lat0 * 3.0, 1e-5, 1e-3):
         for bw_s in (bw0, bw0 * 1.2, bw0 * 2.0):
-            sol = least_squares(resid, np.log([max(lat_s, 1e-9), bw_s]), method="trf", xtol=1e-14, ftol=1e-14)
-            if best is None or sol.cost < best.cost:
-                best = sol
+            for q_s in ((0.0, 0.5, 1.0) if fit_queueing else (None,)):
+                p0 = [np.log(min(max(lat_s, 1e-9), 0.5)), np.log(bw_s)] + ([q_s] if fit_queueing else [])
+                sol = least_squares(resid, np.array(p0), bounds=(lo, hi), method="trf", xtol=1e-14, ftol=1e-14)
+                if best is None or sol.cost < best.cost:
+                    best = sol
     assert best is not None
-    lat, bw = (float(v) for v in np.exp(best.x))
-    model = queue_throughput(b, n, lat, bw)
-    return QueueFit(lat, bw, [float(r) for r in (model - thr) / thr])
+    lat, bw = (float(v) for v in np.exp(best.x[:2]))
+    q = float(best.x[2]) if fit_queueing else 0.0
+    model = queue_throughput(b, n, lat, bw, q)
+    return QueueFit(lat, bw, [float(r) for r in (model - thr) / thr], q)

@@ -173,13 +173,19 @@ def cpu_adam(
     on_point: OnPoint = None,
 ) -> list[Record]:
     """One ``optimizer.step()`` of torch Adam over a single fp32 tensor of ``numel`` params
-    (state already created). Records: variant, numel, threads, seconds per step."""
+    (state already created). Records: variant, numel, threads, seconds per step (median).
+
+    All (numel, variant, threads) points are timed in ``repeats`` interleaved rounds, one
+    sample of each per round, so a slow spell of a shared host lands on every point alike."""
     import torch
 
     records: list[Record] = []
+    opts: dict[tuple[int, str], object] = {}
+    keep = []
     for numel in numels:
         param = torch.nn.Parameter(torch.randn(numel))
         param.grad = torch.randn(numel) * 1e-3
+        keep.append(param)
         for variant in variants:
             try:
                 opt = make_cpu_adam(param, variant)
@@ -187,15 +193,33 @@ def cpu_adam(
             except (RuntimeError, TypeError, ValueError) as exc:  # fused may be missing
                 records.append({"variant": variant, "numel": numel, "error": str(exc)})
                 continue
-            for t in threads:
-                with torch_threads(t):
-                    inner = max(1, (1 << 23) // numel)  # samples of at least ~5 ms
-                    secs, samples = median_time(opt.step, repeats, warmup=2, inner=inner)  # type: ignore[attr-defined]
-                records.append(
-                    {"variant": variant, "numel": numel, "threads": t, "seconds": secs, "samples": samples}
-                )
-                _tick(on_point)
-            del opt
+            opts[(numel, variant)] = opt
+    # Grouped by thread count (switching torch's thread pool has a transient cost), numels
+    # interleaved inside each group; one untimed step after each switch.
+    grid = [(numel, variant, t) for t in threads for variant in variants for numel in numels
+            if (numel, variant) in opts]
+    samples: dict[tuple[int, str, int], list[float]] = {key: [] for key in grid}
+    rounds = max(repeats, 1)
+    for r in range(rounds + 1):  # round 0 is a warm-up
+        for t in threads:
+            with torch_threads(t):
+                for variant in variants:
+                    points = [key for key in grid if key[1] == variant and key[2] == t]
+                    if points:
+                        opts[(points[0][0], variant)].step()  # type: ignore[attr-defined]
+                    for numel, _v, _t in points:
+                        step = opts[(numel, variant)].step  # type: ignore[attr-defined]
+                        inner = max(1, (1 << 25) // numel)  # samples of at least ~20 ms
+                        secs, _ = median_time(step, 1, warmup=0, inner=inner)
+                        if r:
+                            samples[(numel, variant, t)].append(secs)
+                        if r == rounds:
+                            _tick(on_point)
+    for numel, variant, t in grid:
+        got = samples[(numel, variant, t)]
+        records.append({"variant": variant, "numel": numel, "threads": t, "seconds": statistics.median(got),
+                        "samples": got})
+    del opts, keep
     return records
 
 
@@ -259,35 +283,77 @@ def file_io(
     repeats: int = 2,
     on_point: OnPoint = None,
     mode: str | None = None,
+    files: int = 16,
 ) -> tuple[str, list[Record]]:
-    """Whole-file transfers of one ``file_size`` file in ``directory`` with ``workers``
+    """Transfers of ``file_size`` bytes spread over ``files`` files in ``directory`` (one batch
+    covering all of them, front to back, as a sub-group's tensors are swapped) with ``workers``
     outstanding requests of ``block_size`` bytes, page cache bypassed. Returns the bypass mode
-    used and records: op, block_size, workers, bytes, seconds (median)."""
+    used and records: op, block_size, workers, bytes, files, seconds (median).
+
+    Several files, because on a virtual or thin-provisioned disk the read rate depends on where
+    a file's blocks landed (one file can read at half the rate of the next, reproducibly); the
+    swap files of a real step are many, so the rate over many placements is the one to fit.
+
+    The grid is measured in ``repeats`` interleaved rounds (every op, block size and request
+    count once per round, after one untimed pass of each op), each round on a fresh set of
+    files, so a drift of a shared or virtual disk over the run, and the luck of one placement,
+    spread over all points instead of biasing some of them."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     mode = mode or probe_bypass_mode(directory)
-    size = align_up(file_size, max(max(block_sizes), ALIGN))
+    files = max(int(files), 1)
+    per_file = align_up(max(file_size // files, 1), max(max(block_sizes), ALIGN))
+    size = per_file * files
     buf = AlignedBuffer(size)
     buf.mm.write(os.urandom(min(size, 1 << 20)) * (size // min(size, 1 << 20)))
-    f = DirectFile(directory / f"tiersim-calibrate-{os.getpid()}.bin", mode, create_size=size)
-    records: list[Record] = []
-    try:
-        seg = [Segment(f.fd, buf.view, 0, 0, size)]
-        with IOPool(1, max(block_sizes), mode) as pool:  # lay the file out on the device first
+    handles: list[DirectFile] = []
+    seg: list[Segment] = []
+
+    def fresh_files(round_: int) -> None:
+        """A new set of files (new block placement), laid out on the device untimed."""
+        nonlocal seg
+        for h in handles:
+            h.unlink()
+        handles[:] = [
+            DirectFile(directory / f"tiersim-calibrate-{os.getpid()}-{round_}-{k}.bin", mode, create_size=per_file)
+            for k in range(files)
+        ]
+        seg = [Segment(h.fd, buf.view, k * per_file, 0, per_file) for k, h in enumerate(handles)]
+        with IOPool(max(workers), max(block_sizes), mode) as pool:
             pool.run("write", seg)
             if mode != "O_DIRECT":
-                os.fsync(f.fd)
-        for op in ops:
-            for block in block_sizes:
-                for n in workers:
-                    with IOPool(n, block, mode) as pool:
-                        secs, samples = median_time(lambda: pool.run(op, seg), repeats, warmup=1)
-                    records.append(
-                        {"op": op, "block_size": block, "workers": n, "bytes": size, "seconds": secs, "samples": samples}
-                    )
-                    _tick(on_point)
+                for h in handles:
+                    os.fsync(h.fd)
+
+    records: list[Record] = []
+    try:
+        fresh_files(0)
+        grid = [(op, block, n) for op in ops for block in block_sizes for n in workers]
+        pools = {(block, n): IOPool(n, block, mode) for _op, block, n in grid}
+        try:
+            for op in ops:  # warm-up pass of each op
+                pools[(max(block_sizes), max(workers))].run(op, seg)
+            samples: dict[tuple[str, int, int], list[float]] = {key: [] for key in grid}
+            rounds = max(repeats, 1)
+            for r in range(rounds):
+                if r:
+                    fresh_files(r)  # every round samples other placements
+                for op, block, n in grid:
+                    t0 = time.perf_counter()
+                    pools[(block, n)].run(op, seg)
+                    samples[(op, block, n)].append(time.perf_counter() - t0)
+                    if r == rounds - 1:
+                        _tick(on_point)
+        finally:
+            for pool in pools.values():
+                pool.close()
+        for op, block, n in grid:
+            got = samples[(op, block, n)]
+            records.append({"op": op, "block_size": block, "workers": n, "bytes": size, "files": files,
+                            "seconds": statistics.median(got), "samples": got})
     finally:
-        f.unlink()
+        for h in handles:
+            h.unlink()
         del seg
         buf.close()
     return mode, records

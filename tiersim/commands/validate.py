@@ -23,7 +23,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--nvme-dir", type=Path, default=None, help="directory for the swap files (default: temp dir on local disk)")
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads for CPU Adam (default 1; the full set adds a case with all cores)")
-    p.add_argument("--repeats", type=int, default=None, help="timed repeats per case (default 5 quick, 7 full)")
+    p.add_argument("--repeats", type=int, default=None, help="timed repeats per case (interleaved rounds; default 7 quick, 9 full)")
     p.set_defaults(func=handler)
 
 
@@ -60,11 +60,11 @@ def handler(args: argparse.Namespace) -> int:
     cuda = microbench.cuda_available()
     cases = (quick_cases(args.threads, cuda) if args.quick
              else full_cases(args.threads, cuda, max_threads=os.cpu_count() or 1))
-    repeats = args.repeats or (5 if args.quick else 7)
+    repeats = args.repeats or (7 if args.quick else 9)
 
     def on_case(case: object) -> None:
         if args.format == "table":
-            print(f"  running {case.name} ...", file=sys.stderr, flush=True)  # type: ignore[attr-defined]
+            print(f"  setting up {case.name} ...", file=sys.stderr, flush=True)  # type: ignore[attr-defined]
 
     results = run_cases(cases, host, nvme_dir, warmup=1, repeats=repeats, on_case=on_case)
     if args.format == "json":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import statistics
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -52,6 +53,38 @@ def measure_case(case: Case, host: HostProfile, nvme_dir: Path, warmup: int, rep
         gc.collect()
 
 
+def measure_interleaved(
+    cases: Sequence[Case],
+    host: HostProfile,
+    nvme_dir: Path,
+    warmup: int,
+    repeats: int,
+    on_case: Callable[[Case], None] | None = None,
+) -> list[list[float]]:
+    """Seconds per step of every case, timed in ``repeats`` interleaved rounds (each case once
+    per round, after ``warmup`` untimed steps each): on a shared host whose speed drifts over
+    tens of seconds, every case's median then spans the same window instead of one case
+    catching a slow spell. Returns the samples per case."""
+    executors: list[object] = []
+    try:
+        for case in cases:
+            if on_case is not None:
+                on_case(case)
+            executors.append(build_executor(case, host, nvme_dir))
+            gc.collect()
+            for _ in range(warmup):
+                executors[-1].step()  # type: ignore[attr-defined]
+        samples: list[list[float]] = [[] for _ in cases]
+        for _ in range(max(repeats, 1)):
+            for i, executor in enumerate(executors):
+                samples[i].append(time_step(executor.step, warmup=0, repeats=1).median_s)  # type: ignore[attr-defined]
+        return samples
+    finally:
+        for executor in executors:
+            executor.close()  # type: ignore[attr-defined]
+        gc.collect()
+
+
 def run_cases(
     cases: Sequence[Case],
     host: HostProfile,
@@ -61,11 +94,10 @@ def run_cases(
     repeats: int = 3,
     on_case: Callable[[Case], None] | None = None,
 ) -> list[CaseResult]:
+    """Time every case (interleaved rounds, medians) and compare with its prediction."""
+    samples = measure_interleaved(cases, host, nvme_dir, warmup, repeats, on_case)
     results = []
-    for case in cases:
-        if on_case is not None:
-            on_case(case)
-        measured = measure_case(case, host, nvme_dir, warmup, repeats)
+    for case, got in zip(cases, samples):
         predicted = predict_case(host, case)
-        results.append(CaseResult(case.name, case.strategy, predicted, measured))
+        results.append(CaseResult(case.name, case.strategy, predicted, statistics.median(got)))
     return results
