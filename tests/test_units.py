@@ -10,8 +10,6 @@ from hypothesis import strategies as st
 
 from tiersim.errors import ConfigError
 from tiersim.units import (
-    format_bytes,
-    format_rate,
     parse_bytes,
     parse_count,
     parse_flops,
@@ -135,12 +133,6 @@ def test_rejects(parser, value: object) -> None:
         parser(value, W)
     assert str(info.value).startswith("file.yaml: a.b: ")
     assert info.value.source == "file.yaml" and info.value.field == "a.b"
-
-
-def test_format_helpers() -> None:
-    assert format_bytes(512) == "512 B"
-    assert format_bytes(1.5 * 2**30) == "1.5 GiB"
-    assert format_rate(25e9) == "25.0 GB/s"
 
 
 @given(st.floats(min_value=0, max_value=1e6, allow_nan=False), st.sampled_from(["", "k", "M", "G", "T"]))

@@ -89,17 +89,3 @@ def parse_count(value: object, where: Where) -> float:
     """"1e8", "5 G", 100000000, "500 M" -> a plain count (float; callers round when needed)."""
     number, unit = _split(value, where)
     return _finite(number * _prefix(unit, value, where), value, where)
-
-
-def format_bytes(num: float) -> str:
-    """Bytes -> a short human string with binary prefixes ("1.5 GiB")."""
-    for prefix in ("", "Ki", "Mi", "Gi", "Ti", "Pi"):
-        if abs(num) < 1024.0 or prefix == "Pi":
-            return f"{num:.0f} B" if prefix == "" else f"{num:.1f} {prefix}B"
-        num /= 1024.0
-    raise AssertionError("unreachable")
-
-
-def format_rate(rate: float) -> str:
-    """bytes/s -> "25.0 GB/s" (decimal prefixes, as datasheets quote rates)."""
-    return f"{rate / 1e9:.1f} GB/s"

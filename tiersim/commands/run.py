@@ -11,6 +11,7 @@ from tiersim.report import csv_text, flat_row, results_table
 from tiersim.results import Result
 from tiersim.scenario import load_scenario
 from tiersim.simulate import simulate
+from tiersim.strategies import STRATEGIES
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -18,8 +19,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser = subparsers.add_parser("run", help="simulate a scenario under its strategies",
                                    description=__doc__)
     parser.add_argument("scenario", help="scenario YAML file")
+    known = "; ".join(f"{name}: {cls.summary}" for name, cls in STRATEGIES.items())
     parser.add_argument("--strategy", action="append", default=[], metavar="NAME",
-                        help="only this strategy (repeatable); default: all in the scenario")
+                        help=f"only this strategy (repeatable); default: all in the scenario ({known})")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                         help="override a scenario field by dotted path, e.g. training.global_batch=64")
     parser.add_argument("--format", choices=("table", "json", "csv"), default="table")
