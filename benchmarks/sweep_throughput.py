@@ -25,7 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tiersim.sweeper import load_sweep, plan_sweep, run_sweep  # noqa: E402
+from tiersim.sweep_points import load_sweep, plan_sweep  # noqa: E402
+from tiersim.sweeper import run_sweep  # noqa: E402
 
 AXES = {
     "hardware.nvme.count": [1, 2, 4, 8, 16],

@@ -16,7 +16,8 @@ import yaml
 
 import tiersim
 from tiersim.errors import ConfigError
-from tiersim.sweeper import load_sweep, plan_sweep, run_sweep
+from tiersim.sweep_points import load_sweep, plan_sweep
+from tiersim.sweeper import run_sweep
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"

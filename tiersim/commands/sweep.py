@@ -3,7 +3,7 @@
 Runs on a local process pool (``--jobs N``; 1 = in this process) or on an existing Dask
 cluster (``--scheduler tcp://HOST:8786``). Rows stream into DIR/parts/*.parquet as runs finish
 and end up, in point order, in DIR/results.parquet; after Ctrl-C (exit 130) or a crash,
-``--resume`` runs only what is missing. See ``tiersim.sweeper`` for the sweep file format.
+``--resume`` runs only what is missing. See ``tiersim.sweep_points`` for the sweep file format.
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 def sweep_command(args: argparse.Namespace) -> int:
     """Plan (validating every point), run, store, print a summary."""
-    from tiersim.sweeper import SweepInterrupted, load_sweep, run_sweep
+    from tiersim.sweep_points import load_sweep
+    from tiersim.sweeper import SweepInterrupted, run_sweep
 
     out = args.out
     if out is None:

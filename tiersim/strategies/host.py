@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from tiersim.hardware import Hardware
 from tiersim.schema import number
 from tiersim.strategies.base import (
-    LP_TO_FP32,
     Placement,
     StepBuilder,
     Strategy,

@@ -1,0 +1,395 @@
+"""Sweeps: a base scenario plus factors, run as a grid or a list of points, one Parquet row per run.
+
+A sweep file (YAML)::
+
+    name: nvme-knobs                       # optional; default: the file's stem
+    description: ...                       # optional
+    base: ../scenarios/quickstart.yaml     # the scenario, relative to this file (or a mapping)
+    set: [training.global_batch=8]         # optional: applied to the base first (list or mapping)
+    grid:                                  # cartesian product, last key varies fastest
+      hardware.nvme.count: [1, 2, 4]
+      strategies.nvme.buffer_count: [4, 8]
+    # or, instead of grid, a list of points:
+    # points:
+    #   - {hardware.nvme.count: 1, strategy: nvme}
+    #   - {hardware.nvme.count: 4, strategy: dram}
+
+A factor is any scenario field by dotted path (``model.layers``, ``hardware.cxl.count``,
+``training.global_batch``, ...), plus two forms for strategies:
+
+- ``strategy``: runs only that strategy (its options as in the base scenario, or its defaults
+  when the base does not list it). Without it every strategy of the base is a separate run.
+- ``strategies.NAME.OPTION``: sets OPTION of strategy NAME's entry in the base scenario's
+  ``strategies`` list (``strategies.nvme.buffer_count``, ``strategies.cxl.dram_weight``). In a
+  point whose ``strategy`` is another one it is ignored.
+
+Order of application: base, the file's ``set``, ``--set`` (``overrides``), the point's factors.
+Every point is resolved into its ``RunConfig`` objects before anything runs, so a bad point is a
+``ConfigError`` naming the sweep file and the factor (``grid.hardware.nvme.countt``).
+
+Each run becomes one flat row: ``point`` (index of its point), ``point_id`` (hash of the point's
+factors and the strategy), every factor (column named by its dotted path; ``strategy`` is the
+``strategy`` column), every field of ``tiersim.report.flat_row``, ``seed``, ``tiersim_version``
+and ``config_hash`` (hash of the resolved config and the version). Workers (a process pool, or
+a Dask cluster) get ``RunConfig`` objects and return plain dicts; the rows stream into Parquet
+part files under ``OUT/parts/`` (each written atomically) and are consolidated, in point order,
+into ``OUT/results.parquet``. ``resume=True`` keeps stored rows whose point_id and config_hash
+are still in the sweep and runs only the rest, so an interrupted and resumed sweep ends with the
+same file as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from tiersim import __version__
+from tiersim.errors import ConfigError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tiersim.scenario import RunConfig
+
+SWEEP_KEYS = ("name", "description", "base", "set", "grid", "points")
+STRATEGY_FACTOR = "strategy"
+STRATEGY_OPTIONS = "strategies."
+
+# --------------------------------------------------------------------------------------------
+# Sweep definition
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One assignment ``key = value``; ``source`` and ``label`` name where it was written."""
+
+    key: str
+    value: Any
+    source: str
+    label: str
+
+
+@dataclass
+class Sweep:
+    """A parsed sweep: the base scenario mapping, sweep-level settings and the points."""
+
+    name: str
+    source: str
+    base: dict[str, Any]
+    base_source: str
+    search: tuple[Path, ...]
+    settings: list[Setting]
+    kind: str  # "grid" or "points"
+    points: list[dict[str, Any]]
+    factors: list[str]
+    description: str = ""
+
+    def point_label(self, index: int, key: str | None = None) -> str:
+        """Where in the sweep file a point (or one of its factors) is written."""
+        if self.kind == "grid":
+            if key is not None:
+                return f"grid.{key}"
+            desc = ", ".join(f"{k}={show_value(v)}" for k, v in self.points[index].items())
+            return f"grid point {index} ({desc})"
+        return f"points[{index}]" + (f".{key}" if key is not None else "")
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """One run of the sweep: which point, its strategy, its resolved config and identity."""
+
+    index: int
+    point: int
+    strategy: str
+    point_id: str
+    config_hash: str
+    config: "RunConfig"
+
+
+def load_sweep(spec: str | Path | Mapping[str, Any], overrides: Sequence[str] = ()) -> Sweep:
+    """Read and check a sweep file (or mapping); ``overrides`` are ``--set`` style KEY=VALUE."""
+    from tiersim.profiles import read_yaml
+
+    if isinstance(spec, Mapping):
+        source, data, here = "<sweep>", dict(spec), Path.cwd()
+    else:
+        path = Path(spec)
+        source, data, here = str(path), read_yaml(path), path.parent
+        if not isinstance(data, dict):
+            raise ConfigError(source, "", "a sweep file must be a mapping with 'base' and 'grid' or 'points'")
+    for key in data:
+        if key not in SWEEP_KEYS:
+            raise ConfigError(source, str(key), f"unknown field (known: {', '.join(SWEEP_KEYS)})")
+    if "base" not in data:
+        raise ConfigError(source, "base", "required field is missing (the scenario file to sweep over)")
+    base, base_source, search = _read_base(data["base"], source, here)
+    settings = _settings(data.get("set"), source, "set") + _settings(list(overrides), "--set", None)
+    if ("grid" in data) == ("points" in data):
+        raise ConfigError(source, "grid", "give exactly one of 'grid' (a cartesian product) or 'points' (a list)")
+    kind = "grid" if "grid" in data else "points"
+    points = _grid_points(data["grid"], source) if kind == "grid" else _list_points(data["points"], source)
+    factors: list[str] = []
+    for point in points:
+        factors.extend(k for k in point if k not in factors)
+    for setting in settings:
+        if setting.source == "--set" and setting.key in factors:
+            raise ConfigError("--set", setting.key, "is a factor of this sweep; change its values in the sweep file")
+    name = data.get("name", Path(source).stem if source != "<sweep>" else "sweep")
+    if not isinstance(name, str) or not name:
+        raise ConfigError(source, "name", f"expected a non-empty string, got {name!r}")
+    description = data.get("description") or ""
+    return Sweep(str(name), source, base, base_source, search, settings, kind, points, factors, str(description))
+
+
+def _read_base(raw: object, source: str, here: Path) -> tuple[dict[str, Any], str, tuple[Path, ...]]:
+    from tiersim.profiles import read_yaml
+
+    if isinstance(raw, Mapping):
+        return copy.deepcopy(dict(raw)), f"{source}: base", (here,)
+    if not isinstance(raw, (str, Path)) or not str(raw):
+        raise ConfigError(source, "base", f"expected a scenario file path or mapping, got {raw!r}")
+    path = Path(raw)
+    if not path.is_absolute():
+        path = here / path
+    if not path.is_file():
+        raise ConfigError(source, "base", f"scenario file {str(raw)!r} not found (looked for {path})")
+    data = read_yaml(path)
+    if not isinstance(data, dict):
+        raise ConfigError(str(path), "", "a scenario must be a mapping")
+    return data, str(path), (path.parent,)
+
+
+def _settings(raw: object, source: str, label: str | None) -> list[Setting]:
+    """``set:`` as a list of KEY=VALUE strings or a mapping; ``--set`` as a list of strings."""
+    from tiersim.scenario import parse_assignment
+
+    if raw is None:
+        return []
+    out: list[Setting] = []
+    if isinstance(raw, Mapping):
+        for key, value in raw.items():
+            _check_key(key, source, f"{label}.{key}")
+            out.append(Setting(str(key), value, source, f"{label}.{key}"))
+        return out
+    if not isinstance(raw, list):
+        raise ConfigError(source, label or "", "expected a list of KEY=VALUE strings or a mapping")
+    for i, item in enumerate(raw):
+        where = f"{label}[{i}]" if label else str(item)
+        if not isinstance(item, str):
+            raise ConfigError(source, where, f"expected KEY=VALUE, got {item!r}")
+        key, value = parse_assignment(item, source, where)
+        _check_key(key, source, where)
+        out.append(Setting(key, value, source, f"{label}.{key}" if label else key))
+    return out
+
+
+def _check_key(key: object, source: str, where: str) -> None:
+    if not isinstance(key, str) or not key or any(not part for part in key.split(".")):
+        raise ConfigError(source, where, f"expected a dotted field path, got {key!r}")
+
+
+def _grid_points(grid: object, source: str) -> list[dict[str, Any]]:
+    if not isinstance(grid, Mapping):
+        raise ConfigError(source, "grid", "expected a mapping of dotted field path -> list of values")
+    if not grid:
+        raise ConfigError(source, "grid", "is empty: give at least one factor and its values")
+    axes: list[tuple[str, list[Any]]] = []
+    for key, values in grid.items():
+        _check_key(key, source, f"grid.{key}")
+        where = f"grid.{key}"
+        if not isinstance(values, list) or not values:
+            raise ConfigError(source, where, f"expected a non-empty list of values, got {values!r}")
+        seen: set[str] = set()
+        for value in values:
+            canon = _canon(value)
+            if canon in seen:
+                raise ConfigError(source, where, f"value {show_value(value)} is listed twice")
+            seen.add(canon)
+        axes.append((str(key), list(values)))
+    keys = [k for k, _ in axes]
+    return [dict(zip(keys, combo)) for combo in itertools.product(*(v for _, v in axes))]
+
+
+def _list_points(points: object, source: str) -> list[dict[str, Any]]:
+    if not isinstance(points, list) or not points:
+        raise ConfigError(source, "points", "expected a non-empty list of mappings (dotted field path -> value)")
+    seen: dict[str, int] = {}
+    out: list[dict[str, Any]] = []
+    for i, point in enumerate(points):
+        if not isinstance(point, Mapping):
+            raise ConfigError(source, f"points[{i}]", f"expected a mapping of dotted field path -> value, got {point!r}")
+        for key in point:
+            _check_key(key, source, f"points[{i}].{key}")
+        canon = _canon(dict(point))
+        if canon in seen:
+            raise ConfigError(source, f"points[{i}]", f"is the same point as points[{seen[canon]}]")
+        seen[canon] = i
+        out.append({str(k): v for k, v in point.items()})
+    return out
+
+
+def _canon(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def show_value(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, default=str)
+
+
+# --------------------------------------------------------------------------------------------
+# Resolution: points -> RunConfigs (all of them, before anything runs)
+# --------------------------------------------------------------------------------------------
+
+
+def plan_sweep(sweep: Sweep) -> list[PlannedRun]:
+    """Every run of the sweep in point order (strategies in base order within a point)."""
+    runs: list[PlannedRun] = []
+    hardware_digests: dict[int, tuple[Any, str]] = {}
+    for index, point in enumerate(sweep.points):
+        for config in resolve_point(sweep, index):
+            ident = {"point": {k: v for k, v in point.items() if k != STRATEGY_FACTOR},
+                     "strategy": config.strategy}
+            runs.append(PlannedRun(
+                index=len(runs),
+                point=index,
+                strategy=config.strategy,
+                point_id=_digest(_canon(ident)),
+                config_hash=config_hash(config, hardware_digests),
+                config=config,
+            ))
+    return runs
+
+
+def config_hash(config: "RunConfig", memo: dict[int, tuple[Any, str]] | None = None) -> str:
+    """A short hash of the resolved config (profile figures included) and the tiersim version.
+
+    ``memo`` (id of a Hardware object -> (object, digest)) saves re-encoding hardware shared by
+    many runs; the hash is the same with or without it.
+    """
+    import dataclasses
+
+    from tiersim.schema import to_plain
+
+    hardware = config.hardware
+    cached = memo.get(id(hardware)) if memo is not None else None
+    if cached is not None and cached[0] is hardware:
+        hw_digest = cached[1]
+    else:
+        hw_digest = _digest(_canon(to_plain(hardware)))
+        if memo is not None:
+            memo[id(hardware)] = (hardware, hw_digest)
+    rest = {f.name: to_plain(getattr(config, f.name)) for f in dataclasses.fields(config) if f.name != "hardware"}
+    return _digest(_canon(rest) + "|" + hw_digest + "|" + __version__)
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def resolve_point(sweep: Sweep, index: int) -> list["RunConfig"]:
+    """The run configs of one point; errors name the sweep file and the factor."""
+    from tiersim.scenario import scenario_from_dict
+    from tiersim.strategies import STRATEGIES
+
+    point = sweep.points[index]
+    data = copy.deepcopy(sweep.base)
+    assignments = list(sweep.settings) + [
+        Setting(k, v, sweep.source, sweep.point_label(index, k)) for k, v in point.items() if k != STRATEGY_FACTOR
+    ]
+    option_settings: list[tuple[Setting, str, str]] = []
+    for setting in assignments:
+        if setting.key.startswith(STRATEGY_OPTIONS):
+            parts = setting.key.split(".")
+            if len(parts) != 3:
+                raise ConfigError(setting.source, setting.label,
+                                  "strategy options are written strategies.NAME.OPTION, e.g. strategies.nvme.buffer_count")
+            name, option = parts[1], parts[2]
+            if name not in STRATEGIES:
+                raise ConfigError(setting.source, setting.label,
+                                  f"unknown strategy {name!r} (known: {', '.join(STRATEGIES)})")
+            option_names = _option_fields(STRATEGIES[name].Options)
+            if option not in option_names:
+                known = ", ".join(sorted(option_names)) or "none"
+                raise ConfigError(setting.source, setting.label,
+                                  f"strategy {name!r} has no option {option!r} (known: {known})")
+            option_settings.append((setting, name, option))
+        else:
+            _assign(data, setting)
+    selected: str | None = None
+    if STRATEGY_FACTOR in point:
+        selected = point[STRATEGY_FACTOR]
+        label = sweep.point_label(index, STRATEGY_FACTOR)
+        if not isinstance(selected, str) or selected not in STRATEGIES:
+            raise ConfigError(sweep.source, label, f"unknown strategy {selected!r} (known: {', '.join(STRATEGIES)})")
+        entries = _entries(data, sweep.base_source)
+        entry = entries.get(selected, {"name": selected})
+        data["strategies"] = [entry]
+    for setting, name, option in option_settings:
+        entries = _entries(data, sweep.base_source)
+        if name not in entries:
+            if selected is not None:
+                continue  # this point runs another strategy: the option does not apply
+            raise ConfigError(setting.source, setting.label,
+                              f"strategy {name!r} is not in the base scenario's strategies (has: {', '.join(entries)})")
+        entries[name][option] = setting.value
+        data["strategies"] = list(entries.values())
+    try:
+        return scenario_from_dict(data, sweep.base_source, (), sweep.search)
+    except ConfigError as exc:
+        raise _attribute(exc, data, assignments, sweep, index) from None
+
+
+def _option_fields(options_cls: type) -> set[str]:
+    import dataclasses
+
+    return {f.name for f in dataclasses.fields(options_cls) if f.init}
+
+
+def _entries(data: dict[str, Any], source: str) -> dict[str, dict[str, Any]]:
+    """The ``strategies`` list as {name: mapping} (string entries become mappings)."""
+    raw = data.get("strategies")
+    if not isinstance(raw, list):
+        raise ConfigError(source, "strategies", "expected a non-empty list of strategy names or mappings")
+    entries: dict[str, dict[str, Any]] = {}
+    for i, item in enumerate(raw):
+        fields = {"name": item} if isinstance(item, str) else item
+        if not isinstance(fields, dict) or not isinstance(fields.get("name"), str):
+            raise ConfigError(source, f"strategies[{i}]", "expected a strategy name or a mapping with 'name'")
+        entries.setdefault(fields["name"], dict(fields))
+    return entries
+
+
+def _assign(data: dict[str, Any], setting: Setting) -> None:
+    """Set ``setting.key`` (dotted) in ``data`` as ``--set`` would (``tiersim.scenario.assign``)."""
+    from tiersim.scenario import assign
+
+    assign(data, setting.key, setting.value, setting.source, setting.label)
+
+
+def _attribute(exc: ConfigError, data: dict[str, Any], assignments: list[Setting], sweep: Sweep,
+               index: int) -> ConfigError:
+    """Name the factor (or setting) an error in the resolved scenario comes from."""
+    fld = exc.field
+    if fld.startswith("strategies["):
+        close = fld.find("]")
+        try:
+            entry = data["strategies"][int(fld[len("strategies["):close])]
+            name = entry if isinstance(entry, str) else entry.get("name")
+            rest = fld[close + 1:]
+            rest = rest[1:] if rest.startswith(".") else rest
+            if name is not None and rest and rest != "name":
+                fld = f"strategies.{name}.{rest}"
+        except (ValueError, IndexError, KeyError, TypeError, AttributeError):
+            pass
+    if fld and exc.source == sweep.base_source:
+        for setting in reversed(assignments):
+            key = setting.key
+            if fld == key or fld.startswith(key + ".") or fld.startswith(key + "[") or key.startswith(fld + "."):
+                return ConfigError(setting.source, setting.label, f"{exc.message} (value {show_value(setting.value)})")
+    if STRATEGY_FACTOR in sweep.points[index] and (fld.startswith("strategies") or fld == ""):
+        return ConfigError(sweep.source, sweep.point_label(index, STRATEGY_FACTOR), str(exc))
+    return ConfigError(sweep.source, sweep.point_label(index), str(exc))

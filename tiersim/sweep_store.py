@@ -1,0 +1,170 @@
+"""A sweep's rows on disk: Arrow tables with fixed column types, Parquet part files written
+atomically under ``OUT/parts/``, and their consolidation, in run order, into
+``OUT/results.parquet`` (see ``tiersim.sweep_points`` for what a row holds)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+from tiersim import __version__
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+    import pyarrow as pa
+
+from tiersim.sweep_points import STRATEGY_FACTOR, PlannedRun, Sweep, show_value
+
+RESULTS_FILE = "results.parquet"
+PARTS_DIR = "parts"
+ROW_PREFIX = ("point", "point_id")
+ROW_SUFFIX = ("seed", "tiersim_version", "config_hash")
+
+# --------------------------------------------------------------------------------------------
+# Rows and Parquet parts
+# --------------------------------------------------------------------------------------------
+
+
+class RowTable:
+    """Turns rows into Arrow tables with one fixed type per factor column."""
+
+    def __init__(self, sweep: Sweep, runs: Sequence[PlannedRun]) -> None:
+        import pyarrow as pa
+
+        self.sweep = sweep
+        self.runs = runs
+        self.factors = [k for k in sweep.factors if k != STRATEGY_FACTOR and k not in ROW_PREFIX + ROW_SUFFIX]
+        self.types: dict[str, Any] = {"point": pa.int64(), "point_id": pa.string(), "config_hash": pa.string()}
+        self.text_factors: set[str] = set()
+        for key in self.factors:
+            values = [sweep.points[r.point].get(key) for r in runs]
+            try:
+                inferred = pa.array(values).type
+                nested = pa.types.is_nested(inferred)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+                inferred, nested = None, True
+            if nested:
+                self.text_factors.add(key)
+                self.types[key] = pa.string()
+            else:
+                self.types[key] = inferred
+        for name in ("scenario", "strategy", "bottleneck", "reason", "tiersim_version"):
+            self.types.setdefault(name, pa.string())
+        self.float_suffix = "_s"
+
+    def _type(self, column: str) -> Any:
+        import pyarrow as pa
+
+        if column in self.types:
+            return self.types[column]
+        return pa.float64() if column.endswith(self.float_suffix) else None
+
+    def row(self, run: PlannedRun, result_row: dict[str, Any]) -> dict[str, Any]:
+        """The full row: prefix, factors, result fields, seed, version, config hash."""
+        point = self.sweep.points[run.point]
+        row: dict[str, Any] = {"point": run.point, "point_id": run.point_id}
+        for key in self.factors:
+            value = point.get(key)
+            if key in self.text_factors and value is not None and not isinstance(value, str):
+                value = json.dumps(value, sort_keys=True, default=str)
+            row[key] = value
+        for key, value in result_row.items():
+            if key not in ROW_SUFFIX:
+                row[key] = value
+        row["seed"] = result_row.get("seed", run.config.seed)
+        row["tiersim_version"] = result_row.get("tiersim_version", __version__)
+        row["config_hash"] = run.config_hash
+        return row
+
+    def table(self, rows: Sequence[dict[str, Any]]) -> "pa.Table":
+        import pyarrow as pa
+
+        columns: list[str] = []
+        for row in rows:
+            columns.extend(k for k in row if k not in columns)
+        arrays = [pa.array([row.get(c) for row in rows], type=self._type(c)) for c in columns]
+        return pa.Table.from_arrays(arrays, names=columns)
+
+
+def write_part(parts: Path, table: "pa.Table") -> Path:
+    """Write one part atomically: a hidden temp file in the same folder, then rename."""
+    import pyarrow.parquet as pq
+
+    name = f"part-{time.time_ns():020d}-{os.getpid()}-{uuid.uuid4().hex[:8]}.parquet"
+    tmp = parts / f".{name}.tmp"
+    pq.write_table(table, tmp)
+    os.replace(tmp, parts / name)
+    return parts / name
+
+
+def read_parts(parts: Path) -> list["pa.Table"]:
+    """Every complete part (leftover temp files of a killed sweep are removed)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    tables = []
+    if not parts.is_dir():
+        return tables
+    for tmp in parts.glob(".part-*.tmp"):
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+    for path in sorted(parts.glob("part-*.parquet")):
+        try:
+            tables.append(pq.read_table(path))
+        except (OSError, pa.ArrowInvalid):
+            print(f"tiersim: warning: ignoring unreadable part {path}", file=sys.stderr)
+    return tables
+
+
+def concat_tables(tables: Sequence["pa.Table"]) -> "pa.Table | None":
+    import pyarrow as pa
+
+    if not tables:
+        return None
+    return pa.concat_tables(tables, promote_options="permissive")
+
+
+def stored_rows(table: "pa.Table | None", runs: Sequence[PlannedRun]) -> dict[int, int]:
+    """{run index: row in ``table``} for stored rows that still belong to this sweep."""
+    if table is None or table.num_rows == 0 or "point_id" not in table.column_names:
+        return {}
+    by_id = {r.point_id: r for r in runs}
+    ids = table.column("point_id").to_pylist()
+    hashes = table.column("config_hash").to_pylist() if "config_hash" in table.column_names else [None] * len(ids)
+    found: dict[int, int] = {}
+    for row, (pid, chash) in enumerate(zip(ids, hashes)):
+        run = by_id.get(pid)
+        if run is not None and run.config_hash == chash and run.index not in found:
+            found[run.index] = row
+    return found
+
+
+def final_table(table: "pa.Table", found: dict[int, int], sweep: Sweep, overrides: Sequence[str]) -> "pa.Table":
+    """The stored rows of this sweep in run order, with provenance in the schema metadata."""
+    import pyarrow as pa
+
+    order = [found[i] for i in sorted(found)]
+    final = table.take(pa.array(order, type=pa.int64()))
+    meta = {
+        "name": sweep.name,
+        "source": sweep.source,
+        "base": sweep.base_source,
+        "set": [f"{s.key}={show_value(s.value)}" for s in sweep.settings],
+        "factors": sweep.factors,
+        "tiersim_version": __version__,
+    }
+    return final.replace_schema_metadata({b"tiersim.sweep": json.dumps(meta, default=str).encode()})
+
+
+def results_frame(out: str | Path) -> "pd.DataFrame":
+    """Read a finished sweep's ``results.parquet`` (a folder or the file) as a DataFrame."""
+    import pandas as pd
+
+    path = Path(out)
+    return pd.read_parquet(path / RESULTS_FILE if path.is_dir() else path)
