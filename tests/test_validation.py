@@ -12,6 +12,8 @@ import torch
 from tiersim.calibration.directio import FSYNC_MODE, O_DIRECT_MODE, probe_bypass_mode
 from tiersim.calibration.runner import CalibrationPlan, run_calibration
 from tiersim.cli import build_parser
+from tiersim.scenario import load_scenario
+from tiersim.simulate import simulate
 from tiersim.validation.cases import Case, quick_cases, tiny_cases
 from tiersim.validation.predictor import predict_case
 from tiersim.validation.real_step import DRAMAdam, NVMeAdam, SwapConfig, make_initial_state, reference_adam, time_step
@@ -192,3 +194,14 @@ def test_end_to_end_tiny_calibration_then_validation(tmp_path: Path) -> None:
         assert set(c) == {"case", "strategy", "predicted_s", "measured_s", "error_pct"}
         assert c["predicted_s"] > 0 and c["measured_s"] > 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["host-tiny.yaml"]
+    # The calibrated profile is one `tiersim run` can use: a small model on this host's CPU,
+    # DRAM and disk (the GPU side still from the scenario's profiles).
+    scenario = Path(__file__).resolve().parent.parent / "scenarios" / "quickstart.yaml"
+    configs = load_scenario(scenario, [f"hardware.host={tmp_path / 'host-tiny.yaml'}", "hardware.nvme=null",
+                                       "model.layers=2",
+                                       "model.hidden=1024", "model.heads=8", "model.kv_heads=8", "model.ffn=2816"],
+                            ["dram", "nvme"])
+    for config in configs:
+        assert config.hardware.cpu.name == host.cpu.name and config.hardware.nvme == host.nvme
+        run = simulate(config)
+        assert run.fits and run.iteration_time_s is not None and run.iteration_time_s > 0
