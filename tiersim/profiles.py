@@ -75,6 +75,25 @@ class CPUProfile(_ProfileBase):
     adam_params_per_core: float = number(gt=0, doc="DeepSpeed CPU Adam, fp32, params/s per core")
     memcpy_bandwidth_per_core: float = rate(doc="single-core streaming copy, bytes/s")
     adam_step_overhead: float | None = duration(None, doc="fixed cost of one optimizer.step call (s)")
+    adam_params_per_s: list[float] | None = None
+    """Measured Adam params/s with 1, 2, ... cores, when the rate does not scale linearly."""
+
+    def validate(self, source: str, path: str) -> None:
+        """Figures cited; the measured Adam rates positive."""
+        super().validate(source, path)
+        for i, value in enumerate(self.adam_params_per_s or ()):
+            if not value > 0:
+                raise ConfigError(source, f"adam_params_per_s[{i}]", f"must be greater than 0, got {value:g}")
+
+    def adam_rate(self, cores: int) -> float:
+        """Adam params/s on ``cores`` cores: the measured rate for that many when known, beyond
+        the measurements the last one's per-core rate, else cores x ``adam_params_per_core``."""
+        table = self.adam_params_per_s
+        if not table:
+            return cores * self.adam_params_per_core
+        if cores <= len(table):
+            return table[cores - 1]
+        return table[-1] / len(table) * cores
 
 
 @dataclass(frozen=True, kw_only=True)

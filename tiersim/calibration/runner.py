@@ -221,6 +221,9 @@ def run_calibration(
         "memcpy_bandwidth_per_core": per_core_copy,
         "adam_step_overhead": adam_fits[variant][one].intercept,
     }
+    measured_threads = sorted(adam_fits[variant])
+    if measured_threads == list(range(1, len(measured_threads) + 1)) and len(measured_threads) > 1:
+        cpu_fig["adam_params_per_s"] = [adam_fits[variant][t].rate for t in measured_threads]
     dram_fig = {
         "capacity": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
         "peak_bandwidth": max(2 * peak_copy, best_stream),
@@ -244,6 +247,7 @@ def run_calibration(
             f"{', '.join(str(n) for n in plan.adam_numels)} params with {one} torch thread(s); "
             "per-call overhead from a 1024-param step, then fit time = overhead + numel/rate; rate / threads",
             "adam_step_overhead": f"median time of torch.optim.Adam({variant}=True).step() over a 1024-param tensor",
+            "adam_params_per_s": f"the same Adam fit with 1..{max(plan.adam_threads)} torch threads (params/s each)",
             "memcpy_bandwidth_per_core": f"torch copy_ of {sizes_txt} fp32 with 1 thread; fit time = latency + "
             "size/bandwidth; bytes copied per second",
         },

@@ -32,13 +32,13 @@ def adam_task(b: StepBuilder, name: str, numel: int, memory: HostMemory, deps: t
     """CPU Adam over ``numel`` elements as one flow of its memory traffic (bytes).
 
     It reads param, grad, m, v and writes param, m, v plus (when there is a GPU to feed) the
-    16-bit copy for it; its rate is at most ``cores * adam_params_per_core`` elements/s, and the
+    16-bit copy for it; its rate is at most the CPU's Adam rate on the rank's cores (elements/s), and the
     memory it touches is shared with every other flow on those links.
     """
     read = ADAM_READ_BYTES
     write = ADAM_WRITE_BYTES + (b.step.lp_bytes if b.hw.has_gpu else 0)
     per_element = read + write
-    cap = b.hw.cores_per_rank * b.hw.cpu.adam_params_per_core * per_element
+    cap = b.hw.cpu.adam_rate(b.hw.cores_per_rank) * per_element
     usage = memory.access(read / per_element, write / per_element)
     overhead = b.hw.cpu.adam_step_overhead or 0.0
     return b.add(Task(name, "cpu", "optimizer_step", "adam", delay=overhead, size=numel * per_element,
