@@ -266,3 +266,27 @@ def test_missing_profile_file_by_path(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         find_profile("absent.yaml", "nvme", "scen.yaml", "hardware.nvme", extra=(tmp_path,))
     assert "scen.yaml: hardware.nvme" in str(info.value)
+
+
+def test_adam_rate_uses_measured_rates_per_core_count() -> None:
+    from dataclasses import replace
+
+    from tiersim.profiles import CPUProfile
+
+    cpu = find_profile("xeon-8480", "cpu", "t.yaml", "hardware.cpu")
+    assert isinstance(cpu, CPUProfile)
+    assert cpu.adam_rate(4) == 4 * cpu.adam_params_per_core
+    measured = replace(cpu, adam_params_per_s=[1.0e9, 1.5e9])
+    assert measured.adam_rate(1) == 1.0e9 and measured.adam_rate(2) == 1.5e9
+    assert measured.adam_rate(4) == 1.5e9 / 2 * 4
+
+
+def test_measured_adam_rates_must_be_positive(tmp_path: Path) -> None:
+    import yaml
+
+    data = yaml.safe_load((DEFAULT_PROFILE_DIR / "xeon-8480.yaml").read_text())
+    data["adam_params_per_s"] = [1e9, 0]
+    path = tmp_path / "xeon-8480.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match=r"adam_params_per_s\[1\]: must be greater than 0"):
+        load_profile_file(path)
