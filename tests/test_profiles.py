@@ -286,6 +286,7 @@ def test_measured_adam_rates_must_be_positive(tmp_path: Path) -> None:
 
     data = yaml.safe_load((DEFAULT_PROFILE_DIR / "xeon-8480.yaml").read_text())
     data["adam_params_per_s"] = [1e9, 0]
+    data["sources"]["adam_params_per_s"] = "measured (test)"
     path = tmp_path / "xeon-8480.yaml"
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(ConfigError, match=r"adam_params_per_s\[1\]: must be greater than 0"):
