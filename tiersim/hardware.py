@@ -152,11 +152,12 @@ def resolve_hardware(spec: HardwareSpec, source: str, search: tuple[Path, ...] =
         nvme = host.nvme
     assert nvme is None or isinstance(nvme, NVMeProfile)
     cores = spec.cores_per_rank or max(1, cpu.cores_per_socket * spec.sockets // spec.gpus)
-    if cores * min(spec.gpus, math.ceil(spec.gpus / spec.sockets)) > cpu.cores_per_socket * 2:
+    ranks_per_socket = math.ceil(spec.gpus / spec.sockets)
+    if cores * ranks_per_socket > cpu.cores_per_socket * 2:
         raise ConfigError(
             source,
             "hardware.cores_per_rank",
-            f"{cores} cores for each of {math.ceil(spec.gpus / spec.sockets)} ranks per socket exceeds "
+            f"{cores} cores for each of {ranks_per_socket} ranks per socket exceeds "
             f"{cpu.cores_per_socket} cores (x2 hardware threads) of {cpu.name}",
         )
     return Hardware(
