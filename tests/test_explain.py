@@ -61,7 +61,7 @@ def test_chain_follows_real_dependencies(results: list) -> None:
     for tasks in graph.streams().values():
         for a, b in zip(tasks, tasks[1:]):
             stream_prev[b.name] = a.name
-    path = critical_path(result, graph)
+    path = critical_path(result)
     names = list(path["name"])
     for prev, (name, via) in zip(names, list(zip(names, path["via"]))[1:]):
         if via == "dep":

@@ -58,7 +58,7 @@ def flow_limit(task: Task, graph: TaskGraph) -> str:
     return best
 
 
-def critical_path(result: Result, graph: TaskGraph | None = None) -> pd.DataFrame:
+def critical_path(result: Result) -> pd.DataFrame:
     """The chain of tasks that ends last, first to last, one row per task (``SEGMENT_COLUMNS``).
 
     ``via`` says how a segment follows the one before it: ``stream`` (queued behind it on the
@@ -66,7 +66,7 @@ def critical_path(result: Result, graph: TaskGraph | None = None) -> pd.DataFram
     """
     if not result.fits or result.trace.empty:
         raise ConfigError("explain", result.strategy, f"no critical path: the run does not fit ({result.reason})")
-    graph = graph if graph is not None else task_graph(result)
+    graph = task_graph(result)
     tasks = {t.name: t for t in graph.tasks}
     records = {row.name: row for row in result.trace.itertuples(index=False)}
     if set(records) != set(tasks):
@@ -161,9 +161,9 @@ class Explanation:
         }
 
 
-def explain(result: Result, graph: TaskGraph | None = None) -> Explanation:
+def explain(result: Result) -> Explanation:
     """Critical path of ``result`` and the resource holding the largest share of it."""
-    path = critical_path(result, graph)
+    path = critical_path(result)
     breakdown = path_breakdown(path)
     per_resource = breakdown.groupby("resource", sort=False)["seconds"].sum().sort_values(ascending=False,
                                                                                           kind="stable")

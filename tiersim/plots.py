@@ -83,8 +83,8 @@ def _link_intervals(result: Result, graph: TaskGraph) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def timeline_bars(result: Result, graph: TaskGraph | None = None, max_bars: int = 1500,
-                  merge_gap: float | None = None, links: bool = True) -> pd.DataFrame:
+def timeline_bars(result: Result, max_bars: int = 1500, merge_gap: float | None = None,
+                  links: bool = True) -> pd.DataFrame:
     """The bars ``timeline_figure`` draws: stream, category, start, end, size, tasks, name."""
     if not result.fits or result.trace.empty:
         raise ConfigError("plot", result.strategy, f"nothing to draw: the run does not fit ({result.reason})")
@@ -93,11 +93,9 @@ def timeline_bars(result: Result, graph: TaskGraph | None = None, max_bars: int 
     gap = merge_gap if merge_gap is not None else (makespan / 2000 if len(work) > max_bars else -1.0)
     bars = _merge(work, gap)
     if links:
-        if graph is None:
-            from tiersim.explain import task_graph
+        from tiersim.explain import task_graph
 
-            graph = task_graph(result)
-        link_bars = _link_intervals(result, graph)
+        link_bars = _link_intervals(result, task_graph(result))
         if not link_bars.empty:
             bars = pd.concat([bars, link_bars], ignore_index=True)
     return bars
@@ -110,10 +108,9 @@ def _row_order(streams: Sequence[str]) -> list[str]:
     return known + others + link_rows
 
 
-def timeline_figure(result: Result, graph: TaskGraph | None = None, max_bars: int = 1500,
-                    links: bool = True) -> go.Figure:
+def timeline_figure(result: Result, max_bars: int = 1500, links: bool = True) -> go.Figure:
     """Gantt chart of one run: a row per stream and per tier link, bars coloured by category."""
-    bars = timeline_bars(result, graph, max_bars=max_bars, links=links)
+    bars = timeline_bars(result, max_bars=max_bars, links=links)
     rows = _row_order(list(bars["stream"].unique()))
     fig = go.Figure()
     for category, group in bars.groupby("category", sort=False):
@@ -196,7 +193,7 @@ def phase_bars(results: Sequence[Result] | pd.DataFrame, label: str = "strategy"
 def write_report(results: Sequence[Result], path: str | Path, title: str | None = None) -> Path:
     """One self-contained HTML file (plotly.js inlined, works offline): phase bars, then for each
     fitted strategy its critical-path explanation, timeline and utilisation."""
-    from tiersim.explain import explain, task_graph
+    from tiersim.explain import explain
 
     path = Path(path)
     fitted = [r for r in results if r.fits]
@@ -210,10 +207,9 @@ def write_report(results: Sequence[Result], path: str | Path, title: str | None 
             note = f"<p><b>{html.escape(r.strategy)}</b>: does not fit ({html.escape(str(r.reason))})</p>"
             figures.append((note, None))
             continue
-        graph = task_graph(r)
-        lines = explain(r, graph).lines()
+        lines = explain(r).lines()
         note = f"<h2>{html.escape(r.strategy)}</h2><pre>{html.escape(chr(10).join(lines))}</pre>"
-        figures.append((note, timeline_figure(r, graph)))
+        figures.append((note, timeline_figure(r)))
         figures.append(("", utilisation_figure(r)))
     first = True
     for note, fig in figures:

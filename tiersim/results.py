@@ -59,8 +59,6 @@ class Result:
     @cached_property
     def utilisation(self) -> pd.DataFrame:
         """Per stream and link, over the iteration and per phase (see ``utilisation_records``)."""
-        if self.run is None or self.graph is None or self.phases is None:
-            return pd.DataFrame(columns=UTILISATION_COLUMNS)
         return pd.DataFrame(self._utilisation, columns=UTILISATION_COLUMNS)
 
     @cached_property

@@ -49,8 +49,7 @@ class NVMeSwap(Strategy):
         """An aio read or write between a pinned DRAM buffer and NVMe."""
         nvme = b.hw.nvme
         assert nvme is not None
-        usage = ((b.link("nvme"), device_cost(nvme, write)), ("dram", 1.0))
-        b.link("dram")
+        usage = (("nvme", device_cost(nvme, write)), ("dram", 1.0))
         latency = nvme.write_latency if write else nvme.read_latency
         return b.add(Task(name, stream, phase, "nvme_write" if write else "nvme_read", delay=latency,
                           size=num_bytes, usage=usage, rate_cap=stream_rate(nvme, self.options, write),
