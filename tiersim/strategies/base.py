@@ -241,6 +241,15 @@ def place_gpu_common(step: TrainingStep, placement: Placement, grads_on_gpu: boo
     placement.put("hbm", "activations", step.activation_peak_bytes())
 
 
+def pcie_copy(b: StepBuilder, name: str, direction: str, phase: str, num_bytes: float, memory: HostMemory,
+              deps: tuple[str, ...]) -> str:
+    """One host<->GPU copy on the copy engine of ``direction`` ("h2d" or "d2h"): the link's
+    setup latency, then ``num_bytes`` over PCIe, read from (h2d) or written to (d2h) host memory."""
+    host = memory.access(1, 0) if direction == "h2d" else memory.access(0, 1)
+    return b.add(Task(name, direction, phase, direction, delay=b.hw.pcie_latency, size=num_bytes,
+                      usage=((f"pcie_{direction}", 1.0), *host), deps=deps))
+
+
 def gradients_to_host(b: StepBuilder, memory: HostMemory, micro: int, index: int, layer: LayerWork,
                       ready: str) -> str:
     """Move one layer's reduced gradient partition into the pinned fp32 host buffer.
@@ -253,11 +262,8 @@ def gradients_to_host(b: StepBuilder, memory: HostMemory, micro: int, index: int
     deps = (ready,)
     prefix = f"m{micro}.bwd.{index}"
     if micro > 0:
-        deps = (b.add(Task(f"{prefix}.grad_fetch", "h2d", "backward", "h2d", delay=b.hw.pcie_latency,
-                           size=num_bytes, usage=((b.link("pcie_h2d"), 1.0), *memory.access(1, 0)),
-                           deps=deps)),)
-    return b.add(Task(f"{prefix}.d2h", "d2h", "backward", "d2h", delay=b.hw.pcie_latency, size=num_bytes,
-                      usage=((b.link("pcie_d2h"), 1.0), *memory.access(0, 1)), deps=deps))
+        deps = (pcie_copy(b, f"{prefix}.grad_fetch", "h2d", "backward", num_bytes, memory, deps),)
+    return pcie_copy(b, f"{prefix}.d2h", "d2h", "backward", num_bytes, memory, deps)
 
 
 def params_to_gpu(b: StepBuilder, name: str, numel: int, memory: HostMemory, after: str) -> None:
@@ -265,10 +271,8 @@ def params_to_gpu(b: StepBuilder, name: str, numel: int, memory: HostMemory, aft
 
     Skipped on a host-only machine (the CPU validation of the offload path has no GPU).
     """
-    if not b.hw.has_gpu:
-        return
-    b.add(Task(name, "h2d", "optimizer_step", "h2d", delay=b.hw.pcie_latency, size=numel * b.step.lp_bytes,
-               usage=((b.link("pcie_h2d"), 1.0), *memory.access(1, 0)), deps=(after,)))
+    if b.hw.has_gpu:
+        pcie_copy(b, name, "h2d", "optimizer_step", numel * b.step.lp_bytes, memory, (after,))
 
 
 def partition(layer: LayerWork, dp: int) -> int:
