@@ -84,8 +84,10 @@ def test_mape_math_on_hand_made_cases() -> None:
     rs = [
         CaseResult("a", "dram", predicted_s=1.1, measured_s=1.0),  # +10 %
         CaseResult("b", "dram", predicted_s=0.8, measured_s=1.0),  # -20 %
-        CaseResult("c", "nvme", predicted_s=3.0, measured_s=2.0),  # +50 %
+        CaseResult("c", "nvme", predicted_s=3.0, measured_s=2.0, samples_s=(1.0, 2.0, 2.0, 3.0, 9.0)),  # +50 %
     ]
+    assert rs[2].spread_pct == pytest.approx(50.0)  # quartiles 2.0 and 3.0 over median 2.0
+    assert rs[0].spread_pct == 0.0
     assert rs[1].error_pct == pytest.approx(-20.0)
     assert mape(rs) == pytest.approx(80.0 / 3)
     assert mape_by_strategy(rs) == pytest.approx({"dram": 15.0, "nvme": 50.0})
@@ -186,8 +188,13 @@ def test_end_to_end_tiny_calibration_then_validation(tmp_path: Path) -> None:
     host = result.profile
     assert host.calibration["page_cache_bypass"] in (O_DIRECT_MODE, FSYNC_MODE)  # type: ignore[index]
     assert host.nvme.read_bandwidth > 0 and host.cpu.adam_params_per_core > 0
-    results = run_cases(tiny_cases(), host, tmp_path, warmup=1, repeats=2)
-    doc = json.loads(to_json(results))
+    validation = run_cases(tiny_cases(), host, tmp_path, warmup=1, repeats=2)
+    drift = validation.drift
+    assert drift is not None and min(drift.adam, drift.read, drift.write) > 0
+    for r in validation.results:  # both predictions, and the corrected one follows the drift
+        assert r.calibrated_s is not None and r.calibrated_s > 0 and len(r.samples_s) == 2
+    assert validation.results[0].predicted_s != validation.results[0].calibrated_s or drift.adam == 1.0
+    doc = json.loads(to_json(validation.results))
     assert set(doc) == {"cases", "mape_pct"} and isinstance(doc["mape_pct"], float)
     assert len(doc["cases"]) == len(tiny_cases())
     for c in doc["cases"]:
@@ -205,3 +212,18 @@ def test_end_to_end_tiny_calibration_then_validation(tmp_path: Path) -> None:
         assert config.hardware.cpu.name == host.cpu.name and config.hardware.nvme == host.nvme
         run = simulate(config)
         assert run.fits and run.iteration_time_s is not None and run.iteration_time_s > 0
+
+
+def test_drift_correction_scales_rates_and_keeps_shape(tmp_path: Path) -> None:
+    """A 2x faster CPU and a disk reading at half speed: Adam rates double, read bandwidth
+    halves, every fitted shape parameter (overhead, latency, queueing) stays."""
+    from tiersim.validation.drift import Drift, corrected_profile
+
+    host = run_calibration(TINY_PLAN, tmp_path / "host-tiny.yaml", tmp_path).profile
+    fixed = corrected_profile(host, Drift(adam=2.0, read=0.5, write=1.0))
+    assert fixed.cpu.adam_rate(1) == pytest.approx(2 * host.cpu.adam_rate(1))
+    assert fixed.cpu.adam_step_overhead == host.cpu.adam_step_overhead
+    assert fixed.nvme.read_bandwidth == pytest.approx(host.nvme.read_bandwidth / 2)
+    assert fixed.nvme.write_bandwidth == host.nvme.write_bandwidth
+    assert (fixed.nvme.read_latency, fixed.nvme.read_queueing) == (host.nvme.read_latency, host.nvme.read_queueing)
+    assert "CPU Adam +100%" in Drift(adam=2.0, read=0.5).describe() and "disk read -50%" in Drift(read=0.5).describe()

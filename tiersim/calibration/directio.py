@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from tiersim.calibration.placement import pin_current_thread
+
 ALIGN = 4096
 O_DIRECT_MODE = "O_DIRECT"
 FSYNC_MODE = "fsync+posix_fadvise(DONTNEED)"
@@ -207,15 +209,17 @@ class IOHandle:
 
 class IOPool:
     """``workers`` threads, each with its own in-order list of requests (one outstanding request
-    per worker: ``workers = queue_depth * thread_count`` emulates the aio queue)."""
+    per worker: ``workers = queue_depth * thread_count`` emulates the aio queue), bound to
+    ``cpus`` when given (see ``tiersim.calibration.placement``)."""
 
-    def __init__(self, workers: int, block_size: int, mode: str) -> None:
+    def __init__(self, workers: int, block_size: int, mode: str, cpus: set[int] | None = None) -> None:
         if workers < 1 or block_size < ALIGN or block_size % ALIGN:
             raise ValueError(f"need workers >= 1 and block_size a multiple of {ALIGN}")
         self.workers = workers
         self.block_size = block_size
         self.mode = mode
-        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tiersim-aio")
+        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tiersim-aio",
+                                       initializer=pin_current_thread, initargs=(cpus,))
 
     def submit(self, op: str, segments: Sequence[Segment]) -> IOHandle:
         if op not in ("read", "write"):

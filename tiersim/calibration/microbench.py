@@ -11,9 +11,8 @@ import os
 import statistics
 import tempfile
 import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Sequence
 
 from tiersim.calibration.directio import (
     ALIGN,
@@ -24,6 +23,7 @@ from tiersim.calibration.directio import (
     align_up,
     probe_bypass_mode,
 )
+from tiersim.calibration.placement import compute_threads, io_cpus
 
 Record = dict[str, object]
 OnPoint = Callable[[], None] | None
@@ -47,18 +47,6 @@ def median_time(fn: Callable[[], object], repeats: int, warmup: int = 1, inner: 
     return statistics.median(samples), samples
 
 
-@contextmanager
-def torch_threads(n: int) -> Iterator[None]:
-    import torch
-
-    old = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
-
-
 # --------------------------------------------------------------------------- host memory
 
 
@@ -76,7 +64,7 @@ def memcpy_bandwidth(
         dst = torch.empty_like(src)
         inner = max(1, (64 << 20) // max(size, 1))
         for t in threads:
-            with torch_threads(t):
+            with compute_threads(t):
                 secs, samples = median_time(lambda: dst.copy_(src), repeats, warmup=2, inner=inner)
             records.append({"size": numel * 4, "threads": t, "seconds": secs, "samples": samples})
             _tick(on_point)
@@ -111,7 +99,7 @@ def dram_stream(
     records: list[Record] = []
     for t in threads:
         for k in kernels:
-            with torch_threads(t):
+            with compute_threads(t):
                 secs, _ = median_time(fns[k], repeats, warmup=2)
             records.append({"kernel": k, "size": numel * 4, "threads": t, "bytes": numel * STREAM_KERNELS[k], "seconds": secs})
             _tick(on_point)
@@ -202,7 +190,7 @@ def cpu_adam(
     rounds = max(repeats, 1)
     for r in range(rounds + 1):  # round 0 is a warm-up
         for t in threads:
-            with torch_threads(t):
+            with compute_threads(t):
                 for variant in variants:
                     points = [key for key in grid if key[1] == variant and key[2] == t]
                     if points:
@@ -242,7 +230,7 @@ def cpu_adam_overhead(
             records.append({"variant": variant, "numel": numel, "error": str(exc)})
             continue
         for t in threads:
-            with torch_threads(t):
+            with compute_threads(t):
                 secs, _ = median_time(opt.step, repeats, warmup=10, inner=200)  # type: ignore[attr-defined]
             records.append({"variant": variant, "numel": numel, "threads": t, "seconds": secs})
             _tick(on_point)
@@ -319,7 +307,7 @@ def file_io(
             for k in range(files)
         ]
         seg = [Segment(h.fd, buf.view, k * per_file, 0, per_file) for k, h in enumerate(handles)]
-        with IOPool(max(workers), max(block_sizes), mode) as pool:
+        with IOPool(max(workers), max(block_sizes), mode, io_cpus()) as pool:
             pool.run("write", seg)
             if mode != "O_DIRECT":
                 for h in handles:
@@ -329,7 +317,7 @@ def file_io(
     try:
         fresh_files(0)
         grid = [(op, block, n) for op in ops for block in block_sizes for n in workers]
-        pools = {(block, n): IOPool(n, block, mode) for _op, block, n in grid}
+        pools = {(block, n): IOPool(n, block, mode, io_cpus()) for _op, block, n in grid}
         try:
             for op in ops:  # warm-up pass of each op
                 pools[(max(block_sizes), max(workers))].run(op, seg)
@@ -370,7 +358,7 @@ def request_latency(
     buf = AlignedBuffer(max(span, block))
     f = DirectFile(directory / f"tiersim-latency-{os.getpid()}.bin", mode, create_size=span)
     try:
-        with IOPool(1, 1 << 20, mode) as pool:
+        with IOPool(1, 1 << 20, mode, io_cpus()) as pool:
             pool.run("write", [Segment(f.fd, buf.view, 0, 0, span)])
             if mode != "O_DIRECT":
                 os.fsync(f.fd)

@@ -23,7 +23,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--nvme-dir", type=Path, default=None, help="directory for the swap files (default: temp dir on local disk)")
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads for CPU Adam (default 1; the full set adds a case with all cores)")
-    p.add_argument("--repeats", type=int, default=None, help="timed repeats per case (interleaved rounds; default 7 quick, 9 full)")
+    p.add_argument("--repeats", type=int, default=None,
+                   help="timed repeats per case (interleaved rounds; default 9 quick, 9 full)")
+    p.add_argument("--no-drift-correction", dest="correct_drift", action="store_false",
+                   help="predict from the profile exactly as calibrated (default: rates scaled by the drift "
+                   "that reference micro-benchmarks, timed in the same rounds as the cases, measure)")
     p.set_defaults(func=handler)
 
 
@@ -60,15 +64,19 @@ def handler(args: argparse.Namespace) -> int:
     cuda = microbench.cuda_available()
     cases = (quick_cases(args.threads, cuda) if args.quick
              else full_cases(args.threads, cuda, max_threads=os.cpu_count() or 1))
-    repeats = args.repeats or (7 if args.quick else 9)
+    repeats = args.repeats or 9
 
     def on_case(case: object) -> None:
         if args.format == "table":
             print(f"  setting up {case.name} ...", file=sys.stderr, flush=True)  # type: ignore[attr-defined]
 
-    results = run_cases(cases, host, nvme_dir, warmup=1, repeats=repeats, on_case=on_case)
+    validation = run_cases(cases, host, nvme_dir, warmup=1, repeats=repeats, correct_drift=args.correct_drift,
+                           on_case=on_case)
     if args.format == "json":
-        print(to_json(results))
+        print(to_json(validation.results))
     else:
-        print(render_table(results, title=f"tiersim validate ({path}; predicted by {PREDICTOR})"))
+        how = "drift-corrected" if validation.drift is not None else "as calibrated"
+        note = validation.drift.describe() if validation.drift is not None else None
+        print(render_table(validation.results, title=f"tiersim validate ({path}; predicted by {PREDICTOR}, {how})",
+                           note=note))
     return 0

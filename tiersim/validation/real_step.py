@@ -37,6 +37,7 @@ from tiersim.calibration.directio import (
     align_up,
     probe_bypass_mode,
 )
+from tiersim.calibration.placement import compute_threads, io_cpus
 from tiersim.errors import ConfigError
 
 TENSORS_IN = ("param", "grad", "exp_avg", "exp_avg_sq")
@@ -86,18 +87,6 @@ def _adam(param: torch.Tensor, variant: str) -> torch.optim.Adam:
     return torch.optim.Adam([param], lr=LR, foreach=variant == "foreach", fused=variant == "fused")
 
 
-class _Threads:
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def __enter__(self) -> None:
-        self.old = torch.get_num_threads()
-        torch.set_num_threads(self.n)
-
-    def __exit__(self, *exc: object) -> None:
-        torch.set_num_threads(self.old)
-
-
 class DRAMAdam:
     """State in host memory; one Adam step per sub-group in order."""
 
@@ -115,7 +104,7 @@ class DRAMAdam:
             self.opts.append(_adam(p, variant))
 
     def step(self) -> None:
-        with _Threads(self.threads):
+        with compute_threads(self.threads):
             for opt in self.opts:
                 opt.step()
 
@@ -159,8 +148,9 @@ class NVMeAdam:
         self.sets = sets
         self.buffers = [[AlignedBuffer(slot) for _ in TENSORS_IN] for _ in range(sets)]
         workers = swap.queue_depth * swap.thread_count
-        self.read_pool = IOPool(workers, swap.block_size, self.mode)
-        self.write_pool = IOPool(workers, swap.block_size, self.mode) if swap.pipeline_write else self.read_pool
+        self.read_pool = IOPool(workers, swap.block_size, self.mode, io_cpus(threads))
+        self.write_pool = (IOPool(workers, swap.block_size, self.mode, io_cpus(threads)) if swap.pipeline_write
+                           else self.read_pool)
         self.files: list[dict[str, DirectFile]] = []
         # One placeholder Parameter + Adam per sub-group; its data, grad and state are pointed
         # at the swap buffers before each step (the step counter stays in memory, as in DeepSpeed).
@@ -214,7 +204,7 @@ class NVMeAdam:
                 writes.pop(s).wait()
             reads[i] = self.read_pool.submit("read", self._segments(i, self.buffers[s], TENSORS_IN))
 
-        with _Threads(self.threads):
+        with compute_threads(self.threads):
             if n and sw.pipeline_read:
                 issue_read(0)
             for i in range(n):
@@ -277,7 +267,7 @@ class CudaOffloadAdam:
         self.gpu_grads = [p.grad.cuda() for p in self.host.params]  # type: ignore[union-attr]
 
     def step(self) -> None:
-        with _Threads(self.threads):
+        with compute_threads(self.threads):
             for p, opt, gp, gg in zip(self.host.params, self.host.opts, self.gpu_params, self.gpu_grads):
                 p.grad.copy_(gg)  # type: ignore[union-attr]  # D2H, synchronous into pinned memory
                 opt.step()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -13,11 +14,30 @@ class CaseResult:
     strategy: str
     predicted_s: float
     measured_s: float
+    samples_s: tuple[float, ...] = ()
+    """Every timed step (s); ``measured_s`` is their median."""
+    calibrated_s: float | None = None
+    """The prediction from the profile as calibrated, when ``predicted_s`` is drift-corrected."""
+
+    @property
+    def spread_pct(self) -> float:
+        """Interquartile range of the samples over their median, in percent (0 with < 2)."""
+        if len(self.samples_s) < 2:
+            return 0.0
+        q1, _q2, q3 = statistics.quantiles(self.samples_s, n=4, method="inclusive")
+        return (q3 - q1) / self.measured_s * 100.0
 
     @property
     def error_pct(self) -> float:
         """(predicted - measured) / measured, in percent."""
         return (self.predicted_s - self.measured_s) / self.measured_s * 100.0
+
+    @property
+    def calibrated_error_pct(self) -> float | None:
+        """The error of the prediction from the profile as calibrated, in percent."""
+        if self.calibrated_s is None:
+            return None
+        return (self.calibrated_s - self.measured_s) / self.measured_s * 100.0
 
 
 def mape(results: Sequence[CaseResult]) -> float:
@@ -35,7 +55,8 @@ def mape_by_strategy(results: Sequence[CaseResult]) -> dict[str, float]:
 
 
 def to_json(results: Sequence[CaseResult]) -> str:
-    """``{"cases": [{case, strategy, predicted_s, measured_s, error_pct}], "mape_pct": float}``."""
+    """``{"cases": [{case, strategy, predicted_s, measured_s, error_pct}], "mape_pct": float}``,
+    exactly the documented schema (the spread is in the table)."""
     doc = {
         "cases": [
             {
@@ -52,19 +73,30 @@ def to_json(results: Sequence[CaseResult]) -> str:
     return json.dumps(doc, indent=2)
 
 
-def render_table(results: Sequence[CaseResult], title: str = "tiersim validate") -> str:
-    """A plain-text table: case, strategy, predicted, measured, error %; then MAPE lines."""
+def render_table(results: Sequence[CaseResult], title: str = "tiersim validate", note: str | None = None) -> str:
+    """A plain-text table: case, strategy, predicted, measured (median), error %, spread
+    (interquartile range of the samples, % of the median) and, when the predictions are
+    drift-corrected, the prediction and error from the profile as calibrated; then MAPE lines
+    and ``note``."""
     from rich.console import Console
     from rich.table import Table
 
+    both = any(r.calibrated_s is not None for r in results)
+    columns = ["case", "strategy", "predicted", "measured", "error %", "spread %"]
+    if both:
+        columns += ["as calibrated", "error %  (as cal.)"]
     table = Table(title=title)
-    for col, justify in (("case", "left"), ("strategy", "left"), ("predicted", "right"),
-                         ("measured", "right"), ("error %", "right")):
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for col in columns:
+        table.add_column(col, justify="left" if col in ("case", "strategy") else "right")
     for r in results:
-        table.add_row(r.case, r.strategy, f"{r.predicted_s * 1e3:.1f} ms", f"{r.measured_s * 1e3:.1f} ms",
-                      f"{r.error_pct:+.1f}")
-    console = Console(width=120, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+        row = [r.case, r.strategy, f"{r.predicted_s * 1e3:.1f} ms", f"{r.measured_s * 1e3:.1f} ms",
+               f"{r.error_pct:+.1f}", f"{r.spread_pct:.0f}"]
+        if both:
+            cal = r.calibrated_error_pct
+            row += [f"{r.calibrated_s * 1e3:.1f} ms" if r.calibrated_s is not None else "-",
+                    f"{cal:+.1f}" if cal is not None else "-"]
+        table.add_row(*row)
+    console = Console(width=140, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
     console.print(table)
     lines = [console.export_text()]
     for strategy, value in mape_by_strategy(results).items():
@@ -73,4 +105,9 @@ def render_table(results: Sequence[CaseResult], title: str = "tiersim validate")
     worst = max(results, key=lambda r: abs(r.error_pct), default=None)
     if worst is not None:
         lines.append(f"worst case: {worst.case} ({worst.error_pct:+.1f}%)")
+    if both:
+        stale = [abs(r.calibrated_error_pct) for r in results if r.calibrated_error_pct is not None]
+        lines.append(f"MAPE overall from the profile as calibrated: {sum(stale) / len(stale):.1f}%")
+    if note:
+        lines.append(note)
     return "\n".join(lines)

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import gc
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
+from tiersim.calibration.directio import probe_bypass_mode
 from tiersim.profiles import HostProfile
 from tiersim.validation.cases import Case
+from tiersim.validation.drift import Drift, DriftProbes, corrected_profile
 from tiersim.validation.predictor import predict_case
 from tiersim.validation.real_step import (
     CudaOffloadAdam,
@@ -44,15 +47,6 @@ def build_executor(case: Case, host: HostProfile, nvme_dir: Path) -> object:
     raise ValueError(f"unknown strategy {case.strategy!r}")
 
 
-def measure_case(case: Case, host: HostProfile, nvme_dir: Path, warmup: int, repeats: int) -> float:
-    executor = build_executor(case, host, nvme_dir)
-    try:
-        return time_step(executor.step, warmup=warmup, repeats=repeats).median_s  # type: ignore[attr-defined]
-    finally:
-        executor.close()  # type: ignore[attr-defined]
-        gc.collect()
-
-
 def measure_interleaved(
     cases: Sequence[Case],
     host: HostProfile,
@@ -60,29 +54,44 @@ def measure_interleaved(
     warmup: int,
     repeats: int,
     on_case: Callable[[Case], None] | None = None,
+    probes: DriftProbes | None = None,
 ) -> list[list[float]]:
     """Seconds per step of every case, timed in ``repeats`` interleaved rounds (each case once
-    per round, after ``warmup`` untimed steps each): on a shared host whose speed drifts over
-    tens of seconds, every case's median then spans the same window instead of one case
-    catching a slow spell. Returns the samples per case."""
+    per round, after the drift ``probes`` when given) after ``warmup`` untimed interleaved
+    rounds: on a shared host whose speed drifts over tens of seconds, every case's median then
+    spans the same window instead of one case catching a slow spell, and the warm-up rounds run
+    after every executor is built, so the first timed sample of a case does not pay for the
+    memory its successors' setup touched. Returns the samples per case."""
     executors: list[object] = []
     try:
         for case in cases:
             if on_case is not None:
                 on_case(case)
             executors.append(build_executor(case, host, nvme_dir))
+            executors[-1].step()  # type: ignore[attr-defined]  # creates the Adam state
             gc.collect()
-            for _ in range(warmup):
-                executors[-1].step()  # type: ignore[attr-defined]
         samples: list[list[float]] = [[] for _ in cases]
-        for _ in range(max(repeats, 1)):
+        for round_ in range(warmup + max(repeats, 1)):
+            timed = round_ >= warmup
+            if probes is not None:
+                probes.sample(record=timed)
             for i, executor in enumerate(executors):
-                samples[i].append(time_step(executor.step, warmup=0, repeats=1).median_s)  # type: ignore[attr-defined]
+                seconds = time_step(executor.step, warmup=0, repeats=1).median_s  # type: ignore[attr-defined]
+                if timed:
+                    samples[i].append(seconds)
         return samples
     finally:
         for executor in executors:
             executor.close()  # type: ignore[attr-defined]
         gc.collect()
+
+
+@dataclass(frozen=True)
+class Validation:
+    """Every case's result, and the drift the probes measured (None when not corrected)."""
+
+    results: list[CaseResult]
+    drift: Drift | None
 
 
 def run_cases(
@@ -92,12 +101,22 @@ def run_cases(
     *,
     warmup: int = 1,
     repeats: int = 3,
+    correct_drift: bool = True,
     on_case: Callable[[Case], None] | None = None,
-) -> list[CaseResult]:
-    """Time every case (interleaved rounds, medians) and compare with its prediction."""
-    samples = measure_interleaved(cases, host, nvme_dir, warmup, repeats, on_case)
+) -> Validation:
+    """Time every case (interleaved rounds, medians) and compare with its prediction: from
+    the profile with its rates scaled by the drift the probes measured in the same rounds
+    (``correct_drift``), else from the profile as calibrated. Both predictions are kept."""
+    probes = DriftProbes(host, nvme_dir, probe_bypass_mode(nvme_dir), adam_variant(host)) if correct_drift else None
+    try:
+        samples = measure_interleaved(cases, host, nvme_dir, warmup, repeats, on_case, probes)
+        drift = probes.drift() if probes is not None else None
+    finally:
+        if probes is not None:
+            probes.close()
+    corrected = corrected_profile(host, drift) if drift is not None else host
     results = []
     for case, got in zip(cases, samples):
-        predicted = predict_case(host, case)
-        results.append(CaseResult(case.name, case.strategy, predicted, statistics.median(got)))
-    return results
+        results.append(CaseResult(case.name, case.strategy, predict_case(corrected, case), statistics.median(got),
+                                  tuple(got), predict_case(host, case)))
+    return Validation(results, drift)

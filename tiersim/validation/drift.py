@@ -1,0 +1,134 @@
+"""Drift probes: the calibration's own single-resource micro-benchmarks, re-timed between the
+validation rounds, so that predictions can follow a shared host whose speed drifts.
+
+On a cloud VM the CPU Adam rate and the disk bandwidth move by 20-40% over minutes (noisy
+neighbours), so a profile calibrated a minute ago can be off by more than the model is. Each
+validation round first times three reference probes: one CPU Adam step over a single fp32
+tensor, and one read and one write of a set of probe files at one (block size, outstanding
+requests) point of the calibration grid that no validation case uses. The median ratio of the
+profile's model time to the measured time, per probe, says how much faster (> 1) or slower
+the resource runs now than when it was calibrated; ``corrected_profile`` scales the profile's
+rates (Adam params/s, read and write bandwidth) by it, keeping every fitted shape parameter
+(per-call overhead, latencies, queueing). No end-to-end step is ever an input.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from tiersim.calibration.directio import AlignedBuffer, DirectFile, IOPool, Segment
+from tiersim.calibration.fit import queue_throughput
+from tiersim.calibration.placement import compute_threads, io_cpus
+from tiersim.profiles import HostProfile
+
+ADAM_PROBE_NUMEL = 26_300_000
+"""Params of the Adam probe (a calibration size; validation sub-groups are 5-25 M)."""
+IO_PROBE_BLOCK = 2 << 20
+IO_PROBE_WORKERS = 8
+"""2 MiB x 8 outstanding: a calibration grid point, not a validation case's swap setting."""
+IO_PROBE_FILES = 16
+IO_PROBE_BYTES = 128 << 20
+
+
+@dataclass(frozen=True)
+class Drift:
+    """Speed now over speed at calibration (model time / measured time, medians), per resource."""
+
+    adam: float = 1.0
+    read: float = 1.0
+    write: float = 1.0
+
+    def describe(self) -> str:
+        """One line: each factor as a percentage change."""
+        parts = [f"{name} {(value - 1) * 100:+.0f}%" for name, value in
+                 (("CPU Adam", self.adam), ("disk read", self.read), ("disk write", self.write))]
+        return "speed now vs calibration: " + ", ".join(parts)
+
+
+def corrected_profile(host: HostProfile, drift: Drift) -> HostProfile:
+    """``host`` with its Adam rates and disk bandwidths scaled by ``drift``."""
+    cpu = host.cpu
+    per_s = [rate * drift.adam for rate in cpu.adam_params_per_s] if cpu.adam_params_per_s else None
+    cpu = replace(cpu, adam_params_per_core=cpu.adam_params_per_core * drift.adam, adam_params_per_s=per_s)
+    nvme = replace(host.nvme, read_bandwidth=host.nvme.read_bandwidth * drift.read,
+                   write_bandwidth=host.nvme.write_bandwidth * drift.write)
+    return replace(host, cpu=cpu, nvme=nvme)
+
+
+class DriftProbes:
+    """The reference probes of one validation run; ``sample()`` times each once."""
+
+    def __init__(self, host: HostProfile, directory: Path, mode: str, variant: str) -> None:
+        self.host = host
+        param = torch.nn.Parameter(torch.randn(ADAM_PROBE_NUMEL))
+        param.grad = torch.randn(ADAM_PROBE_NUMEL) * 1e-3
+        self._param = param
+        self._adam = torch.optim.Adam([param], lr=1e-3, foreach=variant == "foreach", fused=variant == "fused")
+        self._adam.step()  # creates the state
+        per_file = IO_PROBE_BYTES // IO_PROBE_FILES
+        self._buffer = AlignedBuffer(IO_PROBE_BYTES)
+        self._buffer.mm.write(os.urandom(1 << 20) * (IO_PROBE_BYTES >> 20))
+        self._files = [DirectFile(Path(directory) / f"tiersim-drift-{os.getpid()}-{k}.bin", mode, create_size=per_file)
+                       for k in range(IO_PROBE_FILES)]
+        self._segments = [Segment(f.fd, self._buffer.view, k * per_file, 0, per_file)
+                          for k, f in enumerate(self._files)]
+        self._pool = IOPool(IO_PROBE_WORKERS, IO_PROBE_BLOCK, mode, io_cpus(1))
+        self._pool.run("write", self._segments)
+        self.samples: dict[str, list[float]] = {"adam": [], "read": [], "write": []}
+
+    def sample(self, record: bool = True) -> None:
+        """Time one Adam step, one read and one write of the probe files (s)."""
+        timings = {
+            "adam": _seconds(self._one_thread_adam),
+            "read": _seconds(lambda: self._pool.run("read", self._segments)),
+            "write": _seconds(lambda: self._pool.run("write", self._segments)),
+        }
+        if record:
+            for name, seconds in timings.items():
+                self.samples[name].append(seconds)
+
+    def _one_thread_adam(self) -> None:
+        with compute_threads(1):
+            self._adam.step()
+
+    def model_seconds(self) -> dict[str, float]:
+        """What the profile as calibrated says each probe takes (s)."""
+        cpu, nvme = self.host.cpu, self.host.nvme
+        adam = (cpu.adam_step_overhead or 0.0) + ADAM_PROBE_NUMEL / cpu.adam_rate(1)
+
+        def io(bandwidth: float, latency: float, queueing: float | None) -> float:
+            rate = queue_throughput(IO_PROBE_BLOCK, IO_PROBE_WORKERS, latency, bandwidth, queueing or 0.0)
+            return IO_PROBE_BYTES / float(rate)
+
+        return {
+            "adam": adam,
+            "read": io(nvme.read_bandwidth, nvme.read_latency, nvme.read_queueing),
+            "write": io(nvme.write_bandwidth, nvme.write_latency, nvme.write_queueing),
+        }
+
+    def drift(self) -> Drift:
+        """Model time over the median measured time, per probe (1.0 where nothing was timed)."""
+        model = self.model_seconds()
+        factors = {name: model[name] / statistics.median(got) if got else 1.0 for name, got in self.samples.items()}
+        return Drift(**factors)
+
+    def close(self) -> None:
+        """Close the I/O pool and remove the probe files."""
+        self._pool.close()
+        for f in self._files:
+            f.unlink()
+        self._segments.clear()
+        self._buffer.close()
+
+
+def _seconds(fn: Callable[[], object]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
