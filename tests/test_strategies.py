@@ -265,3 +265,22 @@ def test_simulate_is_deterministic(strategy: str) -> None:
 def test_quickstart_ordering_dram_cxl_nvme() -> None:
     times = {s: baseline("quickstart", s).iteration_time_s for s in ("dram", "cxl", "nvme")}
     assert times["dram"] < times["cxl"] < times["nvme"], times
+
+
+@pytest.mark.parametrize("strategy", ["dram", "cxl", "nvme"])
+def test_step_only_utilisation_rows_equal_the_full_table(strategy: str) -> None:
+    """The bottleneck is found from the optimizer step's rows alone (cheap, for sweeps): they
+    are exactly the step rows of the full utilisation table, and so is the answer."""
+    from tiersim.results import utilisation_records
+
+    result = simulate(configs("quickstart")[strategy])
+    assert result.run is not None and result.graph is not None and result.phases is not None
+    only = utilisation_records(result.run, result.graph, result.phases, only="optimizer_step")
+    full = [row for row in utilisation_records(result.run, result.graph, result.phases)
+            if row["phase"] == "optimizer_step"]
+    assert only
+    pd.testing.assert_frame_equal(pd.DataFrame(only), pd.DataFrame(full))
+    fresh = simulate(configs("quickstart")[strategy])
+    cheap = fresh.bottleneck()  # before the full table exists
+    assert "_utilisation" not in fresh.__dict__
+    assert cheap == result.bottleneck() == max(full, key=lambda row: row["utilisation"])["resource"]

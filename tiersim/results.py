@@ -69,7 +69,11 @@ class Result:
 
     def bottleneck(self) -> str | None:
         """The busiest resource (stream or link) during the optimizer step, or None."""
-        step = [row for row in self._utilisation if row["phase"] == "optimizer_step"]
+        if "_utilisation" in self.__dict__ or self.run is None or self.graph is None or self.phases is None:
+            rows = self._utilisation
+        else:  # only the step's rows
+            rows = utilisation_records(self.run, self.graph, self.phases, only="optimizer_step")
+        step = [row for row in rows if row["phase"] == "optimizer_step"]
         if not step:
             return None
         return str(max(step, key=lambda row: row["utilisation"])["resource"])
@@ -127,8 +131,10 @@ def exposed_transfer(records: list[TaskRecord], makespan: float) -> float:
     return makespan - union_length([(r.start, r.end) for r in records if r.category in COMPUTE_CATEGORIES])
 
 
-def utilisation_records(run: EngineRun, graph: TaskGraph, spans: dict[str, float]) -> list[dict[str, Any]]:
-    """Per stream and per link, over the iteration and per phase: busy seconds, utilisation.
+def utilisation_records(run: EngineRun, graph: TaskGraph, spans: dict[str, float],
+                        only: str | None = None) -> list[dict[str, Any]]:
+    """Per stream and per link, over the iteration and per phase (or for phase ``only``):
+    busy seconds, utilisation.
 
     A stream is busy while one of its tasks runs. A link's utilisation is the capacity-units
     its flows used divided by capacity x span; its busy time is when any flow was active
@@ -138,24 +144,27 @@ def utilisation_records(run: EngineRun, graph: TaskGraph, spans: dict[str, float
     windows = {"iteration": run.makespan, **spans}
     by_stream: dict[str, dict[str, list[TaskRecord]]] = {}
     for r in run.records:
-        if r.category != "marker":
-            phases = by_stream.setdefault(r.stream, {"iteration": []})
-            phases["iteration"].append(r)
+        if r.category != "marker" and only in (None, r.phase):
+            phases = by_stream.setdefault(r.stream, {} if only else {"iteration": []})
+            if not only:
+                phases["iteration"].append(r)
             phases.setdefault(r.phase, []).append(r)
     for stream in sorted(by_stream):
-        for phase in ["iteration", *sorted(p for p in by_stream[stream] if p != "iteration")]:
+        for phase in sorted(by_stream[stream], key=lambda p: (p != "iteration", p)):
             part = by_stream[stream][phase]
             busy = union_length([(r.start, r.end) for r in part])
             rows.append({"resource": stream, "kind": "stream", "phase": phase, "busy_s": busy,
                          "utilisation": _ratio(busy, windows[phase]), "units_moved": sum(r.size for r in part)})
     used: dict[tuple[str, str], float] = {}
     for task in graph.tasks:
-        for link, units in task.usage:
-            used[(link, task.phase)] = used.get((link, task.phase), 0.0) + task.size * units
+        if only in (None, task.phase):
+            for link, units in task.usage:
+                used[(link, task.phase)] = used.get((link, task.phase), 0.0) + task.size * units
     for link, capacity in run.link_capacity.items():
-        moved = run.link_units_moved[link]
-        rows.append({"resource": link, "kind": "link", "phase": "iteration", "busy_s": run.link_busy[link],
-                     "utilisation": _ratio(moved, capacity * run.makespan), "units_moved": moved})
+        if not only:
+            moved = run.link_units_moved[link]
+            rows.append({"resource": link, "kind": "link", "phase": "iteration", "busy_s": run.link_busy[link],
+                         "utilisation": _ratio(moved, capacity * run.makespan), "units_moved": moved})
         for phase in PHASES:
             if (link, phase) in used:
                 units_used = used[(link, phase)]

@@ -4,50 +4,61 @@ A flow moves ``size`` bytes; each byte consumes ``units`` of capacity on each li
 and the flow's rate is at most ``cap`` bytes/s. Whenever a flow starts or ends, rates are
 re-allocated by progressive filling (every unfrozen flow's rate grows equally until a link
 saturates or the flow reaches its cap), among the flows connected to the change through
-shared links (allocations of unconnected flows cannot change). One timer is pending at a
-time: the next completion.
+shared links (allocations of unconnected flows cannot change, so they are not touched: each
+flow keeps its bytes left as of its last rate change and the time it will finish at that
+rate). A timer is armed for the earliest finish unless one at or before it is pending.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
-from dataclasses import dataclass, field
 from typing import Callable
 
 import simpy
 
 _REL_TOL = 1e-12
 """Relative tolerance for a link counted as saturated or a flow as at its cap."""
+_DUE_TOL = 1e-9
+"""A flow is due at a timer when its finish is within this fraction of its own remaining time."""
 
 
-@dataclass(eq=False, slots=True)
 class Flow:
-    """One active transfer: bytes left, current rate (bytes/s) and its completion event."""
+    """One active transfer: ``remaining`` bytes as of time ``last`` (s), its current ``rate``
+    (bytes/s), and ``finish_at`` (s) if the rate holds; ``done()`` is called at the end."""
 
-    size: float
-    usage: tuple[tuple[str, float], ...]
-    cap: float
-    done: Callable[[], None]
-    remaining: float = field(init=False)
-    rate: float = 0.0
-    links: frozenset[str] = field(init=False)
+    __slots__ = ("size", "usage", "cap", "done", "links", "remaining", "rate", "last", "finish_at")
 
-    def __post_init__(self) -> None:
-        self.remaining = self.size
-        self.links = frozenset(link for link, _ in self.usage)
+    def __init__(self, size: float, usage: tuple[tuple[str, float], ...], cap: float, done: Callable[[], None],
+                 links: frozenset[str] | None = None) -> None:
+        self.size = size
+        self.usage = usage
+        self.cap = cap
+        self.done = done
+        self.links = links if links is not None else frozenset(link for link, _ in usage)
+        self.remaining = size
+        self.rate = 0.0
+        self.last = 0.0
+        self.finish_at = math.inf
 
 
 def max_min_rates(flows: list[Flow], capacity: dict[str, float]) -> None:
     """Set ``flow.rate`` for every flow by weighted max-min fairness (progressive filling)."""
     if len(flows) == 1:
         flow = flows[0]
-        flow.rate = min([flow.cap, *(capacity[link] / units for link, units in flow.usage if units > 0)])
-        if not math.isfinite(flow.rate):
+        rate = flow.cap
+        for link, units in flow.usage:
+            if units > 0 and capacity[link] / units < rate:
+                rate = capacity[link] / units
+        if not math.isfinite(rate):
             raise ValueError("a flow has neither a link nor a finite rate cap")
+        flow.rate = rate
         return
-    residual = {link: capacity[link] for flow in flows for link, _ in flow.usage}
+    residual: dict[str, float] = {}
     for flow in flows:
         flow.rate = 0.0
+        for link, _ in flow.usage:
+            residual[link] = capacity[link]
     active = flows
     while active:
         load: dict[str, float] = {}
@@ -56,21 +67,22 @@ def max_min_rates(flows: list[Flow], capacity: dict[str, float]) -> None:
             if flow.cap - flow.rate < step:
                 step = flow.cap - flow.rate
             for link, units in flow.usage:
-                load[link] = load.get(link, 0.0) + units
+                if units > 0:
+                    load[link] = load.get(link, 0.0) + units
         for link, units in load.items():
-            if units > 0 and residual[link] / units < step:
+            if residual[link] / units < step:
                 step = residual[link] / units
         if not math.isfinite(step):
             raise ValueError("a flow has neither a link nor a finite rate cap")
         saturated = set()
         for link, units in load.items():
             residual[link] -= step * units
-            if units > 0 and residual[link] <= _REL_TOL * capacity[link]:
+            if residual[link] <= _REL_TOL * capacity[link]:
                 saturated.add(link)
         still = []
         for flow in active:
             flow.rate += step
-            if not _at_cap(flow) and not (saturated and not saturated.isdisjoint(flow.links)):
+            if not _at_cap(flow) and (not saturated or saturated.isdisjoint(flow.links)):
                 still.append(flow)
         active = still
 
@@ -80,95 +92,100 @@ def _at_cap(flow: Flow) -> bool:
     return math.isfinite(flow.cap) and flow.cap - flow.rate <= _REL_TOL * flow.cap
 
 
-def connected(flows: list[Flow], links: set[str]) -> list[Flow]:
-    """The flows that share a link with ``links``, transitively."""
-    reach = set(links)
-    members: list[Flow] = []
-    rest = flows
-    grew = True
-    while grew:
-        grew = False
-        others = []
-        for flow in rest:
-            if not reach.isdisjoint(flow.links):
-                members.append(flow)
-                reach |= flow.links
-                grew = True
-            else:
-                others.append(flow)
-        rest = others
-    return members
-
-
 class FlowNetwork:
     """The set of links and the flows on them, inside one SimPy environment."""
 
     def __init__(self, env: simpy.Environment, capacity: dict[str, float]) -> None:
         self.env = env
         self.capacity = capacity
-        self.flows: list[Flow] = []
+        self.flows: dict[Flow, None] = {}
+        self.on_link: dict[str, list[Flow]] = {name: [] for name in capacity}
         self.timers = 0
-        self._last = 0.0
-        self._generation = 0
+        self._armed: list[float] = []
+        self._busy_since: dict[str, float] = {}
         self.busy: dict[str, float] = {name: 0.0 for name in capacity}
         self.moved: dict[str, float] = {name: 0.0 for name in capacity}
 
     def transfer(self, size: float, usage: tuple[tuple[str, float], ...], cap: float,
-                 done: Callable[[], None]) -> None:
-        """Start a flow now; ``done()`` is called when its last byte has moved."""
-        self._advance()
-        flow = Flow(size, usage, cap, done)
-        self.flows.append(flow)
-        affected = connected(self.flows, set(flow.links)) if flow.links else [flow]
-        max_min_rates(affected, self.capacity)
-        self._arm()
+                 done: Callable[[], None], links: frozenset[str] | None = None) -> None:
+        """Start a flow now; ``done()`` is called when its last byte has moved. ``links`` (the
+        names in ``usage``) may be passed precomputed."""
+        now = self.env.now
+        flow = Flow(size, usage, cap, done, links)
+        flow.last = now
+        shared = False
+        for link in flow.links:
+            others = self.on_link[link]
+            if others:
+                shared = True
+            else:
+                self._busy_since[link] = now
+            others.append(flow)
+        self.flows[flow] = None
+        if shared:
+            self._reallocate(self._component(flow.links), now)
+        else:
+            max_min_rates([flow], self.capacity)
+            flow.finish_at = now + size / flow.rate
+        self._arm(now)
 
-    def _advance(self) -> None:
-        """Move every flow forward to ``env.now`` at its current rate; account link busy time."""
-        dt = self.env.now - self._last
-        if dt > 0:
-            used: set[str] = set()
-            for flow in self.flows:
-                self._move(flow, min(flow.rate * dt, flow.remaining))
-                used |= flow.links
-            for link in used:
-                self.busy[link] += dt
-        self._last = self.env.now
+    def _component(self, links: frozenset[str] | set[str]) -> list[Flow]:
+        """The active flows that share a link with ``links``, transitively."""
+        seen = set(links)
+        stack = list(links)
+        members: dict[Flow, None] = {}
+        while stack:
+            for flow in self.on_link[stack.pop()]:
+                if flow not in members:
+                    members[flow] = None
+                    for link in flow.links:
+                        if link not in seen:
+                            seen.add(link)
+                            stack.append(link)
+        return list(members)
 
-    def _arm(self) -> None:
-        """Arm one timer for the next completion; earlier timers become stale."""
-        self._generation += 1
+    def _reallocate(self, flows: list[Flow], now: float) -> None:
+        """Bring ``flows`` to ``now`` at their old rates, then share the links anew."""
+        for flow in flows:
+            flow.remaining = max(flow.remaining - flow.rate * (now - flow.last), 0.0)
+            flow.last = now
+        max_min_rates(flows, self.capacity)
+        for flow in flows:
+            flow.finish_at = now + flow.remaining / flow.rate
+
+    def _arm(self, now: float) -> None:
+        """Arm a timer for the earliest finish, unless one at or before it is already pending."""
         if not self.flows:
             return
-        wait = min(flow.remaining / flow.rate for flow in self.flows)
-        due = [flow for flow in self.flows if flow.remaining / flow.rate <= wait * (1 + 1e-9)]
-        generation = self._generation
-        timer = self.env.timeout(wait)
+        due = min(flow.finish_at for flow in self.flows)
+        if self._armed and self._armed[0] <= due:
+            return
+        heapq.heappush(self._armed, due)
         self.timers += 1
-        timer.callbacks.append(lambda _event: self._on_timer(generation, due))
+        self.env.timeout(max(due - now, 0.0)).callbacks.append(self._on_timer)
 
-    def _on_timer(self, generation: int, due: list[Flow]) -> None:
+    def _on_timer(self, _event: simpy.Event) -> None:
         """The flows due now are done, whatever float residue ``now``'s spacing left them;
         the flows they shared links with get their rates re-allocated."""
-        if generation != self._generation:
-            return
-        self._advance()
+        now = self.env.now
+        heapq.heappop(self._armed)
+        slack = 1e-12 * abs(now)
+        due = [flow for flow in self.flows
+               if flow.finish_at <= now + _DUE_TOL * (flow.finish_at - flow.last) + slack]
         changed: set[str] = set()
         for flow in due:
-            self._move(flow, flow.remaining)
-            changed |= flow.links
-        finished = {id(flow) for flow in due}
-        self.flows = [flow for flow in self.flows if id(flow) not in finished]
+            del self.flows[flow]
+            for link, units in flow.usage:
+                self.moved[link] += flow.size * units
+            for link in flow.links:
+                others = self.on_link[link]
+                others.remove(flow)
+                if others:
+                    changed.add(link)
+                else:
+                    self.busy[link] += now - self._busy_since.pop(link)
         if changed:
-            affected = connected(self.flows, changed)
-            if affected:
-                max_min_rates(affected, self.capacity)
-        self._arm()
+            self._reallocate(self._component(changed), now)
+        self._arm(now)
         for flow in due:
             flow.done()
-
-    def _move(self, flow: Flow, amount: float) -> None:
-        """Take ``amount`` bytes off a flow and credit its links with the units they cost."""
-        flow.remaining -= amount
-        for link, units in flow.usage:
-            self.moved[link] += amount * units

@@ -27,9 +27,12 @@ class Link:
             raise ValueError(f"link {self.name!r}: capacity must be positive and finite, got {self.capacity}")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Task:
-    """One unit of work: a delay (s) then a flow of ``size`` bytes over ``usage`` links."""
+    """One unit of work: a delay (s) then a flow of ``size`` bytes over ``usage`` links.
+
+    Not frozen (a frozen dataclass costs three times as much to create, and a 70B iteration
+    creates over a thousand), but nothing changes a task once it is in a graph."""
 
     name: str
     stream: str

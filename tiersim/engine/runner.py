@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import NamedTuple
 
 import simpy
@@ -37,82 +38,116 @@ class EngineRun:
     events: int
 
 
-class _Stream:
-    """One stream's cursor: the index of its next task and when that task started."""
-
-    __slots__ = ("tasks", "index", "start")
-
-    def __init__(self, tasks: list[Task]) -> None:
-        self.tasks = tasks
-        self.index = 0
-        self.start = 0.0
-
-
 def run_graph(graph: TaskGraph) -> EngineRun:
     """Execute every task on SimPy's event queue; deterministic (simultaneous events run in
     the order they were scheduled).
 
-    Streams advance by callbacks on SimPy events rather than one generator process each: a
-    stream's next task starts as soon as the stream is free and its dependencies are done,
-    waits its ``delay`` on an ``env.timeout`` and then moves its bytes on the ``FlowNetwork``.
+    Tasks advance by callbacks on SimPy events rather than one generator process each: a task
+    starts as soon as its stream's previous task and all its dependencies are done (counted
+    down, not searched), waits its ``delay`` on an ``env.timeout`` and then moves its bytes on
+    the ``FlowNetwork``.
     """
-    env = simpy.Environment()
-    network = FlowNetwork(env, {name: link.capacity for name, link in graph.links.items()})
-    records: list[TaskRecord] = []
-    end_of: dict[str, float] = {}
-    waiting: dict[str, list[_Stream]] = {}
-    runnable: list[_Stream] = [_Stream(tasks) for tasks in graph.streams().values()]
-    timeouts = 0
-
-    def drain() -> None:
-        """Start every runnable stream's next task (each blocks on a dependency, a delay or
-        a flow, or finishes at once and makes its stream runnable again)."""
-        nonlocal timeouts
-        while runnable:
-            stream = runnable.pop()
-            if stream.index == len(stream.tasks):
-                continue
-            task = stream.tasks[stream.index]
-            missing = next((dep for dep in task.deps if dep not in end_of), None)
-            if missing is not None:
-                waiting.setdefault(missing, []).append(stream)
-                continue
-            stream.start = float(env.now)
-            if task.delay > 0:
-                timeouts += 1
-                env.timeout(task.delay).callbacks.append(lambda _event, s=stream: after_delay(s))
-            else:
-                after_delay(stream)
-
-    def after_delay(stream: _Stream) -> None:
-        task = stream.tasks[stream.index]
-        if task.size > 0:
-            network.transfer(task.size, task.usage, task.rate_cap, lambda s=stream: finish(s))
-        else:
-            finish(stream)
-
-    def finish(stream: _Stream) -> None:
-        task = stream.tasks[stream.index]
-        now = float(env.now)
-        ready = max((end_of[dep] for dep in task.deps), default=0.0)
-        end_of[task.name] = now
-        records.append(TaskRecord(task.name, task.stream, task.phase, task.category, ready, stream.start, now,
-                                  task.size))
-        stream.index += 1
-        runnable.append(stream)
-        runnable.extend(waiting.pop(task.name, ()))
-        drain()
-
-    drain()
-    env.run()
-    if len(records) != len(graph.tasks):
+    run = _Run(graph)
+    run.drain()
+    run.env.run()
+    if len(run.records) != len(graph.tasks):
         raise RuntimeError("task graph deadlocked: a dependency can never be met")
-    makespan = max((r.end for r in records), default=0.0)
+    network = run.network
     return EngineRun(
-        records=records,
-        makespan=makespan,
+        records=run.records,
+        makespan=max((r.end for r in run.records), default=0.0),
         link_busy=dict(network.busy),
         link_units_moved=dict(network.moved),
         link_capacity=dict(network.capacity),
-        events=timeouts + network.timers,
+        events=run.timeouts + network.timers,
     )
+
+
+class _Run:
+    """The state of one ``run_graph``: per task (by index) the dependencies not yet done,
+    its dependents, the next task on its stream, whether its stream is free for it, ready and
+    start times. A plain object, so that nothing of a finished run is left in a reference cycle
+    (it is freed at once, without the cyclic garbage collector)."""
+
+    def __init__(self, graph: TaskGraph) -> None:
+        self.env = simpy.Environment()
+        self.network = FlowNetwork(self.env, {name: link.capacity for name, link in graph.links.items()})
+        tasks = self.tasks = graph.tasks
+        count = len(tasks)
+        position = {task.name: i for i, task in enumerate(tasks)}
+        self.unmet = [0] * count
+        self.dependents: list[list[int]] = [[] for _ in range(count)]
+        for i, task in enumerate(tasks):
+            deps = set(task.deps)
+            self.unmet[i] = len(deps)
+            for dep in deps:
+                self.dependents[position[dep]].append(i)
+        self.successor = [-1] * count
+        self.at_head = [False] * count
+        for indices in _stream_indices(tasks).values():
+            self.at_head[indices[0]] = True
+            for before, after in zip(indices, indices[1:]):
+                self.successor[before] = after
+        self.links = [frozenset(link for link, _ in task.usage) for task in tasks]
+        self.ready = [0.0] * count
+        self.start = [0.0] * count
+        self.records: list[TaskRecord] = []
+        self.startable = [i for i in range(count) if self.at_head[i] and not self.unmet[i]]
+        self.timeouts = 0
+        self.draining = False
+
+    def drain(self) -> None:
+        """Start every startable task (each blocks on a delay or a flow, or finishes at once
+        and makes more tasks startable)."""
+        if self.draining:
+            return
+        self.draining = True
+        startable = self.startable
+        while startable:
+            i = startable.pop()
+            self.start[i] = self.env.now
+            delay = self.tasks[i].delay
+            if delay > 0:
+                self.timeouts += 1
+                self.env.timeout(delay, i).callbacks.append(self.after_delay)
+            else:
+                self.move(i)
+        self.draining = False
+
+    def after_delay(self, event: simpy.Event) -> None:
+        self.move(event.value)
+        self.drain()
+
+    def move(self, i: int) -> None:
+        task = self.tasks[i]
+        if task.size > 0:
+            self.network.transfer(task.size, task.usage, task.rate_cap, partial(self.finish, i), self.links[i])
+        else:
+            self.finish(i)
+
+    def finish(self, i: int) -> None:
+        task = self.tasks[i]
+        now = self.env.now
+        self.records.append(TaskRecord(task.name, task.stream, task.phase, task.category, self.ready[i],
+                                       self.start[i], now, task.size))
+        after = self.successor[i]
+        if after >= 0:
+            self.at_head[after] = True
+            if not self.unmet[after]:
+                self.startable.append(after)
+        unmet = self.unmet
+        for j in self.dependents[i]:
+            unmet[j] -= 1
+            if not unmet[j]:
+                self.ready[j] = now
+                if self.at_head[j]:
+                    self.startable.append(j)
+        self.drain()
+
+
+def _stream_indices(tasks: list[Task]) -> dict[str, list[int]]:
+    """Task indices grouped by stream, each list in program order."""
+    grouped: dict[str, list[int]] = {}
+    for i, task in enumerate(tasks):
+        grouped.setdefault(task.stream, []).append(i)
+    return grouped
