@@ -151,3 +151,14 @@ def test_set_strategy_option_by_name() -> None:
     assert piped["results"][0]["phases"]["optimizer_step_s"] < base["results"][0]["phases"]["optimizer_step_s"]
     unknown = tiersim("run", str(QUICKSTART), "--set", "strategies.warp.buffer_count=8")
     assert unknown.returncode == 2 and "strategy 'warp' is not in this scenario" in unknown.stderr
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--profile", "device_profiles/h200.yaml"], "expected a host profile"),
+    (["--threads", "0"], "must be at least 1"),
+    (["--nvme-dir", "/nonexistent-dir"], "is not a directory"),
+])
+def test_validate_bad_input_exits_2_with_one_line(args: list[str], message: str) -> None:
+    proc = tiersim("validate", "--quick", "--correct-drift", *args)
+    assert proc.returncode == 2 and message in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr

@@ -190,10 +190,12 @@ def test_end_to_end_tiny_calibration_then_validation(tmp_path: Path) -> None:
     assert host.nvme.read_bandwidth > 0 and host.cpu.adam_params_per_core > 0
     validation = run_cases(tiny_cases(), host, tmp_path, warmup=1, repeats=2)
     drift = validation.drift
-    assert drift is not None and min(drift.adam, drift.read, drift.write) > 0
-    for r in validation.results:  # both predictions, and the corrected one follows the drift
-        assert r.calibrated_s is not None and r.calibrated_s > 0 and len(r.samples_s) == 2
-    assert validation.results[0].predicted_s != validation.results[0].calibrated_s or drift.adam == 1.0
+    assert min(drift.adam, drift.read, drift.write) > 0 and not validation.corrected
+    for r in validation.results:  # both predictions; the headline one is from the profile as calibrated
+        assert r.other_s is not None and r.other_s > 0 and len(r.samples_s) == 2
+    first = validation.results[0]
+    assert first.predicted_s == pytest.approx(predict_case(host, tiny_cases()[0]))
+    assert first.other_s != first.predicted_s or drift.adam == 1.0
     doc = json.loads(to_json(validation.results))
     assert set(doc) == {"cases", "mape_pct"} and isinstance(doc["mape_pct"], float)
     assert len(doc["cases"]) == len(tiny_cases())
@@ -227,3 +229,29 @@ def test_drift_correction_scales_rates_and_keeps_shape(tmp_path: Path) -> None:
     assert fixed.nvme.write_bandwidth == host.nvme.write_bandwidth
     assert (fixed.nvme.read_latency, fixed.nvme.read_queueing) == (host.nvme.read_latency, host.nvme.read_queueing)
     assert "CPU Adam +100%" in Drift(adam=2.0, read=0.5).describe() and "disk read -50%" in Drift(read=0.5).describe()
+
+
+def test_drift_reference_is_the_calibration_record_at_the_probe_point(tmp_path: Path) -> None:
+    """The probes compare with the calibration's raw time at their own point (scaled to the
+    probe's size), so the fit's residual there is not taken for drift; without such a record,
+    with the fitted model's time."""
+    from dataclasses import replace
+
+    from tiersim.validation.drift import ADAM_PROBE_NUMEL, IO_PROBE_BLOCK, IO_PROBE_BYTES, IO_PROBE_WORKERS, DriftProbes
+
+    host = run_calibration(TINY_PLAN, tmp_path / "host-tiny.yaml", tmp_path).profile
+    probes = DriftProbes.__new__(DriftProbes)  # only the reference figures, no buffers or files
+    probes.host, probes.variant = host, "fused"
+    assert probes.reference_seconds() == probes.model_seconds()  # the tiny plan has no such points
+    records = {
+        "adam": {"records": [{"variant": "fused", "numel": ADAM_PROBE_NUMEL, "threads": 1, "seconds": 0.02}]},
+        "file_io": {"records": [{"op": "read", "block_size": IO_PROBE_BLOCK, "workers": IO_PROBE_WORKERS,
+                                 "bytes": IO_PROBE_BYTES // 2, "seconds": 0.05}]},
+    }
+    probes.host = replace(host, calibration=records)
+    got = probes.reference_seconds()
+    assert got["adam"] == 0.02 and got["read"] == pytest.approx(0.1)
+    assert got["write"] == probes.model_seconds()["write"]
+    probes.samples = {"adam": [0.04, 0.01, 0.04], "read": [0.1], "write": []}
+    drift = probes.drift()
+    assert (drift.adam, drift.read, drift.write) == pytest.approx((0.5, 1.0, 1.0))

@@ -6,8 +6,10 @@ neighbours), so a profile calibrated a minute ago can be off by more than the mo
 validation round first times three reference probes: one CPU Adam step over a single fp32
 tensor, and one read and one write of a set of probe files at one (block size, outstanding
 requests) point of the calibration grid that no validation case uses. The median ratio of the
-profile's model time to the measured time, per probe, says how much faster (> 1) or slower
-the resource runs now than when it was calibrated; ``corrected_profile`` scales the profile's
+calibration's own measurement at that point (its raw median, so the fit's residual there does
+not count as drift; the profile's model where the profile carries no such record) to the time
+measured now, per probe, says how much faster (> 1) or slower the resource runs now than when
+it was calibrated; ``corrected_profile`` scales the profile's
 rates (Adam params/s, read and write bandwidth) by it, keeping every fitted shape parameter
 (per-call overhead, latencies, queueing). No end-to-end step is ever an input.
 """
@@ -34,7 +36,8 @@ IO_PROBE_BLOCK = 2 << 20
 IO_PROBE_WORKERS = 8
 """2 MiB x 8 outstanding: a calibration grid point, not a validation case's swap setting."""
 IO_PROBE_FILES = 16
-IO_PROBE_BYTES = 128 << 20
+IO_PROBE_BYTES = 256 << 20
+"""The calibration's transfer at each grid point: 256 MiB over 16 files."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,7 @@ class DriftProbes:
 
     def __init__(self, host: HostProfile, directory: Path, mode: str, variant: str) -> None:
         self.host = host
+        self.variant = variant
         param = torch.nn.Parameter(torch.randn(ADAM_PROBE_NUMEL))
         param.grad = torch.randn(ADAM_PROBE_NUMEL) * 1e-3
         self._param = param
@@ -99,7 +103,7 @@ class DriftProbes:
             self._adam.step()
 
     def model_seconds(self) -> dict[str, float]:
-        """What the profile as calibrated says each probe takes (s)."""
+        """What the profile's fitted model says each probe takes (s)."""
         cpu, nvme = self.host.cpu, self.host.nvme
         adam = (cpu.adam_step_overhead or 0.0) + ADAM_PROBE_NUMEL / cpu.adam_rate(1)
 
@@ -113,10 +117,28 @@ class DriftProbes:
             "write": io(nvme.write_bandwidth, nvme.write_latency, nvme.write_queueing),
         }
 
+    def reference_seconds(self) -> dict[str, float]:
+        """Each probe's time at calibration: the calibration's raw record at the probe's point
+        (scaled to the probe's size), else the fitted model's time."""
+        reference = self.model_seconds()
+        cal = self.host.calibration if isinstance(self.host.calibration, dict) else {}
+        adam = cal.get("adam") if isinstance(cal.get("adam"), dict) else {}
+        for record in adam.get("records") or ():
+            if (record.get("variant"), record.get("numel"), record.get("threads")) == (
+                    self.variant, ADAM_PROBE_NUMEL, 1) and record.get("seconds"):
+                reference["adam"] = float(record["seconds"])
+        files = cal.get("file_io") if isinstance(cal.get("file_io"), dict) else {}
+        for record in files.get("records") or ():
+            if (record.get("block_size"), record.get("workers")) == (IO_PROBE_BLOCK, IO_PROBE_WORKERS) and \
+                    record.get("op") in ("read", "write") and record.get("seconds") and record.get("bytes"):
+                reference[str(record["op"])] = float(record["seconds"]) * IO_PROBE_BYTES / float(record["bytes"])
+        return reference
+
     def drift(self) -> Drift:
-        """Model time over the median measured time, per probe (1.0 where nothing was timed)."""
-        model = self.model_seconds()
-        factors = {name: model[name] / statistics.median(got) if got else 1.0 for name, got in self.samples.items()}
+        """Reference time over the median measured time, per probe (1.0 where nothing was timed)."""
+        reference = self.reference_seconds()
+        factors = {name: reference[name] / statistics.median(got) if got else 1.0
+                   for name, got in self.samples.items()}
         return Drift(**factors)
 
     def close(self) -> None:

@@ -16,8 +16,9 @@ class CaseResult:
     measured_s: float
     samples_s: tuple[float, ...] = ()
     """Every timed step (s); ``measured_s`` is their median."""
-    calibrated_s: float | None = None
-    """The prediction from the profile as calibrated, when ``predicted_s`` is drift-corrected."""
+    other_s: float | None = None
+    """The other prediction (drift-corrected when ``predicted_s`` is from the profile as
+    calibrated, and the reverse), when the drift probes ran."""
 
     @property
     def spread_pct(self) -> float:
@@ -33,11 +34,11 @@ class CaseResult:
         return (self.predicted_s - self.measured_s) / self.measured_s * 100.0
 
     @property
-    def calibrated_error_pct(self) -> float | None:
-        """The error of the prediction from the profile as calibrated, in percent."""
-        if self.calibrated_s is None:
+    def other_error_pct(self) -> float | None:
+        """The error of the other prediction, in percent."""
+        if self.other_s is None:
             return None
-        return (self.calibrated_s - self.measured_s) / self.measured_s * 100.0
+        return (self.other_s - self.measured_s) / self.measured_s * 100.0
 
 
 def mape(results: Sequence[CaseResult]) -> float:
@@ -73,18 +74,18 @@ def to_json(results: Sequence[CaseResult]) -> str:
     return json.dumps(doc, indent=2)
 
 
-def render_table(results: Sequence[CaseResult], title: str = "tiersim validate", note: str | None = None) -> str:
+def render_table(results: Sequence[CaseResult], title: str = "tiersim validate", note: str | None = None,
+                 other: str = "drift-corrected") -> str:
     """A plain-text table: case, strategy, predicted, measured (median), error %, spread
-    (interquartile range of the samples, % of the median) and, when the predictions are
-    drift-corrected, the prediction and error from the profile as calibrated; then MAPE lines
-    and ``note``."""
+    (interquartile range of the samples, % of the median) and, when there is one, the
+    ``other`` prediction and its error; then MAPE lines and ``note``."""
     from rich.console import Console
     from rich.table import Table
 
-    both = any(r.calibrated_s is not None for r in results)
+    both = any(r.other_s is not None for r in results)
     columns = ["case", "strategy", "predicted", "measured", "error %", "spread %"]
     if both:
-        columns += ["as calibrated", "error %  (as cal.)"]
+        columns += [other, "its error %"]
     table = Table(title=title)
     for col in columns:
         table.add_column(col, justify="left" if col in ("case", "strategy") else "right")
@@ -92,9 +93,9 @@ def render_table(results: Sequence[CaseResult], title: str = "tiersim validate",
         row = [r.case, r.strategy, f"{r.predicted_s * 1e3:.1f} ms", f"{r.measured_s * 1e3:.1f} ms",
                f"{r.error_pct:+.1f}", f"{r.spread_pct:.0f}"]
         if both:
-            cal = r.calibrated_error_pct
-            row += [f"{r.calibrated_s * 1e3:.1f} ms" if r.calibrated_s is not None else "-",
-                    f"{cal:+.1f}" if cal is not None else "-"]
+            err = r.other_error_pct
+            row += [f"{r.other_s * 1e3:.1f} ms" if r.other_s is not None else "-",
+                    f"{err:+.1f}" if err is not None else "-"]
         table.add_row(*row)
     console = Console(width=140, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
     console.print(table)
@@ -106,8 +107,8 @@ def render_table(results: Sequence[CaseResult], title: str = "tiersim validate",
     if worst is not None:
         lines.append(f"worst case: {worst.case} ({worst.error_pct:+.1f}%)")
     if both:
-        stale = [abs(r.calibrated_error_pct) for r in results if r.calibrated_error_pct is not None]
-        lines.append(f"MAPE overall from the profile as calibrated: {sum(stale) / len(stale):.1f}%")
+        errors = [abs(e) for e in (r.other_error_pct for r in results) if e is not None]
+        lines.append(f"MAPE overall, {other}: {sum(errors) / len(errors):.1f}%")
     if note:
         lines.append(note)
     return "\n".join(lines)

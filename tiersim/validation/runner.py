@@ -88,10 +88,12 @@ def measure_interleaved(
 
 @dataclass(frozen=True)
 class Validation:
-    """Every case's result, and the drift the probes measured (None when not corrected)."""
+    """Every case's result, the drift the probes measured, and whether ``predicted_s`` is the
+    drift-corrected prediction (else the one from the profile as calibrated)."""
 
     results: list[CaseResult]
-    drift: Drift | None
+    drift: Drift
+    corrected: bool
 
 
 def run_cases(
@@ -101,22 +103,23 @@ def run_cases(
     *,
     warmup: int = 1,
     repeats: int = 3,
-    correct_drift: bool = True,
+    correct_drift: bool = False,
     on_case: Callable[[Case], None] | None = None,
 ) -> Validation:
-    """Time every case (interleaved rounds, medians) and compare with its prediction: from
-    the profile with its rates scaled by the drift the probes measured in the same rounds
-    (``correct_drift``), else from the profile as calibrated. Both predictions are kept."""
-    probes = DriftProbes(host, nvme_dir, probe_bypass_mode(nvme_dir), adam_variant(host)) if correct_drift else None
+    """Time every case (interleaved rounds, medians, drift probes in every round) and compare
+    with two predictions: from the profile as calibrated, and from the profile with its rates
+    scaled by the drift the probes measured in the same rounds. ``predicted_s`` is the first
+    (the second with ``correct_drift``); ``other_s`` the other one."""
+    probes = DriftProbes(host, nvme_dir, probe_bypass_mode(nvme_dir), adam_variant(host))
     try:
         samples = measure_interleaved(cases, host, nvme_dir, warmup, repeats, on_case, probes)
-        drift = probes.drift() if probes is not None else None
+        drift = probes.drift()
     finally:
-        if probes is not None:
-            probes.close()
-    corrected = corrected_profile(host, drift) if drift is not None else host
+        probes.close()
+    fixed = corrected_profile(host, drift)
     results = []
     for case, got in zip(cases, samples):
-        results.append(CaseResult(case.name, case.strategy, predict_case(corrected, case), statistics.median(got),
-                                  tuple(got), predict_case(host, case)))
-    return Validation(results, drift)
+        as_calibrated, corrected = predict_case(host, case), predict_case(fixed, case)
+        headline, other = (corrected, as_calibrated) if correct_drift else (as_calibrated, corrected)
+        results.append(CaseResult(case.name, case.strategy, headline, statistics.median(got), tuple(got), other))
+    return Validation(results, drift, correct_drift)
