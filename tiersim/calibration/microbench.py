@@ -163,8 +163,10 @@ def cpu_adam(
     """One ``optimizer.step()`` of torch Adam over a single fp32 tensor of ``numel`` params
     (state already created). Records: variant, numel, threads, seconds per step (median).
 
-    All (numel, variant, threads) points are timed in ``repeats`` interleaved rounds, one
-    sample of each per round, so a slow spell of a shared host lands on every point alike."""
+    Each variant's (numel, threads) points are timed in ``repeats`` interleaved rounds, one
+    sample of each per round, so a slow spell of a shared host lands on every point alike;
+    the variants one after the other, since foreach's full-size temporaries (mmap/munmap per
+    step) slow down the fused steps timed next to them."""
     import torch
 
     records: list[Record] = []
@@ -188,10 +190,10 @@ def cpu_adam(
             if (numel, variant) in opts]
     samples: dict[tuple[int, str, int], list[float]] = {key: [] for key in grid}
     rounds = max(repeats, 1)
-    for r in range(rounds + 1):  # round 0 is a warm-up
-        for t in threads:
-            with compute_threads(t):
-                for variant in variants:
+    for variant in variants:  # one variant's rounds after the other's (foreach's temporaries disturb fused)
+        for r in range(rounds + 1):  # round 0 is a warm-up
+            for t in threads:
+                with compute_threads(t):
                     points = [key for key in grid if key[1] == variant and key[2] == t]
                     if points:
                         opts[(points[0][0], variant)].step()  # type: ignore[attr-defined]
