@@ -6,6 +6,7 @@ stored runs, Ctrl-C keeping what was computed. The sweep file format is in
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
 import os
 import signal
@@ -243,6 +244,10 @@ def run_sweep(
 
     backend: Any = None
     owned = False
+    # The planned configs (thousands of objects) live as long as the sweep: keep them out of
+    # the collector's full passes, here and in forked workers (whose pages the passes would
+    # also copy); see gc.freeze.
+    gc.freeze()
     try:
         if batches and scheduler is not None:
             backend, owned = _dask_client(scheduler)
@@ -273,6 +278,7 @@ def run_sweep(
     except KeyboardInterrupt:
         raise SweepInterrupted(resumed + computed, len(runs), out_dir) from None
     finally:
+        gc.unfreeze()
         if owned and backend is not None:
             if scheduler is not None:
                 backend.close()
