@@ -284,3 +284,17 @@ def test_step_only_utilisation_rows_equal_the_full_table(strategy: str) -> None:
     cheap = fresh.bottleneck()  # before the full table exists
     assert "_utilisation" not in fresh.__dict__
     assert cheap == result.bottleneck() == max(full, key=lambda row: row["utilisation"])["resource"]
+
+
+@pytest.mark.parametrize("strategy", ["dram", "cxl", "nvme"])
+def test_engine_shortcuts_change_no_strategy_result(strategy: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The quickstart's schedules, with and without the engine's skipped re-allocations."""
+    from tiersim.engine import run_graph
+    from tiersim.engine.flows import FlowNetwork
+
+    result = simulate(configs("quickstart")[strategy])
+    assert result.graph is not None and result.run is not None
+    monkeypatch.setattr(FlowNetwork, "shortcuts", False)
+    full = run_graph(result.graph)
+    assert full.makespan == pytest.approx(result.run.makespan, rel=1e-9)
+    assert [r.end for r in full.records] == pytest.approx([r.end for r in result.run.records], rel=1e-9)

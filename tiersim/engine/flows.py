@@ -19,6 +19,8 @@ import simpy
 
 _REL_TOL = 1e-12
 """Relative tolerance for a link counted as saturated or a flow as at its cap."""
+_SATURATED_TOL = 1e-9
+"""A link is saturated (it may bind a flow) when its load is within this fraction of capacity."""
 _DUE_TOL = 1e-9
 """A flow is due at a timer when its finish is within this fraction of its own remaining time."""
 
@@ -93,13 +95,23 @@ def _at_cap(flow: Flow) -> bool:
 
 
 class FlowNetwork:
-    """The set of links and the flows on them, inside one SimPy environment."""
+    """The set of links and the flows on them, inside one SimPy environment.
+
+    Re-allocation is skipped where it provably changes nothing: a new flow whose own bound
+    (its cap, or its tightest link alone) fits in every one of its links' spare capacity
+    leaves every other rate as it was, and so does a finished flow none of whose links
+    was saturated. ``shortcuts = False`` re-allocates on every change (the tests compare).
+    """
+
+    shortcuts = True
 
     def __init__(self, env: simpy.Environment, capacity: dict[str, float]) -> None:
         self.env = env
         self.capacity = capacity
         self.flows: dict[Flow, None] = {}
         self.on_link: dict[str, list[Flow]] = {name: [] for name in capacity}
+        self.load: dict[str, float] = {name: 0.0 for name in capacity}
+        """Link units per second the active flows use now."""
         self.timers = 0
         self._armed: list[float] = []
         self._busy_since: dict[str, float] = {}
@@ -122,12 +134,25 @@ class FlowNetwork:
                 self._busy_since[link] = now
             others.append(flow)
         self.flows[flow] = None
-        if shared:
+        max_min_rates([flow], self.capacity)  # its own bound
+        if shared and not (self.shortcuts and self._fits(flow)):
             self._reallocate(self._component(flow.links), now)
         else:
-            max_min_rates([flow], self.capacity)
             flow.finish_at = now + size / flow.rate
+            self._add_load(flow, 1.0)
         self._arm(now)
+
+    def _fits(self, flow: Flow) -> bool:
+        """Whether ``flow`` at its current rate fits in the spare capacity of all its links."""
+        load, capacity = self.load, self.capacity
+        return all(load[link] + flow.rate * units <= capacity[link] * (1 + _REL_TOL) for link, units in flow.usage)
+
+    def _saturated(self, link: str) -> bool:
+        return self.load[link] >= self.capacity[link] * (1 - _SATURATED_TOL)
+
+    def _add_load(self, flow: Flow, sign: float) -> None:
+        for link, units in flow.usage:
+            self.load[link] += sign * flow.rate * units
 
     def _component(self, links: frozenset[str] | set[str]) -> list[Flow]:
         """The active flows that share a link with ``links``, transitively."""
@@ -147,11 +172,14 @@ class FlowNetwork:
     def _reallocate(self, flows: list[Flow], now: float) -> None:
         """Bring ``flows`` to ``now`` at their old rates, then share the links anew."""
         for flow in flows:
+            if flow.finish_at != math.inf:  # a new flow has no load yet
+                self._add_load(flow, -1.0)
             flow.remaining = max(flow.remaining - flow.rate * (now - flow.last), 0.0)
             flow.last = now
         max_min_rates(flows, self.capacity)
         for flow in flows:
             flow.finish_at = now + flow.remaining / flow.rate
+            self._add_load(flow, 1.0)
 
     def _arm(self, now: float) -> None:
         """Arm a timer for the earliest finish, unless one at or before it is already pending."""
@@ -166,25 +194,29 @@ class FlowNetwork:
 
     def _on_timer(self, _event: simpy.Event) -> None:
         """The flows due now are done, whatever float residue ``now``'s spacing left them;
-        the flows they shared links with get their rates re-allocated."""
+        the flows they shared a saturated link with get their rates re-allocated."""
         now = self.env.now
         heapq.heappop(self._armed)
         slack = 1e-12 * abs(now)
         due = [flow for flow in self.flows
                if flow.finish_at <= now + _DUE_TOL * (flow.finish_at - flow.last) + slack]
         changed: set[str] = set()
+        release = not self.shortcuts
         for flow in due:
             del self.flows[flow]
             for link, units in flow.usage:
                 self.moved[link] += flow.size * units
+                release = release or self._saturated(link)
+            self._add_load(flow, -1.0)
             for link in flow.links:
                 others = self.on_link[link]
                 others.remove(flow)
                 if others:
                     changed.add(link)
                 else:
+                    self.load[link] = 0.0  # no float residue on an idle link
                     self.busy[link] += now - self._busy_since.pop(link)
-        if changed:
+        if changed and release:
             self._reallocate(self._component(changed), now)
         self._arm(now)
         for flow in due:
