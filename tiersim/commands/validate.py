@@ -24,7 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads for CPU Adam (default 1; the full set adds a case with all cores)")
     p.add_argument("--repeats", type=int, default=None,
-                   help="timed repeats per case (interleaved rounds; default 9 quick, 9 full)")
+                   help="timed repeats per case (interleaved rounds; default 9)")
     p.add_argument("--correct-drift", action="store_true",
                    help="predict from the profile with its Adam rate and disk bandwidths scaled by the drift that "
                    "reference micro-benchmarks, timed in the same rounds as the cases, measure (default: the profile "

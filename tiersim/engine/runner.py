@@ -10,7 +10,7 @@ from typing import NamedTuple
 import simpy
 
 from tiersim.engine.flows import FlowNetwork
-from tiersim.engine.graph import Task, TaskGraph
+from tiersim.engine.graph import TaskGraph
 
 
 class TaskRecord(NamedTuple):
@@ -84,7 +84,8 @@ class _Run:
                 self.dependents[position[dep]].append(i)
         self.successor = [-1] * count
         self.at_head = [False] * count
-        for indices in _stream_indices(tasks).values():
+        for stream in graph.streams().values():
+            indices = [position[task.name] for task in stream]
             self.at_head[indices[0]] = True
             for before, after in zip(indices, indices[1:]):
                 self.successor[before] = after
@@ -144,10 +145,3 @@ class _Run:
                     self.startable.append(j)
         self.drain()
 
-
-def _stream_indices(tasks: list[Task]) -> dict[str, list[int]]:
-    """Task indices grouped by stream, each list in program order."""
-    grouped: dict[str, list[int]] = {}
-    for i, task in enumerate(tasks):
-        grouped.setdefault(task.stream, []).append(i)
-    return grouped

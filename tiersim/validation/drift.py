@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import os
 import statistics
-import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -29,6 +27,7 @@ from tiersim.calibration.directio import AlignedBuffer, DirectFile, IOPool, Segm
 from tiersim.calibration.fit import queue_throughput
 from tiersim.calibration.placement import compute_threads, io_cpus
 from tiersim.profiles import HostProfile
+from tiersim.validation.real_step import time_step
 
 ADAM_PROBE_NUMEL = 26_300_000
 """Params of the Adam probe (a calibration size; validation sub-groups are 5-25 M)."""
@@ -90,9 +89,9 @@ class DriftProbes:
     def sample(self, record: bool = True) -> None:
         """Time one Adam step, one read and one write of the probe files (s)."""
         timings = {
-            "adam": _seconds(self._one_thread_adam),
-            "read": _seconds(lambda: self._pool.run("read", self._segments)),
-            "write": _seconds(lambda: self._pool.run("write", self._segments)),
+            "adam": time_step(self._one_thread_adam, warmup=0, repeats=1).median_s,
+            "read": time_step(lambda: self._pool.run("read", self._segments), warmup=0, repeats=1).median_s,
+            "write": time_step(lambda: self._pool.run("write", self._segments), warmup=0, repeats=1).median_s,
         }
         if record:
             for name, seconds in timings.items():
@@ -149,8 +148,3 @@ class DriftProbes:
         self._segments.clear()
         self._buffer.close()
 
-
-def _seconds(fn: Callable[[], object]) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
