@@ -12,7 +12,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from tiersim.calibration.directio import (
     ALIGN,
@@ -24,6 +24,9 @@ from tiersim.calibration.directio import (
     probe_bypass_mode,
 )
 from tiersim.calibration.placement import compute_threads, io_cpus
+
+if TYPE_CHECKING:
+    import torch
 
 Record = dict[str, object]
 OnPoint = Callable[[], None] | None
@@ -144,13 +147,15 @@ def dram_latency(entries: int = 1 << 23, steps: int = 300_000, seed: int = 0, on
 # --------------------------------------------------------------------------- CPU Adam
 
 
-def make_cpu_adam(param: object, variant: str, lr: float = 1e-3) -> object:
-    """torch.optim.Adam over one tensor with the ``foreach`` or ``fused`` CPU implementation."""
+def make_cpu_adam(params: object, variant: str, lr: float = 1e-3) -> "torch.optim.Adam":
+    """torch.optim.Adam over ``params`` (a tensor, or a list of them) with the ``foreach`` or
+    ``fused`` CPU implementation."""
     import torch
 
     if variant not in ("foreach", "fused"):
         raise ValueError(f"unknown Adam variant {variant!r}")
-    return torch.optim.Adam([param], lr=lr, foreach=variant == "foreach", fused=variant == "fused")
+    group = params if isinstance(params, list) else [params]
+    return torch.optim.Adam(group, lr=lr, foreach=variant == "foreach", fused=variant == "fused")
 
 
 def cpu_adam(

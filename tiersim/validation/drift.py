@@ -25,6 +25,7 @@ import torch
 
 from tiersim.calibration.directio import AlignedBuffer, DirectFile, IOPool, Segment
 from tiersim.calibration.fit import queue_throughput
+from tiersim.calibration.microbench import make_cpu_adam
 from tiersim.calibration.placement import compute_threads, io_cpus
 from tiersim.profiles import HostProfile
 from tiersim.validation.real_step import time_step
@@ -73,7 +74,7 @@ class DriftProbes:
         param = torch.nn.Parameter(torch.randn(ADAM_PROBE_NUMEL))
         param.grad = torch.randn(ADAM_PROBE_NUMEL) * 1e-3
         self._param = param
-        self._adam = torch.optim.Adam([param], lr=1e-3, foreach=variant == "foreach", fused=variant == "fused")
+        self._adam = make_cpu_adam(param, variant)
         self._adam.step()  # creates the state
         per_file = IO_PROBE_BYTES // IO_PROBE_FILES
         self._buffer = AlignedBuffer(IO_PROBE_BYTES)

@@ -37,6 +37,7 @@ from tiersim.calibration.directio import (
     align_up,
     probe_bypass_mode,
 )
+from tiersim.calibration.microbench import make_cpu_adam
 from tiersim.calibration.placement import compute_threads, io_cpus
 from tiersim.errors import ConfigError
 
@@ -81,12 +82,6 @@ def make_initial_state(subgroup_numels: Sequence[int], seed: int = 0) -> list[tu
     return [(torch.randn(n, generator=gen), torch.randn(n, generator=gen) * 1e-2) for n in subgroup_numels]
 
 
-def _adam(param: torch.Tensor, variant: str) -> torch.optim.Adam:
-    if variant not in ("foreach", "fused"):
-        raise ValueError(f"unknown Adam variant {variant!r}")
-    return torch.optim.Adam([param], lr=LR, foreach=variant == "foreach", fused=variant == "fused")
-
-
 class DRAMAdam:
     """State in host memory; one Adam step per sub-group in order."""
 
@@ -101,7 +96,7 @@ class DRAMAdam:
             p = torch.nn.Parameter(p0.clone())
             p.grad = g0.clone()
             self.params.append(p)
-            self.opts.append(_adam(p, variant))
+            self.opts.append(make_cpu_adam(p, variant, LR))
 
     def step(self) -> None:
         with compute_threads(self.threads):
@@ -169,7 +164,7 @@ class NVMeAdam:
             self.write_pool.run("write", self._segments(i, init_buf, TENSORS_IN))
             p = torch.nn.Parameter(torch.empty(0))
             self.opt_params.append(p)
-            self.opts.append(_adam(p, variant))
+            self.opts.append(make_cpu_adam(p, variant, LR))
         self._tensors = [[buf.tensor(buf.nbytes // 4) for buf in bset] for bset in self.buffers]
 
     def _segments(self, i: int, bset: list[AlignedBuffer], names: Sequence[str]) -> list[Segment]:
@@ -262,7 +257,7 @@ class CudaOffloadAdam:
         for p in self.host.params:
             p.data = p.data.pin_memory()
             p.grad = p.grad.pin_memory()  # type: ignore[union-attr]
-        self.host.opts = [_adam(p, variant) for p in self.host.params]
+        self.host.opts = [make_cpu_adam(p, variant, LR) for p in self.host.params]
         self.gpu_params = [p.detach().cuda() for p in self.host.params]
         self.gpu_grads = [p.grad.cuda() for p in self.host.params]  # type: ignore[union-attr]
 
@@ -319,7 +314,7 @@ def reference_adam(initial: list[tuple[torch.Tensor, torch.Tensor]], steps: int,
         p = torch.nn.Parameter(p0.clone())
         p.grad = g0.clone()
         params.append(p)
-    opt = torch.optim.Adam(params, lr=LR, foreach=variant == "foreach", fused=variant == "fused")
+    opt = make_cpu_adam(params, variant, LR)
     for _ in range(steps):
         opt.step()
     return [p.detach().clone() for p in params]
