@@ -109,8 +109,8 @@ def test_late_arrival_shares_the_remaining_bytes() -> None:
 def test_rate_cap_below_fair_share_leaves_the_rest_to_others() -> None:
     network_capacity = {"L": 10.0}
     env = simpy.Environment()
-    capped = Flow(10.0, (("L", 1.0),), 2.0, env.event())
-    free = Flow(10.0, (("L", 1.0),), math.inf, env.event())
+    capped = Flow(10.0, (("L", 1.0),), 2.0)
+    free = Flow(10.0, (("L", 1.0),), math.inf)
     max_min_rates([capped, free], network_capacity)
     assert (capped.rate, free.rate) == pytest.approx((2.0, 8.0), rel=REL)
     # In a run: free ends at 10/8 s; capped stays at 2/s (its cap) and ends at 5 s.
@@ -130,8 +130,8 @@ def test_flow_without_links_runs_at_its_cap() -> None:
 
 def test_two_link_flow_limited_by_tighter_link_other_gets_leftover() -> None:
     env = simpy.Environment()
-    both = Flow(2.0, (("tight", 1.0), ("loose", 1.0)), math.inf, env.event())
-    loose_only = Flow(6.0, (("loose", 1.0),), math.inf, env.event())
+    both = Flow(2.0, (("tight", 1.0), ("loose", 1.0)), math.inf)
+    loose_only = Flow(6.0, (("loose", 1.0),), math.inf)
     max_min_rates([both, loose_only], {"tight": 1.0, "loose": 3.0})
     assert (both.rate, loose_only.rate) == pytest.approx((1.0, 2.0), rel=REL)
     # The run: rates 1 and 2 until `both` ends at t=2 (loose_only has 2 left), then 3/s: 2 + 2/3.
@@ -194,8 +194,8 @@ def test_usage_coefficient_scales_the_byte_rate(units: float) -> None:
 def test_weighted_max_min_with_coefficients() -> None:
     # a costs 0.5 units/byte, b 1 unit/byte, capacity 3: equal byte rates r with 1.5 r = 3 -> r = 2.
     env = simpy.Environment()
-    a = Flow(1.0, (("dev", 0.5),), math.inf, env.event())
-    b = Flow(1.0, (("dev", 1.0),), math.inf, env.event())
+    a = Flow(1.0, (("dev", 0.5),), math.inf)
+    b = Flow(1.0, (("dev", 1.0),), math.inf)
     max_min_rates([a, b], {"dev": 3.0})
     assert (a.rate, b.rate) == pytest.approx((2.0, 2.0), rel=REL)
 

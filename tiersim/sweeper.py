@@ -59,12 +59,28 @@ def run_batch(batch: Sequence[tuple[int, "RunConfig"]]) -> list[tuple[int, dict[
     from tiersim.simulate import simulate
 
     out: list[tuple[int, dict[str, Any]]] = []
-    for index, config in batch:
-        row = flat_row(config.scenario, simulate(config))
-        row["seed"] = config.seed
-        row["tiersim_version"] = __version__
-        out.append((index, row))
+    with _collector_paused():
+        for index, config in batch:
+            row = flat_row(config.scenario, simulate(config))
+            row["seed"] = config.seed
+            row["tiersim_version"] = __version__
+            out.append((index, row))
     return out
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector: a run leaves no reference cycle but SimPy's small
+    environment (reference counting frees the rest at once), so the collector's passes over the
+    objects of the run in progress, over a tenth of a sweep's CPU time, find nothing to free.
+    The environments are collected after the batch."""
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if paused:
+            gc.enable()
 
 
 def _noop(_: int) -> None:

@@ -27,16 +27,16 @@ _DUE_TOL = 1e-9
 
 class Flow:
     """One active transfer: ``remaining`` bytes as of time ``last`` (s), its current ``rate``
-    (bytes/s), and ``finish_at`` (s) if the rate holds; ``done()`` is called at the end."""
+    (bytes/s), and ``finish_at`` (s) if the rate holds; ``key`` names it to the network's owner."""
 
-    __slots__ = ("size", "usage", "cap", "done", "links", "remaining", "rate", "last", "finish_at")
+    __slots__ = ("key", "size", "usage", "cap", "links", "remaining", "rate", "last", "finish_at")
 
-    def __init__(self, size: float, usage: tuple[tuple[str, float], ...], cap: float, done: Callable[[], None],
+    def __init__(self, size: float, usage: tuple[tuple[str, float], ...], cap: float, key: int = -1,
                  links: frozenset[str] | None = None) -> None:
+        self.key = key
         self.size = size
         self.usage = usage
         self.cap = cap
-        self.done = done
         self.links = links if links is not None else frozenset(link for link, _ in usage)
         self.remaining = size
         self.rate = 0.0
@@ -44,17 +44,21 @@ class Flow:
         self.finish_at = math.inf
 
 
+def own_bound(usage: tuple[tuple[str, float], ...], cap: float, capacity: dict[str, float]) -> float:
+    """The rate (bytes/s) a flow would get alone: its cap or its tightest link."""
+    rate = cap
+    for link, units in usage:
+        if units > 0 and capacity[link] / units < rate:
+            rate = capacity[link] / units
+    if not math.isfinite(rate):
+        raise ValueError("a flow has neither a link nor a finite rate cap")
+    return rate
+
+
 def max_min_rates(flows: list[Flow], capacity: dict[str, float]) -> None:
     """Set ``flow.rate`` for every flow by weighted max-min fairness (progressive filling)."""
     if len(flows) == 1:
-        flow = flows[0]
-        rate = flow.cap
-        for link, units in flow.usage:
-            if units > 0 and capacity[link] / units < rate:
-                rate = capacity[link] / units
-        if not math.isfinite(rate):
-            raise ValueError("a flow has neither a link nor a finite rate cap")
-        flow.rate = rate
+        flows[0].rate = own_bound(flows[0].usage, flows[0].cap, capacity)
         return
     residual: dict[str, float] = {}
     for flow in flows:
@@ -95,19 +99,25 @@ def _at_cap(flow: Flow) -> bool:
 
 
 class FlowNetwork:
-    """The set of links and the flows on them, inside one SimPy environment.
+    """The set of links and the flows on them, inside one SimPy environment; ``done(key)`` is
+    called when the flow started with ``key`` has moved its last byte.
 
     Re-allocation is skipped where it provably changes nothing: a new flow whose own bound
     (its cap, or its tightest link alone) fits in every one of its links' spare capacity
     leaves every other rate as it was, and so does a finished flow none of whose links
     was saturated. ``shortcuts = False`` re-allocates on every change (the tests compare).
+
+    Timers: some pending timer is always at or before every active flow's ``finish_at`` (a
+    start that re-allocates nothing only compares the new flow's finish with the earliest
+    pending timer).
     """
 
     shortcuts = True
 
-    def __init__(self, env: simpy.Environment, capacity: dict[str, float]) -> None:
+    def __init__(self, env: simpy.Environment, capacity: dict[str, float], done: Callable[[int], None]) -> None:
         self.env = env
         self.capacity = capacity
+        self.done = done
         self.flows: dict[Flow, None] = {}
         self.on_link: dict[str, list[Flow]] = {name: [] for name in capacity}
         self.load: dict[str, float] = {name: 0.0 for name in capacity}
@@ -118,41 +128,54 @@ class FlowNetwork:
         self.busy: dict[str, float] = {name: 0.0 for name in capacity}
         self.moved: dict[str, float] = {name: 0.0 for name in capacity}
 
-    def transfer(self, size: float, usage: tuple[tuple[str, float], ...], cap: float,
-                 done: Callable[[], None], links: frozenset[str] | None = None) -> None:
-        """Start a flow now; ``done()`` is called when its last byte has moved. ``links`` (the
-        names in ``usage``) may be passed precomputed."""
+    def transfer(self, key: int, size: float, usage: tuple[tuple[str, float], ...], cap: float,
+                 links: frozenset[str] | None = None, bound: float | None = None) -> None:
+        """Start a flow of ``size`` bytes now. ``links`` (the names in ``usage``) and ``bound``
+        (``own_bound`` of it) may be passed precomputed."""
         now = self.env.now
-        flow = Flow(size, usage, cap, done, links)
+        flow = Flow(size, usage, cap, key, links)
         flow.last = now
+        flow.rate = own_bound(usage, cap, self.capacity) if bound is None else bound
         shared = False
+        on_link = self.on_link
         for link in flow.links:
-            others = self.on_link[link]
+            others = on_link[link]
             if others:
                 shared = True
             else:
                 self._busy_since[link] = now
             others.append(flow)
         self.flows[flow] = None
-        max_min_rates([flow], self.capacity)  # its own bound
         if shared and not (self.shortcuts and self._fits(flow)):
-            self._reallocate(self._component(flow.links), now)
+            component = self._component(flow.links)
+            self._reallocate(component, now)
+            self._arm_at(min(other.finish_at for other in component), now)
         else:
             flow.finish_at = now + size / flow.rate
-            self._add_load(flow, 1.0)
-        self._arm(now)
+            load = self.load
+            for link, units in usage:
+                load[link] += flow.rate * units
+            self._arm_at(flow.finish_at, now)
+
+    def close(self) -> None:
+        """Forget the ``done`` callback (typically a method of the network's owner, which holds
+        the network: a reference cycle) once no flow is active."""
+        if self.flows:
+            raise RuntimeError("closing a flow network with active flows")
+        del self.done
 
     def _fits(self, flow: Flow) -> bool:
         """Whether ``flow`` at its current rate fits in the spare capacity of all its links."""
-        load, capacity = self.load, self.capacity
-        return all(load[link] + flow.rate * units <= capacity[link] * (1 + _REL_TOL) for link, units in flow.usage)
-
-    def _saturated(self, link: str) -> bool:
-        return self.load[link] >= self.capacity[link] * (1 - _SATURATED_TOL)
+        load, capacity, rate = self.load, self.capacity, flow.rate
+        for link, units in flow.usage:
+            if load[link] + rate * units > capacity[link] * (1 + _REL_TOL):
+                return False
+        return True
 
     def _add_load(self, flow: Flow, sign: float) -> None:
+        load, rate = self.load, sign * flow.rate
         for link, units in flow.usage:
-            self.load[link] += sign * flow.rate * units
+            load[link] += rate * units
 
     def _component(self, links: frozenset[str] | set[str]) -> list[Flow]:
         """The active flows that share a link with ``links``, transitively."""
@@ -181,14 +204,12 @@ class FlowNetwork:
             flow.finish_at = now + flow.remaining / flow.rate
             self._add_load(flow, 1.0)
 
-    def _arm(self, now: float) -> None:
-        """Arm a timer for the earliest finish, unless one at or before it is already pending."""
-        if not self.flows:
+    def _arm_at(self, due: float, now: float) -> None:
+        """Arm a timer for ``due`` unless one at or before it is already pending."""
+        armed = self._armed
+        if armed and armed[0] <= due:
             return
-        due = min(flow.finish_at for flow in self.flows)
-        if self._armed and self._armed[0] <= due:
-            return
-        heapq.heappush(self._armed, due)
+        heapq.heappush(armed, due)
         self.timers += 1
         self.env.timeout(max(due - now, 0.0)).callbacks.append(self._on_timer)
 
@@ -198,26 +219,31 @@ class FlowNetwork:
         now = self.env.now
         heapq.heappop(self._armed)
         slack = 1e-12 * abs(now)
-        due = [flow for flow in self.flows
-               if flow.finish_at <= now + _DUE_TOL * (flow.finish_at - flow.last) + slack]
+        flows = self.flows
+        due = [flow for flow in flows if flow.finish_at <= now + _DUE_TOL * (flow.finish_at - flow.last) + slack]
         changed: set[str] = set()
         release = not self.shortcuts
+        load, capacity, moved, on_link = self.load, self.capacity, self.moved, self.on_link
         for flow in due:
-            del self.flows[flow]
+            del flows[flow]
+            size, rate = flow.size, flow.rate
             for link, units in flow.usage:
-                self.moved[link] += flow.size * units
-                release = release or self._saturated(link)
-            self._add_load(flow, -1.0)
+                moved[link] += size * units
+                # saturated: the link may have bound this flow, so others may speed up
+                release = release or load[link] >= capacity[link] * (1 - _SATURATED_TOL)
+                load[link] -= rate * units
             for link in flow.links:
-                others = self.on_link[link]
+                others = on_link[link]
                 others.remove(flow)
                 if others:
                     changed.add(link)
                 else:
-                    self.load[link] = 0.0  # no float residue on an idle link
+                    load[link] = 0.0  # no float residue on an idle link
                     self.busy[link] += now - self._busy_since.pop(link)
         if changed and release:
             self._reallocate(self._component(changed), now)
-        self._arm(now)
+        if flows:
+            self._arm_at(min(flow.finish_at for flow in flows), now)
+        done = self.done
         for flow in due:
-            flow.done()
+            done(flow.key)

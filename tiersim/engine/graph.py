@@ -55,11 +55,16 @@ class Task:
 
 @dataclass
 class TaskGraph:
-    """Links plus tasks in program order; ``add`` checks names and dependencies as it goes."""
+    """Links plus tasks in program order; ``add`` checks names and dependencies as it goes and
+    indexes them for the engine: per task (by position) the positions of its distinct
+    dependencies and of the previous task on its stream (-1 for a stream's first task)."""
 
     links: dict[str, Link] = field(default_factory=dict)
     tasks: list[Task] = field(default_factory=list)
-    _names: set[str] = field(default_factory=set, repr=False)
+    dep_positions: list[tuple[int, ...]] = field(default_factory=list, repr=False)
+    stream_previous: list[int] = field(default_factory=list, repr=False)
+    _positions: dict[str, int] = field(default_factory=dict, repr=False)
+    _stream_tails: dict[str, int] = field(default_factory=dict, repr=False)
 
     def link(self, name: str, capacity: float) -> str:
         """Declare a link (units/s) and return its name; redeclaring must agree."""
@@ -71,16 +76,27 @@ class TaskGraph:
 
     def add(self, task: Task) -> str:
         """Append a task; its dependencies must already be in the graph (so it is acyclic)."""
-        if task.name in self._names:
+        positions = self._positions
+        if task.name in positions:
             raise ValueError(f"duplicate task name {task.name!r}")
-        for dep in task.deps:
-            if dep not in self._names:
-                raise ValueError(f"task {task.name!r} depends on unknown task {dep!r}")
+        try:
+            named = task.deps
+            if len(named) == 1:
+                deps: tuple[int, ...] = (positions[named[0]],)
+            else:
+                deps = tuple(dict.fromkeys([positions[dep] for dep in named])) if named else ()
+        except KeyError as missing:
+            raise ValueError(f"task {task.name!r} depends on unknown task {missing.args[0]!r}") from None
         for link_name, _units in task.usage:
             if link_name not in self.links:
                 raise ValueError(f"task {task.name!r} uses undeclared link {link_name!r}")
-        self._names.add(task.name)
+        here = len(self.tasks)
+        positions[task.name] = here
         self.tasks.append(task)
+        self.dep_positions.append(deps)
+        tails = self._stream_tails
+        self.stream_previous.append(tails.get(task.stream, -1))
+        tails[task.stream] = here
         return task.name
 
     def streams(self) -> dict[str, list[Task]]:
@@ -89,3 +105,7 @@ class TaskGraph:
         for task in self.tasks:
             grouped.setdefault(task.stream, []).append(task)
         return grouped
+
+    def stream_tails(self) -> list[str]:
+        """The name of the last task on each stream (in order of the streams' first tasks)."""
+        return [self.tasks[at].name for at in self._stream_tails.values()]

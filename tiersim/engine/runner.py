@@ -4,12 +4,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 from typing import NamedTuple
 
 import simpy
 
-from tiersim.engine.flows import FlowNetwork
+from tiersim.engine.flows import FlowNetwork, own_bound
 from tiersim.engine.graph import TaskGraph
 
 
@@ -50,12 +49,13 @@ def run_graph(graph: TaskGraph) -> EngineRun:
     run = _Run(graph)
     run.drain()
     run.env.run()
-    if len(run.records) != len(graph.tasks):
+    run.network.close()
+    if len(run.order) != len(graph.tasks):
         raise RuntimeError("task graph deadlocked: a dependency can never be met")
     network = run.network
     return EngineRun(
-        records=run.records,
-        makespan=max((r.end for r in run.records), default=0.0),
+        records=run.records(),
+        makespan=max(run.end, default=0.0),
         link_busy=dict(network.busy),
         link_units_moved=dict(network.moved),
         link_capacity=dict(network.capacity),
@@ -64,73 +64,83 @@ def run_graph(graph: TaskGraph) -> EngineRun:
 
 
 class _Run:
-    """The state of one ``run_graph``: per task (by index) the dependencies not yet done,
-    its dependents, the next task on its stream, whether its stream is free for it, ready and
-    start times. A plain object, so that nothing of a finished run is left in a reference cycle
-    (it is freed at once, without the cyclic garbage collector)."""
+    """The state of one ``run_graph``, in lists indexed by task: the dependencies not yet done,
+    the dependents, the next task on the stream, whether the stream is free for it, ready,
+    start and end times, and the order tasks finished in. Once the network is closed nothing of a
+    finished run is left in a reference cycle but SimPy's environment (so it is freed at once,
+    without the cyclic garbage collector)."""
 
     def __init__(self, graph: TaskGraph) -> None:
         self.env = simpy.Environment()
-        self.network = FlowNetwork(self.env, {name: link.capacity for name, link in graph.links.items()})
+        capacity = {name: link.capacity for name, link in graph.links.items()}
+        self.network = FlowNetwork(self.env, capacity, self.finish)
         tasks = self.tasks = graph.tasks
         count = len(tasks)
-        position = {task.name: i for i, task in enumerate(tasks)}
-        self.unmet = [0] * count
+        self.unmet = [len(deps) for deps in graph.dep_positions]
         self.dependents: list[list[int]] = [[] for _ in range(count)]
-        for i, task in enumerate(tasks):
-            deps = set(task.deps)
-            self.unmet[i] = len(deps)
+        for i, deps in enumerate(graph.dep_positions):
             for dep in deps:
-                self.dependents[position[dep]].append(i)
+                self.dependents[dep].append(i)
         self.successor = [-1] * count
         self.at_head = [False] * count
-        for stream in graph.streams().values():
-            indices = [position[task.name] for task in stream]
-            self.at_head[indices[0]] = True
-            for before, after in zip(indices, indices[1:]):
-                self.successor[before] = after
-        self.links = [frozenset(link for link, _ in task.usage) for task in tasks]
+        for i, previous in enumerate(graph.stream_previous):
+            if previous < 0:
+                self.at_head[i] = True
+            else:
+                self.successor[previous] = i
+        self.delay = [task.delay for task in tasks]
+        self.flow: list[tuple[float, tuple[tuple[str, float], ...], float, frozenset[str], float] | None] = [
+            (task.size, task.usage, task.rate_cap, frozenset(link for link, _ in task.usage),
+             own_bound(task.usage, task.rate_cap, capacity)) if task.size > 0 else None
+            for task in tasks
+        ]
         self.ready = [0.0] * count
         self.start = [0.0] * count
-        self.records: list[TaskRecord] = []
+        self.end = [0.0] * count
+        self.order: list[int] = []
         self.startable = [i for i in range(count) if self.at_head[i] and not self.unmet[i]]
         self.timeouts = 0
         self.draining = False
 
+    def records(self) -> list[TaskRecord]:
+        """One record per task, in the order they finished."""
+        tasks, ready, start, end = self.tasks, self.ready, self.start, self.end
+        return [TaskRecord(tasks[i].name, tasks[i].stream, tasks[i].phase, tasks[i].category, ready[i], start[i],
+                           end[i], tasks[i].size) for i in self.order]
+
     def drain(self) -> None:
         """Start every startable task (each blocks on a delay or a flow, or finishes at once
         and makes more tasks startable)."""
-        if self.draining:
+        if self.draining or not self.startable:
             return
         self.draining = True
-        startable = self.startable
+        startable, start, delays, flows = self.startable, self.start, self.delay, self.flow
+        now, timeout, transfer = self.env.now, self.env.timeout, self.network.transfer
         while startable:
             i = startable.pop()
-            self.start[i] = self.env.now
-            delay = self.tasks[i].delay
+            start[i] = now
+            delay = delays[i]
             if delay > 0:
                 self.timeouts += 1
-                self.env.timeout(delay, i).callbacks.append(self.after_delay)
+                timeout(delay, i).callbacks.append(self.after_delay)
+            elif flows[i] is None:
+                self.finish(i)
             else:
-                self.move(i)
+                transfer(i, *flows[i])
         self.draining = False
 
     def after_delay(self, event: simpy.Event) -> None:
-        self.move(event.value)
-        self.drain()
-
-    def move(self, i: int) -> None:
-        task = self.tasks[i]
-        if task.size > 0:
-            self.network.transfer(task.size, task.usage, task.rate_cap, partial(self.finish, i), self.links[i])
-        else:
+        i = event.value
+        flow = self.flow[i]
+        if flow is None:
             self.finish(i)
+        else:
+            self.network.transfer(i, *flow)  # a flow never ends at once: nothing to drain
 
     def finish(self, i: int) -> None:
-        task = self.tasks[i]
         now = self.env.now
-        self.records.append(TaskRecord(task.name, task.stream, task.phase, task.category, self.ready[i],
-                                       self.start[i], now, task.size))
+        self.end[i] = now
+        self.order.append(i)
         after = self.successor[i]
         if after >= 0:
             self.at_head[after] = True
@@ -144,4 +154,3 @@ class _Run:
                 if self.at_head[j]:
                     self.startable.append(j)
         self.drain()
-

@@ -123,8 +123,10 @@ class StepBuilder:
 
     def add(self, task: Task) -> str:
         """Add a task after declaring the links it uses."""
+        links = self.graph.links
         for name, _units in task.usage:
-            self.link(name)
+            if name not in links:
+                self.link(name)
         return self.graph.add(task)
 
     def gpu_seconds(self, flops: float) -> float:
@@ -192,7 +194,7 @@ class Strategy(ABC):
         for micro in range(step.micro_steps):
             self._forward(b, micro)
             self._backward(b, micro)
-        tails = tuple(tasks[-1].name for tasks in b.graph.streams().values())
+        tails = tuple(b.graph.stream_tails())
         begin = b.add(Task("step.begin", "gpu", "optimizer_step", "marker", deps=tails))
         self.optimizer_step(b, begin)
         return b.graph
