@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
+import stat
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Union
@@ -184,8 +185,15 @@ def profile_dirs(extra: tuple[Path, ...] = ()) -> list[Path]:
     dirs += [Path(p) for p in env.split(os.pathsep) if p]
     dirs += [Path.cwd() / "device_profiles", DEFAULT_PROFILE_DIR]
     unique: list[Path] = []
+    seen: set[tuple[int, int]] = set()
     for d in dirs:
-        if d.is_dir() and d.resolve() not in [u.resolve() for u in unique]:
+        try:
+            info = d.stat()
+        except OSError:
+            continue
+        identity = (info.st_dev, info.st_ino)  # the same folder by any path
+        if stat.S_ISDIR(info.st_mode) and identity not in seen:
+            seen.add(identity)
             unique.append(d)
     return unique
 
@@ -208,10 +216,10 @@ def read_yaml(path: Path) -> object:
 def load_profile_file(path: Path) -> Profile:
     """Load and validate one profile file (cached while the file is unchanged)."""
     try:
-        stat = path.stat()
+        info = path.stat()
     except OSError:
         return _load_profile(path)
-    return _load_cached(str(path), stat.st_mtime_ns, stat.st_size)
+    return _load_cached(str(path), info.st_mtime_ns, info.st_size)
 
 
 @functools.lru_cache(maxsize=1024)

@@ -110,9 +110,12 @@ def load_scenario(
 
 
 def scenario_from_dict(
-    data: dict[str, Any], source: str, strategies: Sequence[str] = (), search: tuple[Path, ...] = ()
+    data: dict[str, Any], source: str, strategies: Sequence[str] = (), search: tuple[Path, ...] = (),
+    resolved: dict[tuple[HardwareSpec, tuple[Path, ...]], Hardware] | None = None,
 ) -> list[RunConfig]:
-    """Validate a scenario mapping (as read from YAML) into run configs."""
+    """Validate a scenario mapping (as read from YAML) into run configs. ``resolved`` keeps the
+    hardware already resolved from a spec (a sweep's points share a few), so that its profiles
+    are looked up once."""
     for key in data:
         if key not in SECTIONS:
             raise ConfigError(source, str(key), f"unknown field (known: {', '.join(SECTIONS)})")
@@ -135,7 +138,12 @@ def scenario_from_dict(
             "training.data_parallel",
             f"{training.data_parallel} ranks but hardware.gpus is {hardware_spec.gpus} (one rank per GPU)",
         )
-    hardware = resolve_hardware(hardware_spec, source, search)
+    key = (hardware_spec, search)
+    hardware = resolved.get(key) if resolved is not None else None
+    if hardware is None:
+        hardware = resolve_hardware(hardware_spec, source, search)
+        if resolved is not None:
+            resolved[key] = hardware
     entries = _strategy_entries(data["strategies"], source)
     if strategies:
         unknown = [s for s in strategies if s not in entries]

@@ -249,8 +249,9 @@ def plan_sweep(sweep: Sweep) -> list[PlannedRun]:
     """Every run of the sweep in point order (strategies in base order within a point)."""
     runs: list[PlannedRun] = []
     hardware_digests: dict[int, tuple[Any, str]] = {}
+    resolved: dict[Any, Any] = {}
     for index, point in enumerate(sweep.points):
-        for config in resolve_point(sweep, index):
+        for config in resolve_point(sweep, index, resolved):
             ident = {"point": {k: v for k, v in point.items() if k != STRATEGY_FACTOR},
                      "strategy": config.strategy}
             runs.append(PlannedRun(
@@ -290,8 +291,9 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def resolve_point(sweep: Sweep, index: int) -> list["RunConfig"]:
-    """The run configs of one point; errors name the sweep file and the factor."""
+def resolve_point(sweep: Sweep, index: int, resolved: dict[Any, Any] | None = None) -> list["RunConfig"]:
+    """The run configs of one point; errors name the sweep file and the factor. ``resolved``:
+    hardware resolved for earlier points (see ``scenario_from_dict``)."""
     from tiersim.scenario import scenario_from_dict
     from tiersim.strategies import STRATEGIES
 
@@ -338,7 +340,7 @@ def resolve_point(sweep: Sweep, index: int) -> list["RunConfig"]:
         entries[name][option] = setting.value
         data["strategies"] = list(entries.values())
     try:
-        return scenario_from_dict(data, sweep.base_source, (), sweep.search)
+        return scenario_from_dict(data, sweep.base_source, (), sweep.search, resolved)
     except ConfigError as exc:
         raise _attribute(exc, data, assignments, sweep, index) from None
 
