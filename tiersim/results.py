@@ -136,30 +136,36 @@ def utilisation_records(run: EngineRun, graph: TaskGraph, spans: dict[str, float
     """Per stream and per link, over the iteration and per phase (or for phase ``only``):
     busy seconds, utilisation.
 
-    A stream is busy while one of its tasks runs. A link's utilisation is the capacity-units
-    its flows used divided by capacity x span; its busy time is when any flow was active
-    (iteration rows only).
+    A stream is busy while one of its tasks runs (they run one at a time, so that is the sum of
+    their durations). A link's utilisation is the capacity-units its flows used divided by
+    capacity x span; its busy time is when any flow was active (iteration rows only).
     """
     rows: list[dict[str, Any]] = []
     windows = {"iteration": run.makespan, **spans}
-    by_stream: dict[str, dict[str, list[TaskRecord]]] = {}
+    by_stream: dict[str, dict[str, list[float]]] = {}  # stream -> phase -> [busy s, bytes]
     for r in run.records:
-        if r.category != "marker" and only in (None, r.phase):
-            phases = by_stream.setdefault(r.stream, {} if only else {"iteration": []})
-            if not only:
-                phases["iteration"].append(r)
-            phases.setdefault(r.phase, []).append(r)
+        if r.category == "marker" or (only is not None and r.phase != only):
+            continue
+        phases = by_stream.get(r.stream)
+        if phases is None:
+            phases = by_stream[r.stream] = {} if only else {"iteration": [0.0, 0.0]}
+        totals = phases.get(r.phase)
+        if totals is None:
+            totals = phases[r.phase] = [0.0, 0.0]
+        for acc in (totals, phases["iteration"]) if not only else (totals,):
+            acc[0] += r.end - r.start
+            acc[1] += r.size
     for stream in sorted(by_stream):
         for phase in sorted(by_stream[stream], key=lambda p: (p != "iteration", p)):
-            part = by_stream[stream][phase]
-            busy = union_length([(r.start, r.end) for r in part])
+            busy, moved_bytes = by_stream[stream][phase]
             rows.append({"resource": stream, "kind": "stream", "phase": phase, "busy_s": busy,
-                         "utilisation": _ratio(busy, windows[phase]), "units_moved": sum(r.size for r in part)})
+                         "utilisation": _ratio(busy, windows[phase]), "units_moved": moved_bytes})
     used: dict[tuple[str, str], float] = {}
     for task in graph.tasks:
-        if only in (None, task.phase):
+        if task.usage and (only is None or task.phase == only):
             for link, units in task.usage:
-                used[(link, task.phase)] = used.get((link, task.phase), 0.0) + task.size * units
+                key = (link, task.phase)
+                used[key] = used.get(key, 0.0) + task.size * units
     for link, capacity in run.link_capacity.items():
         if not only:
             moved = run.link_units_moved[link]
