@@ -106,13 +106,14 @@ def trace_frame(records: list[TaskRecord]) -> pd.DataFrame:
     return frame.sort_values(["start", "end"], kind="stable").reset_index(drop=True)
 
 
-def phase_spans(records: list[TaskRecord], makespan: float) -> dict[str, float]:
+def phase_spans(run: EngineRun) -> dict[str, float]:
     """Seconds in each phase: from each phase marker to the next one (the last to the end)."""
-    markers = sorted((r for r in records if r.category == "marker"), key=lambda r: r.end)
+    tasks, end = run.tasks, run.end
+    markers = sorted((i for i in run.order if tasks[i].category == "marker"), key=end.__getitem__)
     spans = {phase: 0.0 for phase in PHASES}
-    ends = [m.end for m in markers[1:]] + [makespan]
-    for marker, stop in zip(markers, ends):
-        spans[marker.phase] += stop - marker.end
+    stops = [end[i] for i in markers[1:]] + [run.makespan]
+    for marker, stop in zip(markers, stops):
+        spans[tasks[marker].phase] += stop - end[marker]
     return spans
 
 
@@ -126,9 +127,11 @@ def union_length(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
-def exposed_transfer(records: list[TaskRecord], makespan: float) -> float:
+def exposed_transfer(run: EngineRun) -> float:
     """Seconds of the iteration when no compute (GPU kernels, CPU Adam) runs."""
-    return makespan - union_length([(r.start, r.end) for r in records if r.category in COMPUTE_CATEGORIES])
+    start, end = run.start, run.end
+    return run.makespan - union_length([(start[i], end[i]) for i, task in enumerate(run.tasks)
+                                        if task.category in COMPUTE_CATEGORIES])
 
 
 def utilisation_records(run: EngineRun, graph: TaskGraph, spans: dict[str, float],
@@ -143,18 +146,20 @@ def utilisation_records(run: EngineRun, graph: TaskGraph, spans: dict[str, float
     rows: list[dict[str, Any]] = []
     windows = {"iteration": run.makespan, **spans}
     by_stream: dict[str, dict[str, list[float]]] = {}  # stream -> phase -> [busy s, bytes]
-    for r in run.records:
-        if r.category == "marker" or (only is not None and r.phase != only):
+    tasks, start, end = run.tasks, run.start, run.end
+    for i in run.order:
+        task = tasks[i]
+        if task.category == "marker" or (only is not None and task.phase != only):
             continue
-        phases = by_stream.get(r.stream)
+        phases = by_stream.get(task.stream)
         if phases is None:
-            phases = by_stream[r.stream] = {} if only else {"iteration": [0.0, 0.0]}
-        totals = phases.get(r.phase)
+            phases = by_stream[task.stream] = {} if only else {"iteration": [0.0, 0.0]}
+        totals = phases.get(task.phase)
         if totals is None:
-            totals = phases[r.phase] = [0.0, 0.0]
+            totals = phases[task.phase] = [0.0, 0.0]
         for acc in (totals, phases["iteration"]) if not only else (totals,):
-            acc[0] += r.end - r.start
-            acc[1] += r.size
+            acc[0] += end[i] - start[i]
+            acc[1] += task.size
     for stream in sorted(by_stream):
         for phase in sorted(by_stream[stream], key=lambda p: (p != "iteration", p)):
             busy, moved_bytes = by_stream[stream][phase]

@@ -17,6 +17,8 @@ from typing import Callable
 
 import simpy
 
+from tiersim.engine.graph import Usage
+
 _REL_TOL = 1e-12
 """Relative tolerance for a link counted as saturated or a flow as at its cap."""
 _SATURATED_TOL = 1e-9
@@ -31,7 +33,7 @@ class Flow:
 
     __slots__ = ("key", "size", "usage", "cap", "links", "remaining", "rate", "last", "finish_at")
 
-    def __init__(self, size: float, usage: tuple[tuple[str, float], ...], cap: float, key: int = -1,
+    def __init__(self, size: float, usage: Usage, cap: float, key: int = -1,
                  links: frozenset[str] | None = None) -> None:
         self.key = key
         self.size = size
@@ -44,7 +46,7 @@ class Flow:
         self.finish_at = math.inf
 
 
-def own_bound(usage: tuple[tuple[str, float], ...], cap: float, capacity: dict[str, float]) -> float:
+def own_bound(usage: Usage, cap: float, capacity: dict[str, float]) -> float:
     """The rate (bytes/s) a flow would get alone: its cap or its tightest link."""
     rate = cap
     for link, units in usage:
@@ -128,7 +130,7 @@ class FlowNetwork:
         self.busy: dict[str, float] = {name: 0.0 for name in capacity}
         self.moved: dict[str, float] = {name: 0.0 for name in capacity}
 
-    def transfer(self, key: int, size: float, usage: tuple[tuple[str, float], ...], cap: float,
+    def transfer(self, key: int, size: float, usage: Usage, cap: float,
                  links: frozenset[str] | None = None, bound: float | None = None) -> None:
         """Start a flow of ``size`` bytes now. ``links`` (the names in ``usage``) and ``bound``
         (``own_bound`` of it) may be passed precomputed."""
@@ -151,11 +153,16 @@ class FlowNetwork:
             self._reallocate(component, now)
             self._arm_at(min(other.finish_at for other in component), now)
         else:
-            flow.finish_at = now + size / flow.rate
+            rate = flow.rate
+            due = flow.finish_at = now + size / rate
             load = self.load
             for link, units in usage:
-                load[link] += flow.rate * units
-            self._arm_at(flow.finish_at, now)
+                load[link] += rate * units
+            armed = self._armed
+            if not armed or armed[0] > due:  # _arm_at, inlined: most flows start here
+                heapq.heappush(armed, due)
+                self.timers += 1
+                self.env.timeout(due - now).callbacks.append(self._on_timer)
 
     def close(self) -> None:
         """Forget the ``done`` callback (typically a method of the network's owner, which holds

@@ -15,6 +15,10 @@ import math
 from dataclasses import dataclass, field
 
 
+Usage = tuple[tuple[str, float], ...]
+"""(link name, link units one byte of a flow consumes) pairs."""
+
+
 @dataclass(frozen=True)
 class Link:
     """A shared-bandwidth resource: ``capacity`` link units per second, shared max-min fairly."""
@@ -40,7 +44,7 @@ class Task:
     category: str
     delay: float = 0.0
     size: float = 0.0
-    usage: tuple[tuple[str, float], ...] = ()
+    usage: Usage = ()
     rate_cap: float = math.inf
     deps: tuple[str, ...] = ()
 

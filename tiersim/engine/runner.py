@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import NamedTuple
 
 import simpy
 
 from tiersim.engine.flows import FlowNetwork, own_bound
-from tiersim.engine.graph import TaskGraph
+from tiersim.engine.graph import Task, TaskGraph, Usage
 
 
 class TaskRecord(NamedTuple):
@@ -27,14 +28,27 @@ class TaskRecord(NamedTuple):
 
 @dataclass(frozen=True)
 class EngineRun:
-    """The engine's output: records in completion order, makespan (s), counters per link."""
+    """The engine's output: per task (by position in ``tasks``) its ready, start and end times
+    (s), the positions in completion order, the makespan (s) and counters per link.
+    ``records`` gives the same as one record per task, built when first read."""
 
-    records: list[TaskRecord]
+    tasks: list[Task] = field(repr=False)
+    ready: list[float] = field(repr=False)
+    start: list[float] = field(repr=False)
+    end: list[float] = field(repr=False)
+    order: list[int] = field(repr=False)
     makespan: float
     link_busy: dict[str, float]
     link_units_moved: dict[str, float]
     link_capacity: dict[str, float]
     events: int
+
+    @cached_property
+    def records(self) -> list[TaskRecord]:
+        """One record per task, in the order they finished."""
+        tasks, ready, start, end = self.tasks, self.ready, self.start, self.end
+        return [TaskRecord(tasks[i].name, tasks[i].stream, tasks[i].phase, tasks[i].category, ready[i], start[i],
+                           end[i], tasks[i].size) for i in self.order]
 
 
 def run_graph(graph: TaskGraph) -> EngineRun:
@@ -54,7 +68,11 @@ def run_graph(graph: TaskGraph) -> EngineRun:
         raise RuntimeError("task graph deadlocked: a dependency can never be met")
     network = run.network
     return EngineRun(
-        records=run.records(),
+        tasks=run.tasks,
+        ready=run.ready,
+        start=run.start,
+        end=run.end,
+        order=run.order,
         makespan=max(run.end, default=0.0),
         link_busy=dict(network.busy),
         link_units_moved=dict(network.moved),
@@ -89,11 +107,15 @@ class _Run:
             else:
                 self.successor[previous] = i
         self.delay = [task.delay for task in tasks]
-        self.flow: list[tuple[float, tuple[tuple[str, float], ...], float, frozenset[str], float] | None] = [
-            (task.size, task.usage, task.rate_cap, frozenset(link for link, _ in task.usage),
-             own_bound(task.usage, task.rate_cap, capacity)) if task.size > 0 else None
-            for task in tasks
-        ]
+        self.flow: list[tuple[float, Usage, float, frozenset[str], float] | None] = [None] * count
+        shapes: dict[tuple[Usage, float], tuple[frozenset[str], float]] = {}  # most flows share a few
+        for i, task in enumerate(tasks):
+            if task.size > 0:
+                shape = shapes.get((task.usage, task.rate_cap))
+                if shape is None:
+                    shape = shapes[(task.usage, task.rate_cap)] = (
+                        frozenset(link for link, _ in task.usage), own_bound(task.usage, task.rate_cap, capacity))
+                self.flow[i] = (task.size, task.usage, task.rate_cap, *shape)
         self.ready = [0.0] * count
         self.start = [0.0] * count
         self.end = [0.0] * count
@@ -101,12 +123,6 @@ class _Run:
         self.startable = [i for i in range(count) if self.at_head[i] and not self.unmet[i]]
         self.timeouts = 0
         self.draining = False
-
-    def records(self) -> list[TaskRecord]:
-        """One record per task, in the order they finished."""
-        tasks, ready, start, end = self.tasks, self.ready, self.start, self.end
-        return [TaskRecord(tasks[i].name, tasks[i].stream, tasks[i].phase, tasks[i].category, ready[i], start[i],
-                           end[i], tasks[i].size) for i in self.order]
 
     def drain(self) -> None:
         """Start every startable task (each blocks on a delay or a flow, or finishes at once

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tiersim.engine.graph import Usage
 from tiersim.hardware import Hardware
-
-Usage = tuple[tuple[str, float], ...]
 
 
 @dataclass(frozen=True)
