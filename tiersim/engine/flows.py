@@ -34,15 +34,15 @@ class Flow:
     __slots__ = ("key", "size", "usage", "cap", "links", "remaining", "rate", "last", "finish_at")
 
     def __init__(self, size: float, usage: Usage, cap: float, key: int = -1,
-                 links: frozenset[str] | None = None) -> None:
+                 links: frozenset[str] | None = None, rate: float = 0.0, last: float = 0.0) -> None:
         self.key = key
         self.size = size
         self.usage = usage
         self.cap = cap
         self.links = links if links is not None else frozenset(link for link, _ in usage)
         self.remaining = size
-        self.rate = 0.0
-        self.last = 0.0
+        self.rate = rate
+        self.last = last
         self.finish_at = math.inf
 
 
@@ -101,8 +101,8 @@ def _at_cap(flow: Flow) -> bool:
 
 
 class FlowNetwork:
-    """The set of links and the flows on them, inside one SimPy environment; ``done(key)`` is
-    called when the flow started with ``key`` has moved its last byte.
+    """The set of links and the flows on them, inside one SimPy environment; ``done(keys)`` is
+    called with the keys of the flows that have moved their last byte, at the time they did.
 
     Re-allocation is skipped where it provably changes nothing: a new flow whose own bound
     (its cap, or its tightest link alone) fits in every one of its links' spare capacity
@@ -116,7 +116,8 @@ class FlowNetwork:
 
     shortcuts = True
 
-    def __init__(self, env: simpy.Environment, capacity: dict[str, float], done: Callable[[int], None]) -> None:
+    def __init__(self, env: simpy.Environment, capacity: dict[str, float],
+                 done: Callable[[list[int]], None]) -> None:
         self.env = env
         self.capacity = capacity
         self.done = done
@@ -135,9 +136,8 @@ class FlowNetwork:
         """Start a flow of ``size`` bytes now. ``links`` (the names in ``usage``) and ``bound``
         (``own_bound`` of it) may be passed precomputed."""
         now = self.env.now
-        flow = Flow(size, usage, cap, key, links)
-        flow.last = now
-        flow.rate = own_bound(usage, cap, self.capacity) if bound is None else bound
+        rate = own_bound(usage, cap, self.capacity) if bound is None else bound
+        flow = Flow(size, usage, cap, key, links, rate, now)
         shared = False
         on_link = self.on_link
         for link in flow.links:
@@ -148,21 +148,20 @@ class FlowNetwork:
                 self._busy_since[link] = now
             others.append(flow)
         self.flows[flow] = None
+        load = self.load
         if shared and not (self.shortcuts and self._fits(flow)):
             component = self._component(flow.links)
             self._reallocate(component, now)
-            self._arm_at(min(other.finish_at for other in component), now)
+            due = min([other.finish_at for other in component])
         else:
-            rate = flow.rate
             due = flow.finish_at = now + size / rate
-            load = self.load
             for link, units in usage:
                 load[link] += rate * units
-            armed = self._armed
-            if not armed or armed[0] > due:  # _arm_at, inlined: most flows start here
-                heapq.heappush(armed, due)
-                self.timers += 1
-                self.env.timeout(due - now).callbacks.append(self._on_timer)
+        armed = self._armed
+        if not armed or armed[0] > due:  # _arm_at, inlined: every start comes here
+            heapq.heappush(armed, due)
+            self.timers += 1
+            self.env.timeout(due - now).callbacks.append(self._on_timer)
 
     def close(self) -> None:
         """Forget the ``done`` callback (typically a method of the network's owner, which holds
@@ -250,7 +249,6 @@ class FlowNetwork:
         if changed and release:
             self._reallocate(self._component(changed), now)
         if flows:
-            self._arm_at(min(flow.finish_at for flow in flows), now)
-        done = self.done
-        for flow in due:
-            done(flow.key)
+            self._arm_at(min([flow.finish_at for flow in flows]), now)
+        if due:
+            self.done([flow.key for flow in due])

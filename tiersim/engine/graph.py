@@ -85,10 +85,17 @@ class TaskGraph:
             raise ValueError(f"duplicate task name {task.name!r}")
         try:
             named = task.deps
-            if len(named) == 1:
-                deps: tuple[int, ...] = (positions[named[0]],)
+            if not named:
+                deps: tuple[int, ...] = ()
+            elif len(named) == 1:
+                deps = (positions[named[0]],)
             else:
-                deps = tuple(dict.fromkeys([positions[dep] for dep in named])) if named else ()
+                distinct: list[int] = []
+                for dep in named:
+                    at = positions[dep]
+                    if at not in distinct:
+                        distinct.append(at)
+                deps = tuple(distinct)
         except KeyError as missing:
             raise ValueError(f"task {task.name!r} depends on unknown task {missing.args[0]!r}") from None
         for link_name, _units in task.usage:

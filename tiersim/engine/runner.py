@@ -91,7 +91,7 @@ class _Run:
     def __init__(self, graph: TaskGraph) -> None:
         self.env = simpy.Environment()
         capacity = {name: link.capacity for name, link in graph.links.items()}
-        self.network = FlowNetwork(self.env, capacity, self.finish)
+        self.network = FlowNetwork(self.env, capacity, self.flows_done)
         tasks = self.tasks = graph.tasks
         count = len(tasks)
         self.unmet = [len(deps) for deps in graph.dep_positions]
@@ -122,14 +122,10 @@ class _Run:
         self.order: list[int] = []
         self.startable = [i for i in range(count) if self.at_head[i] and not self.unmet[i]]
         self.timeouts = 0
-        self.draining = False
 
     def drain(self) -> None:
-        """Start every startable task (each blocks on a delay or a flow, or finishes at once
-        and makes more tasks startable)."""
-        if self.draining or not self.startable:
-            return
-        self.draining = True
+        """Start every startable task: each blocks on a delay or a flow, or (neither) finishes
+        at once and may make more tasks startable."""
         startable, start, delays, flows = self.startable, self.start, self.delay, self.flow
         now, timeout, transfer = self.env.now, self.env.timeout, self.network.transfer
         while startable:
@@ -140,21 +136,30 @@ class _Run:
                 self.timeouts += 1
                 timeout(delay, i).callbacks.append(self.after_delay)
             elif flows[i] is None:
-                self.finish(i)
+                self.finish(i, now)
             else:
                 transfer(i, *flows[i])
-        self.draining = False
 
     def after_delay(self, event: simpy.Event) -> None:
         i = event.value
         flow = self.flow[i]
         if flow is None:
-            self.finish(i)
+            self.finish(i, self.env.now)
+            if self.startable:
+                self.drain()
         else:
             self.network.transfer(i, *flow)  # a flow never ends at once: nothing to drain
 
-    def finish(self, i: int) -> None:
+    def flows_done(self, keys: list[int]) -> None:
+        """The network's callback: the flows of these tasks have moved their last byte."""
         now = self.env.now
+        for i in keys:
+            self.finish(i, now)
+        if self.startable:
+            self.drain()
+
+    def finish(self, i: int, now: float) -> None:
+        """Task ``i`` ends at ``now``: its stream's next task and its dependents may start."""
         self.end[i] = now
         self.order.append(i)
         after = self.successor[i]
@@ -169,4 +174,3 @@ class _Run:
                 self.ready[j] = now
                 if self.at_head[j]:
                     self.startable.append(j)
-        self.drain()
