@@ -22,6 +22,7 @@ Conventions (Llama-style decoder, one rank, one micro-batch unless stated):
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Literal
@@ -299,10 +300,13 @@ def _subgroups(rank_params: int, sub_group_size: int) -> tuple[SubGroup, ...]:
     return tuple(SubGroup(index, numel) for index, numel in enumerate(sizes))
 
 
+@functools.lru_cache(maxsize=64)
 def build_step(model: ModelSpec, training: TrainingSpec) -> TrainingStep:
     """Count parameters, FLOPs and bytes of one optimizer step of ``model`` under ``training``.
 
     Specs built directly (not through ``schema.build``) are validated here, source ``<api>``.
+    A pure function of two frozen specs, so its (immutable) result is kept for the last few
+    (a sweep over hardware and strategy options builds the same step at every point).
     """
     model.validate("<api>", "model")
     training.validate("<api>", "training")
