@@ -159,6 +159,6 @@ def test_set_strategy_option_by_name() -> None:
     (["--nvme-dir", "/nonexistent-dir"], "is not a directory"),
 ])
 def test_validate_bad_input_exits_2_with_one_line(args: list[str], message: str) -> None:
-    proc = tiersim("validate", "--quick", "--correct-drift", *args)
+    proc = tiersim("validate", "--quick", "--as-calibrated", *args)
     assert proc.returncode == 2 and message in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr

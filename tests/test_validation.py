@@ -15,6 +15,7 @@ from tiersim.cli import build_parser
 from tiersim.scenario import load_scenario
 from tiersim.simulate import simulate
 from tiersim.validation.cases import Case, quick_cases, tiny_cases
+from tiersim.validation.drift import corrected_profile
 from tiersim.validation.predictor import predict_case
 from tiersim.validation.real_step import DRAMAdam, NVMeAdam, SwapConfig, make_initial_state, reference_adam, time_step
 from tiersim.validation.report import CaseResult, mape, mape_by_strategy, render_table, to_json
@@ -62,6 +63,32 @@ def test_nvme_executor_matches_plain_adam(tmp_path: Path, mode: str, swap: SwapC
     finally:
         ex.close()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_nvme_executors_sharing_one_arena_each_match_plain_adam(tmp_path: Path) -> None:
+    """Two executors whose swap buffers are the same memory, stepped in turn (as validation's
+    rounds do), each keep their own state in their files."""
+    from tiersim.calibration.directio import AlignedBuffer
+    from tiersim.validation.real_step import swap_buffer_bytes
+
+    swaps = [SwapConfig(block_size=16 * KiB, queue_depth=2),
+             SwapConfig(buffer_count=8, block_size=8 * KiB, queue_depth=3, pipeline_read=True, pipeline_write=True)]
+    arena = AlignedBuffer(max(swap_buffer_bytes(NUMELS, swap) for swap in swaps))
+    inits = [make_initial_state(NUMELS, seed=seed) for seed in (5, 6)]
+    executors = [NVMeAdam(init, tmp_path, swap, threads=1, arena=arena) for init, swap in zip(inits, swaps)]
+    try:
+        for _ in range(3):
+            for ex in executors:
+                ex.step()
+        for ex, init in zip(executors, inits):
+            for got, want in zip(ex.parameters(), reference_adam(init, steps=3)):
+                assert torch.equal(got, want)
+        with pytest.raises(ValueError, match="arena"):
+            NVMeAdam(inits[0], tmp_path, SwapConfig(buffer_count=16), threads=1, arena=arena)
+    finally:
+        for ex in executors:
+            ex.close()
+        arena.close()
 
 
 def test_nvme_executor_rejects_too_few_buffers(tmp_path: Path) -> None:
@@ -190,11 +217,12 @@ def test_end_to_end_tiny_calibration_then_validation(tmp_path: Path) -> None:
     assert host.nvme.read_bandwidth > 0 and host.cpu.adam_params_per_core > 0
     validation = run_cases(tiny_cases(), host, tmp_path, warmup=1, repeats=2)
     drift = validation.drift
-    assert min(drift.adam, drift.read, drift.write) > 0 and not validation.corrected
-    for r in validation.results:  # both predictions; the headline one is from the profile as calibrated
+    assert min(drift.adam, drift.read, drift.write) > 0 and validation.corrected
+    for r in validation.results:  # both predictions; the headline one is drift-corrected
         assert r.other_s is not None and r.other_s > 0 and len(r.samples_s) == 2
     first = validation.results[0]
-    assert first.predicted_s == pytest.approx(predict_case(host, tiny_cases()[0]))
+    assert first.other_s == pytest.approx(predict_case(host, tiny_cases()[0]))
+    assert first.predicted_s == pytest.approx(predict_case(corrected_profile(host, drift), tiny_cases()[0]))
     assert first.other_s != first.predicted_s or drift.adam == 1.0
     doc = json.loads(to_json(validation.results))
     assert set(doc) == {"cases", "mape_pct"} and isinstance(doc["mape_pct"], float)
@@ -219,7 +247,7 @@ def test_end_to_end_tiny_calibration_then_validation(tmp_path: Path) -> None:
 def test_drift_correction_scales_rates_and_keeps_shape(tmp_path: Path) -> None:
     """A 2x faster CPU and a disk reading at half speed: Adam rates double, read bandwidth
     halves, every fitted shape parameter (overhead, latency, queueing) stays."""
-    from tiersim.validation.drift import Drift, corrected_profile
+    from tiersim.validation.drift import Drift
 
     host = run_calibration(TINY_PLAN, tmp_path / "host-tiny.yaml", tmp_path).profile
     fixed = corrected_profile(host, Drift(adam=2.0, read=0.5, write=1.0))

@@ -86,6 +86,33 @@ class AlignedBuffer:
         except BufferError:
             pass  # a tensor still views it; freed with the tensor
 
+    def window(self, offset: int, nbytes: int) -> "BufferWindow":
+        """``nbytes`` of this buffer from ``offset`` (page aligned), used like a buffer of its own."""
+        return BufferWindow(self, offset, nbytes)
+
+
+class BufferWindow:
+    """A page-aligned part of an ``AlignedBuffer``: several users (the swap buffers of each
+    validation case, the drift probe) share the same memory, whose physical placement sets how
+    fast a virtual disk fills it (see ``tiersim.validation.runner``)."""
+
+    def __init__(self, parent: AlignedBuffer, offset: int, nbytes: int) -> None:
+        if offset % ALIGN or offset < 0 or offset + nbytes > parent.nbytes:
+            raise ValueError(f"window [{offset}, {offset + nbytes}) is not an aligned part of {parent.nbytes} bytes")
+        self.parent = parent
+        self.offset = offset
+        self.nbytes = nbytes
+        self.view = parent.view[offset:offset + nbytes]
+
+    def tensor(self, numel: int, dtype: object = None) -> "object":
+        import torch
+
+        dtype = dtype or torch.float32
+        return torch.frombuffer(self.parent.mm, dtype=dtype, count=numel, offset=self.offset)  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        self.view.release()
+
 
 def _cuda_host_register(buf: AlignedBuffer) -> bool:
     try:

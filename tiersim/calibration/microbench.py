@@ -291,24 +291,31 @@ def file_io(
 
     The grid is measured in ``repeats`` interleaved rounds (every op, block size and request
     count once per round, after one untimed pass of each op), each round on a fresh set of
-    files, so a drift of a shared or virtual disk over the run, and the luck of one placement,
-    spread over all points instead of biasing some of them."""
+    files and a fresh buffer, so a drift of a shared or virtual disk over the run, and the luck
+    of one placement of the files or of the buffer's memory, spread over all points instead of
+    biasing some of them."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     mode = mode or probe_bypass_mode(directory)
     files = max(int(files), 1)
     per_file = align_up(max(file_size // files, 1), max(max(block_sizes), ALIGN))
     size = per_file * files
-    buf = AlignedBuffer(size)
-    buf.mm.write(os.urandom(min(size, 1 << 20)) * (size // min(size, 1 << 20)))
+    buf: AlignedBuffer | None = None
     handles: list[DirectFile] = []
     seg: list[Segment] = []
 
     def fresh_files(round_: int) -> None:
-        """A new set of files (new block placement), laid out on the device untimed."""
-        nonlocal seg
+        """A new set of files (new block placement) and a new buffer (new memory placement:
+        on a virtual machine the rate the disk fills a buffer at depends on where its memory
+        landed), laid out on the device untimed."""
+        nonlocal seg, buf
         for h in handles:
             h.unlink()
+        seg = []
+        if buf is not None:
+            buf.close()
+        buf = AlignedBuffer(size)
+        buf.mm.write(os.urandom(min(size, 1 << 20)) * (size // min(size, 1 << 20)))
         handles[:] = [
             DirectFile(directory / f"tiersim-calibrate-{os.getpid()}-{round_}-{k}.bin", mode, create_size=per_file)
             for k in range(files)
@@ -350,7 +357,8 @@ def file_io(
         for h in handles:
             h.unlink()
         del seg
-        buf.close()
+        if buf is not None:
+            buf.close()
     return mode, records
 
 

@@ -68,7 +68,11 @@ def corrected_profile(host: HostProfile, drift: Drift) -> HostProfile:
 class DriftProbes:
     """The reference probes of one validation run; ``sample()`` times each once."""
 
-    def __init__(self, host: HostProfile, directory: Path, mode: str, variant: str) -> None:
+    def __init__(self, host: HostProfile, directory: Path, mode: str, variant: str,
+                 arena: AlignedBuffer | None = None) -> None:
+        """``arena``: memory of at least ``IO_PROBE_BYTES`` to move the probe files through
+        (the validation's swap buffers, so the probes see the disk fill the same pages), else
+        the probes' own."""
         self.host = host
         self.variant = variant
         param = torch.nn.Parameter(torch.randn(ADAM_PROBE_NUMEL))
@@ -77,8 +81,11 @@ class DriftProbes:
         self._adam = make_cpu_adam(param, variant)
         self._adam.step()  # creates the state
         per_file = IO_PROBE_BYTES // IO_PROBE_FILES
-        self._buffer = AlignedBuffer(IO_PROBE_BYTES)
-        self._buffer.mm.write(os.urandom(1 << 20) * (IO_PROBE_BYTES >> 20))
+        if arena is not None and arena.nbytes < IO_PROBE_BYTES:
+            raise ValueError(f"the probes need {IO_PROBE_BYTES} bytes of arena, got {arena.nbytes}")
+        self._own = arena is None
+        self._buffer = AlignedBuffer(IO_PROBE_BYTES) if arena is None else arena
+        self._buffer.view[:IO_PROBE_BYTES] = os.urandom(1 << 20) * (IO_PROBE_BYTES >> 20)
         self._files = [DirectFile(Path(directory) / f"tiersim-drift-{os.getpid()}-{k}.bin", mode, create_size=per_file)
                        for k in range(IO_PROBE_FILES)]
         self._segments = [Segment(f.fd, self._buffer.view, k * per_file, 0, per_file)
@@ -147,5 +154,6 @@ class DriftProbes:
         for f in self._files:
             f.unlink()
         self._segments.clear()
-        self._buffer.close()
+        if self._own:
+            self._buffer.close()
 

@@ -30,6 +30,7 @@ import torch
 
 from tiersim.calibration.directio import (
     AlignedBuffer,
+    BufferWindow,
     DirectFile,
     IOHandle,
     IOPool,
@@ -111,8 +112,15 @@ class DRAMAdam:
         self.opts.clear()
 
 
+def swap_buffer_bytes(subgroup_numels: Sequence[int], swap: SwapConfig) -> int:
+    """Bytes of the swap buffers ``NVMeAdam`` needs: one page-aligned fp32 slot per swapped
+    tensor of the largest sub-group, for each of the buffer sets."""
+    return (swap.buffer_count // len(TENSORS_IN)) * len(TENSORS_IN) * align_up(max(subgroup_numels) * 4)
+
+
 class NVMeAdam:
-    """State in files, swapped through ``buffer_count`` swap buffers (see module doc)."""
+    """State in files, swapped through ``buffer_count`` swap buffers (see module doc): its own,
+    or slots of a shared ``arena``."""
 
     strategy = "nvme"
 
@@ -125,6 +133,7 @@ class NVMeAdam:
         threads: int,
         variant: str = "fused",
         mode: str | None = None,
+        arena: AlignedBuffer | None = None,
     ) -> None:
         sets = swap.buffer_count // len(TENSORS_IN)
         if sets < 1:
@@ -137,11 +146,19 @@ class NVMeAdam:
         self.threads = threads
         self.variant = variant
         self.numels = [p.numel() for p, _ in initial]
+        if arena is not None and swap_buffer_bytes(self.numels, swap) > arena.nbytes:
+            raise ValueError(f"the arena has {arena.nbytes} bytes, the swap buffers need "
+                             f"{swap_buffer_bytes(self.numels, swap)}")
         self.dir = Path(tempfile.mkdtemp(prefix="tiersim-swap-", dir=nvme_dir))
         self.mode = mode or probe_bypass_mode(self.dir)
         slot = align_up(max(self.numels) * 4)
         self.sets = sets
-        self.buffers = [[AlignedBuffer(slot) for _ in TENSORS_IN] for _ in range(sets)]
+        self.buffers: list[list[AlignedBuffer | BufferWindow]]
+        if arena is None:
+            self.buffers = [[AlignedBuffer(slot) for _ in TENSORS_IN] for _ in range(sets)]
+        else:  # the swap buffers are slots of memory shared with other users
+            self.buffers = [[arena.window((s * len(TENSORS_IN) + k) * slot, slot) for k in range(len(TENSORS_IN))]
+                            for s in range(sets)]
         workers = swap.queue_depth * swap.thread_count
         self.read_pool = IOPool(workers, swap.block_size, self.mode, io_cpus(threads))
         self.write_pool = (IOPool(workers, swap.block_size, self.mode, io_cpus(threads)) if swap.pipeline_write
@@ -167,7 +184,7 @@ class NVMeAdam:
             self.opts.append(make_cpu_adam(p, variant, LR))
         self._tensors = [[buf.tensor(buf.nbytes // 4) for buf in bset] for bset in self.buffers]
 
-    def _segments(self, i: int, bset: list[AlignedBuffer], names: Sequence[str]) -> list[Segment]:
+    def _segments(self, i: int, bset: list[AlignedBuffer | BufferWindow], names: Sequence[str]) -> list[Segment]:
         length = align_up(self.numels[i] * 4)
         return [Segment(self.files[i][name].fd, bset[TENSORS_IN.index(name)].view, 0, 0, length) for name in names]
 

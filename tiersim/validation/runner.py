@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from tiersim.calibration.directio import probe_bypass_mode
+from tiersim.calibration.directio import AlignedBuffer, probe_bypass_mode
 from tiersim.profiles import HostProfile
 from tiersim.validation.cases import Case
-from tiersim.validation.drift import Drift, DriftProbes, corrected_profile
+from tiersim.validation.drift import IO_PROBE_BYTES, Drift, DriftProbes, corrected_profile
 from tiersim.validation.predictor import predict_case
 from tiersim.validation.real_step import (
     CudaOffloadAdam,
@@ -20,6 +20,7 @@ from tiersim.validation.real_step import (
     NVMeAdam,
     SwapConfig,
     make_initial_state,
+    swap_buffer_bytes,
     time_step,
 )
 from tiersim.validation.report import CaseResult
@@ -33,13 +34,15 @@ def adam_variant(host: HostProfile) -> str:
     return variant if variant in ("foreach", "fused") else "fused"
 
 
-def build_executor(case: Case, host: HostProfile, nvme_dir: Path) -> object:
+def build_executor(case: Case, host: HostProfile, nvme_dir: Path, arena: AlignedBuffer | None = None) -> object:
+    """The real step of ``case``; NVMe cases swap through ``arena`` when given."""
     initial = make_initial_state(case.subgroup_numels)
     variant = adam_variant(host)
     if case.strategy == "dram":
         return DRAMAdam(initial, threads=case.threads, variant=variant)
     if case.strategy == "nvme":
-        return NVMeAdam(initial, nvme_dir, case.swap or SwapConfig(), threads=case.threads, variant=variant)
+        return NVMeAdam(initial, nvme_dir, case.swap or SwapConfig(), threads=case.threads, variant=variant,
+                        arena=arena)
     if case.strategy == "dram+pcie":
         return CudaOffloadAdam(initial, threads=case.threads, variant=variant)
     if case.strategy == "gpu":
@@ -55,19 +58,21 @@ def measure_interleaved(
     repeats: int,
     on_case: Callable[[Case], None] | None = None,
     probes: DriftProbes | None = None,
+    arena: AlignedBuffer | None = None,
 ) -> list[list[float]]:
     """Seconds per step of every case, timed in ``repeats`` interleaved rounds (each case once
     per round, after the drift ``probes`` when given) after ``warmup`` untimed interleaved
     rounds: on a shared host whose speed drifts over tens of seconds, every case's median then
     spans the same window instead of one case catching a slow spell, and the warm-up rounds run
     after every executor is built, so the first timed sample of a case does not pay for the
-    memory its successors' setup touched. Returns the samples per case."""
+    memory its successors' setup touched. NVMe cases swap through ``arena`` when given.
+    Returns the samples per case."""
     executors: list[object] = []
     try:
         for case in cases:
             if on_case is not None:
                 on_case(case)
-            executors.append(build_executor(case, host, nvme_dir))
+            executors.append(build_executor(case, host, nvme_dir, arena))
             executors[-1].step()  # type: ignore[attr-defined]  # creates the Adam state
             gc.collect()
         samples: list[list[float]] = [[] for _ in cases]
@@ -103,19 +108,29 @@ def run_cases(
     *,
     warmup: int = 1,
     repeats: int = 3,
-    correct_drift: bool = False,
+    correct_drift: bool = True,
     on_case: Callable[[Case], None] | None = None,
 ) -> Validation:
     """Time every case (interleaved rounds, medians, drift probes in every round) and compare
-    with two predictions: from the profile as calibrated, and from the profile with its rates
-    scaled by the drift the probes measured in the same rounds. ``predicted_s`` is the first
-    (the second with ``correct_drift``); ``other_s`` the other one."""
-    probes = DriftProbes(host, nvme_dir, probe_bypass_mode(nvme_dir), adam_variant(host))
+    with two predictions: from the profile with its rates scaled by the drift the probes
+    measured in the same rounds, and from the profile as calibrated. ``predicted_s`` is the
+    first (the second without ``correct_drift``); ``other_s`` the other one.
+
+    Every NVMe case swaps through one arena of memory, which the disk probes also read into
+    and write from: on a virtual machine the rate at which the disk fills a buffer depends on
+    where the buffer's memory landed (one allocation reads at 1.3 GB/s, the next at 3.3 GB/s,
+    each steadily), so the probes then measure the disk into the very pages the cases use."""
+    arena = AlignedBuffer(max([IO_PROBE_BYTES] + [swap_buffer_bytes(c.subgroup_numels, c.swap or SwapConfig())
+                                                  for c in cases if c.strategy == "nvme"]))
     try:
-        samples = measure_interleaved(cases, host, nvme_dir, warmup, repeats, on_case, probes)
-        drift = probes.drift()
+        probes = DriftProbes(host, nvme_dir, probe_bypass_mode(nvme_dir), adam_variant(host), arena)
+        try:
+            samples = measure_interleaved(cases, host, nvme_dir, warmup, repeats, on_case, probes, arena)
+            drift = probes.drift()
+        finally:
+            probes.close()
     finally:
-        probes.close()
+        arena.close()
     fixed = corrected_profile(host, drift)
     results = []
     for case, got in zip(cases, samples):
