@@ -7,7 +7,8 @@ queue depth x aio thread count, and runs it with ``tiersim.sweeper.run_sweep`` f
 value (1 = in this process, N = a process pool of N). Prints a markdown table: jobs, runs,
 planning seconds (resolving every point's config), wall seconds (planning, pool start, runs,
 Parquet parts and the final file), runs/s, speed-up over the first row, and the mean CPU
-milliseconds of one ``simulate`` call measured in-process on a sample of the configs. Target
+milliseconds per run of a worker's batch (``simulate`` and the result row) measured in-process
+on a sample of the configs. Target
 (issue 5): at least 200 runs/s on 2 cores.
 
     python3 benchmarks/sweep_throughput.py --points 1000 --jobs 1 2
@@ -26,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tiersim.sweep_points import load_sweep, plan_sweep  # noqa: E402
-from tiersim.sweeper import run_sweep  # noqa: E402
+from tiersim.sweeper import run_batch, run_sweep  # noqa: E402
 
 AXES = {
     "hardware.nvme.count": [1, 2, 4, 8, 16],
@@ -54,16 +55,15 @@ def sweep_spec(points: int) -> dict:
     }
 
 
-def simulate_cpu_ms(spec: dict, sample: int) -> float:
-    """Mean process CPU milliseconds of one simulate() over ``sample`` configs of the sweep."""
-    from tiersim.simulate import simulate
-
+def run_cpu_ms(spec: dict, sample: int) -> float:
+    """Mean process CPU milliseconds per run of what a sweep worker does (``run_batch``:
+    simulate and the result row) over ``sample`` configs of the sweep, after one untimed run."""
     runs = plan_sweep(load_sweep(spec))
     step = max(1, len(runs) // sample)
-    chosen = [r.config for r in runs[::step]][:sample]
+    chosen = [(r.index, r.config) for r in runs[::step]][:sample]
+    run_batch(chosen[:1])
     start = time.process_time()
-    for config in chosen:
-        simulate(config)
+    run_batch(chosen)
     return (time.process_time() - start) * 1000 / len(chosen)
 
 
@@ -71,16 +71,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--points", type=int, default=1000)
     parser.add_argument("--jobs", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--sample", type=int, default=20, help="configs timed in-process for CPU ms/run")
+    parser.add_argument("--sample", type=int, default=50, help="configs timed in-process for CPU ms/run")
     parser.add_argument("--chunk-size", type=int, default=None)
     args = parser.parse_args()
     spec = sweep_spec(args.points)
     t0 = time.perf_counter()
     plan_sweep(load_sweep(spec))
     planning = time.perf_counter() - t0
-    cpu_ms = simulate_cpu_ms(spec, args.sample)
+    cpu_ms = run_cpu_ms(spec, args.sample)
     print(f"{args.points} points of 70B (global_batch 4, nvme), planning {planning:.2f} s, "
-          f"simulate {cpu_ms:.1f} ms CPU/run in-process (mean of {args.sample})")
+          f"{cpu_ms:.1f} ms CPU per run (simulate + row) in-process (mean of {args.sample})")
     print()
     print("| jobs | runs | wall s | runs/s | speed-up |")
     print("|-----:|-----:|-------:|-------:|---------:|")
