@@ -385,11 +385,15 @@ def test_link_redeclared_with_other_capacity_rejected() -> None:
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"delay": -1.0}, {"size": -1.0}, {"size": 1.0}, {"rate_cap": 0.0}, {"rate_cap": -2.0}],
+    [{"delay": -1.0}, {"delay": math.nan}, {"size": -1.0}, {"size": 1.0}, {"rate_cap": 0.0}, {"rate_cap": -2.0},
+     {"size": 1.0, "usage": (("L", 0.0),)}, {"size": 1.0, "usage": (("L", 1.0), ("L", 2.0))}],
 )
-def test_bad_task_rejected(kwargs: dict[str, float]) -> None:
+def test_bad_task_rejected_by_the_graph(kwargs: dict[str, object]) -> None:
+    g = TaskGraph()
+    g.link("L", 1.0)
     with pytest.raises(ValueError):
-        Task("t", "s", "p", "c", **kwargs)  # type: ignore[arg-type]
+        g.add(Task("t", "s", "p", "c", **kwargs))  # type: ignore[arg-type]
+    assert not g.tasks and not g.dependents
 
 
 def _without_shortcuts(g: TaskGraph, monkeypatch: pytest.MonkeyPatch) -> EngineRun:

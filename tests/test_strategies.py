@@ -275,8 +275,8 @@ def test_step_only_utilisation_rows_equal_the_full_table(strategy: str) -> None:
 
     result = simulate(configs("quickstart")[strategy])
     assert result.run is not None and result.graph is not None and result.phases is not None
-    only = utilisation_records(result.run, result.graph, result.phases, only="optimizer_step")
-    full = [row for row in utilisation_records(result.run, result.graph, result.phases)
+    only = utilisation_records(result.run, result.phases, only="optimizer_step")
+    full = [row for row in utilisation_records(result.run, result.phases)
             if row["phase"] == "optimizer_step"]
     assert only
     pd.testing.assert_frame_equal(pd.DataFrame(only), pd.DataFrame(full))

@@ -63,16 +63,16 @@ class Result:
 
     @cached_property
     def _utilisation(self) -> list[dict[str, Any]]:
-        if self.run is None or self.graph is None or self.phases is None:
+        if self.run is None or self.phases is None:
             return []
-        return utilisation_records(self.run, self.graph, self.phases)
+        return utilisation_records(self.run, self.phases)
 
     def bottleneck(self) -> str | None:
         """The busiest resource (stream or link) during the optimizer step, or None."""
-        if "_utilisation" in self.__dict__ or self.run is None or self.graph is None or self.phases is None:
+        if "_utilisation" in self.__dict__ or self.run is None or self.phases is None:
             rows = self._utilisation
         else:  # only the step's rows
-            rows = utilisation_records(self.run, self.graph, self.phases, only="optimizer_step")
+            rows = utilisation_records(self.run, self.phases, only="optimizer_step")
         step = [row for row in rows if row["phase"] == "optimizer_step"]
         if not step:
             return None
@@ -134,7 +134,7 @@ def exposed_transfer(run: EngineRun) -> float:
                                         if task.category in COMPUTE_CATEGORIES])
 
 
-def utilisation_records(run: EngineRun, graph: TaskGraph, spans: dict[str, float],
+def utilisation_records(run: EngineRun, spans: dict[str, float],
                         only: str | None = None) -> list[dict[str, Any]]:
     """Per stream and per link, over the iteration and per phase (or for phase ``only``):
     busy seconds, utilisation.
@@ -146,31 +146,33 @@ def utilisation_records(run: EngineRun, graph: TaskGraph, spans: dict[str, float
     rows: list[dict[str, Any]] = []
     windows = {"iteration": run.makespan, **spans}
     by_stream: dict[str, dict[str, list[float]]] = {}  # stream -> phase -> [busy s, bytes]
-    tasks, start, end = run.tasks, run.start, run.end
-    for i in run.order:
-        task = tasks[i]
-        if task.category == "marker" or (only is not None and task.phase != only):
+    used: dict[tuple[str, str], float] = {}  # (link, phase) -> link units
+    for task, start, end in zip(run.tasks, run.start, run.end):
+        phase = task.phase
+        if only is not None and phase != only:
+            continue
+        for link, units in task.usage:
+            key = (link, phase)
+            used[key] = used.get(key, 0.0) + task.size * units
+        if task.category == "marker":
             continue
         phases = by_stream.get(task.stream)
         if phases is None:
             phases = by_stream[task.stream] = {} if only else {"iteration": [0.0, 0.0]}
-        totals = phases.get(task.phase)
+        totals = phases.get(phase)
         if totals is None:
-            totals = phases[task.phase] = [0.0, 0.0]
-        for acc in (totals, phases["iteration"]) if not only else (totals,):
-            acc[0] += end[i] - start[i]
-            acc[1] += task.size
+            totals = phases[phase] = [0.0, 0.0]
+        totals[0] += end - start
+        totals[1] += task.size
+        if not only:
+            whole = phases["iteration"]
+            whole[0] += end - start
+            whole[1] += task.size
     for stream in sorted(by_stream):
         for phase in sorted(by_stream[stream], key=lambda p: (p != "iteration", p)):
             busy, moved_bytes = by_stream[stream][phase]
             rows.append({"resource": stream, "kind": "stream", "phase": phase, "busy_s": busy,
                          "utilisation": _ratio(busy, windows[phase]), "units_moved": moved_bytes})
-    used: dict[tuple[str, str], float] = {}
-    for task in graph.tasks:
-        if task.usage and (only is None or task.phase == only):
-            for link, units in task.usage:
-                key = (link, task.phase)
-                used[key] = used.get(key, 0.0) + task.size * units
     for link, capacity in run.link_capacity.items():
         if not only:
             moved = run.link_units_moved[link]

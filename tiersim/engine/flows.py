@@ -1,7 +1,7 @@
 """Processor-sharing links: concurrent flows share each link max-min fairly.
 
-A flow moves ``size`` bytes; each byte consumes ``units`` of capacity on each link it uses,
-and the flow's rate is at most ``cap`` bytes/s. Whenever a flow starts or ends, rates are
+A flow moves ``size`` bytes; each byte consumes ``units`` of capacity on each link it uses
+(each link named once in its ``usage``), and the flow's rate is at most ``cap`` bytes/s. Whenever a flow starts or ends, rates are
 re-allocated by progressive filling (every unfrozen flow's rate grows equally until a link
 saturates or the flow reaches its cap), among the flows connected to the change through
 shared links (allocations of unconnected flows cannot change, so they are not touched: each
@@ -31,15 +31,14 @@ class Flow:
     """One active transfer: ``remaining`` bytes as of time ``last`` (s), its current ``rate``
     (bytes/s), and ``finish_at`` (s) if the rate holds; ``key`` names it to the network's owner."""
 
-    __slots__ = ("key", "size", "usage", "cap", "links", "remaining", "rate", "last", "finish_at")
+    __slots__ = ("key", "size", "usage", "cap", "remaining", "rate", "last", "finish_at")
 
-    def __init__(self, size: float, usage: Usage, cap: float, key: int = -1,
-                 links: frozenset[str] | None = None, rate: float = 0.0, last: float = 0.0) -> None:
+    def __init__(self, size: float, usage: Usage, cap: float, key: int = -1, rate: float = 0.0,
+                 last: float = 0.0) -> None:
         self.key = key
         self.size = size
         self.usage = usage
         self.cap = cap
-        self.links = links if links is not None else frozenset(link for link, _ in usage)
         self.remaining = size
         self.rate = rate
         self.last = last
@@ -90,7 +89,7 @@ def max_min_rates(flows: list[Flow], capacity: dict[str, float]) -> None:
         still = []
         for flow in active:
             flow.rate += step
-            if not _at_cap(flow) and (not saturated or saturated.isdisjoint(flow.links)):
+            if not _at_cap(flow) and not (saturated and any(link in saturated for link, _ in flow.usage)):
                 still.append(flow)
         active = still
 
@@ -101,8 +100,8 @@ def _at_cap(flow: Flow) -> bool:
 
 
 class FlowNetwork:
-    """The set of links and the flows on them, inside one SimPy environment; ``done(keys)`` is
-    called with the keys of the flows that have moved their last byte, at the time they did.
+    """The set of links and the flows on them, inside one SimPy environment; ``done(keys, now)``
+    is called with the keys of the flows that have moved their last byte, at the time they did.
 
     Re-allocation is skipped where it provably changes nothing: a new flow whose own bound
     (its cap, or its tightest link alone) fits in every one of its links' spare capacity
@@ -117,7 +116,7 @@ class FlowNetwork:
     shortcuts = True
 
     def __init__(self, env: simpy.Environment, capacity: dict[str, float],
-                 done: Callable[[list[int]], None]) -> None:
+                 done: Callable[[list[int], float], None]) -> None:
         self.env = env
         self.capacity = capacity
         self.done = done
@@ -131,26 +130,27 @@ class FlowNetwork:
         self.busy: dict[str, float] = {name: 0.0 for name in capacity}
         self.moved: dict[str, float] = {name: 0.0 for name in capacity}
 
-    def transfer(self, key: int, size: float, usage: Usage, cap: float,
-                 links: frozenset[str] | None = None, bound: float | None = None) -> None:
-        """Start a flow of ``size`` bytes now. ``links`` (the names in ``usage``) and ``bound``
-        (``own_bound`` of it) may be passed precomputed."""
+    def transfer(self, key: int, size: float, usage: Usage, cap: float, bound: float | None = None) -> None:
+        """Start a flow of ``size`` bytes now; ``bound`` (``own_bound`` of it) may be passed
+        precomputed."""
         now = self.env.now
         rate = own_bound(usage, cap, self.capacity) if bound is None else bound
-        flow = Flow(size, usage, cap, key, links, rate, now)
+        flow = Flow(size, usage, cap, key, rate, now)
         shared = False
-        on_link = self.on_link
-        for link in flow.links:
+        fits = True  # at its own bound, beside the flows on its links
+        on_link, load, capacity = self.on_link, self.load, self.capacity
+        for link, units in usage:
             others = on_link[link]
             if others:
                 shared = True
+                if load[link] + rate * units > capacity[link] * (1 + _REL_TOL):
+                    fits = False
             else:
                 self._busy_since[link] = now
             others.append(flow)
         self.flows[flow] = None
-        load = self.load
-        if shared and not (self.shortcuts and self._fits(flow)):
-            component = self._component(flow.links)
+        if shared and not (fits and self.shortcuts):
+            component = self._component([link for link, _ in usage])
             self._reallocate(component, now)
             due = min([other.finish_at for other in component])
         else:
@@ -170,20 +170,12 @@ class FlowNetwork:
             raise RuntimeError("closing a flow network with active flows")
         del self.done
 
-    def _fits(self, flow: Flow) -> bool:
-        """Whether ``flow`` at its current rate fits in the spare capacity of all its links."""
-        load, capacity, rate = self.load, self.capacity, flow.rate
-        for link, units in flow.usage:
-            if load[link] + rate * units > capacity[link] * (1 + _REL_TOL):
-                return False
-        return True
-
     def _add_load(self, flow: Flow, sign: float) -> None:
         load, rate = self.load, sign * flow.rate
         for link, units in flow.usage:
             load[link] += rate * units
 
-    def _component(self, links: frozenset[str] | set[str]) -> list[Flow]:
+    def _component(self, links: list[str] | set[str]) -> list[Flow]:
         """The active flows that share a link with ``links``, transitively."""
         seen = set(links)
         stack = list(links)
@@ -192,7 +184,7 @@ class FlowNetwork:
             for flow in self.on_link[stack.pop()]:
                 if flow not in members:
                     members[flow] = None
-                    for link in flow.links:
+                    for link, _ in flow.usage:
                         if link not in seen:
                             seen.add(link)
                             stack.append(link)
@@ -226,7 +218,14 @@ class FlowNetwork:
         heapq.heappop(self._armed)
         slack = 1e-12 * abs(now)
         flows = self.flows
-        due = [flow for flow in flows if flow.finish_at <= now + _DUE_TOL * (flow.finish_at - flow.last) + slack]
+        due: list[Flow] = []
+        first = math.inf  # the earliest finish of the others
+        for flow in flows:
+            finish = flow.finish_at
+            if finish <= now + _DUE_TOL * (finish - flow.last) + slack:
+                due.append(flow)
+            elif finish < first:
+                first = finish
         changed: set[str] = set()
         release = not self.shortcuts
         load, capacity, moved, on_link = self.load, self.capacity, self.moved, self.on_link
@@ -237,18 +236,18 @@ class FlowNetwork:
                 moved[link] += size * units
                 # saturated: the link may have bound this flow, so others may speed up
                 release = release or load[link] >= capacity[link] * (1 - _SATURATED_TOL)
-                load[link] -= rate * units
-            for link in flow.links:
                 others = on_link[link]
                 others.remove(flow)
                 if others:
+                    load[link] -= rate * units
                     changed.add(link)
                 else:
                     load[link] = 0.0  # no float residue on an idle link
                     self.busy[link] += now - self._busy_since.pop(link)
         if changed and release:
             self._reallocate(self._component(changed), now)
+            first = min([flow.finish_at for flow in flows], default=math.inf)
         if flows:
-            self._arm_at(min([flow.finish_at for flow in flows]), now)
+            self._arm_at(first, now)
         if due:
-            self.done([flow.key for flow in due])
+            self.done([flow.key for flow in due], now)

@@ -13,10 +13,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Callable
 
 
 Usage = tuple[tuple[str, float], ...]
 """(link name, link units one byte of a flow consumes) pairs."""
+
+_NONE: list[int] = []
+"""The dependents of a task nothing depends on (shared, never appended to)."""
 
 
 @dataclass(frozen=True)
@@ -36,7 +40,8 @@ class Task:
     """One unit of work: a delay (s) then a flow of ``size`` bytes over ``usage`` links.
 
     Not frozen (a frozen dataclass costs three times as much to create, and a 70B iteration
-    creates over a thousand), but nothing changes a task once it is in a graph."""
+    creates over a thousand), but nothing changes a task once it is in a graph; the graph
+    checks it when it is added."""
 
     name: str
     stream: str
@@ -48,25 +53,25 @@ class Task:
     rate_cap: float = math.inf
     deps: tuple[str, ...] = ()
 
-    def __post_init__(self) -> None:
-        if self.delay < 0 or self.size < 0:
-            raise ValueError(f"task {self.name!r}: delay and size must be >= 0")
-        if self.size > 0 and not self.usage and not math.isfinite(self.rate_cap):
-            raise ValueError(f"task {self.name!r}: a flow needs links or a finite rate cap")
-        if not self.rate_cap > 0:
-            raise ValueError(f"task {self.name!r}: rate_cap must be positive")
-
 
 @dataclass
 class TaskGraph:
-    """Links plus tasks in program order; ``add`` checks names and dependencies as it goes and
-    indexes them for the engine: per task (by position) the positions of its distinct
-    dependencies and of the previous task on its stream (-1 for a stream's first task)."""
+    """Links plus tasks in program order; ``add`` checks names, dependencies and links (declared
+    with ``link``, or on first use by ``capacity_of``) as it goes and indexes them for the engine, per task by position: how many distinct tasks it
+    depends on, the positions of the tasks that depend on it, the previous and the next task on
+    its stream (-1 for none), and its flow's own bound
+    (bytes/s: ``rate_cap`` or its tightest link alone; inf without a flow)."""
 
     links: dict[str, Link] = field(default_factory=dict)
     tasks: list[Task] = field(default_factory=list)
-    dep_positions: list[tuple[int, ...]] = field(default_factory=list, repr=False)
+    capacity_of: Callable[[str], float] | None = field(default=None, repr=False)
+    """Gives the capacity of a link a task uses before it is declared (it is then declared);
+    without it, such a task is an error."""
+    dep_count: list[int] = field(default_factory=list, repr=False)
+    dependents: list[list[int]] = field(default_factory=list, repr=False)
+    stream_next: list[int] = field(default_factory=list, repr=False)
     stream_previous: list[int] = field(default_factory=list, repr=False)
+    own_bound: list[float] = field(default_factory=list, repr=False)
     _positions: dict[str, int] = field(default_factory=dict, repr=False)
     _stream_tails: dict[str, int] = field(default_factory=dict, repr=False)
 
@@ -79,36 +84,67 @@ class TaskGraph:
         return name
 
     def add(self, task: Task) -> str:
-        """Append a task; its dependencies must already be in the graph (so it is acyclic)."""
+        """Append a task; its dependencies must already be in the graph (so it is acyclic), and
+        its links declared, each named once in its usage."""
         positions = self._positions
         if task.name in positions:
             raise ValueError(f"duplicate task name {task.name!r}")
+        if not (task.delay >= 0 and task.size >= 0 and task.rate_cap > 0):
+            raise ValueError(f"task {task.name!r}: delay and size must be >= 0 and rate_cap positive")
+        here = len(self.tasks)
         try:
             named = task.deps
-            if not named:
-                deps: tuple[int, ...] = ()
-            elif len(named) == 1:
-                deps = (positions[named[0]],)
-            else:
-                distinct: list[int] = []
+            if len(named) == 1:
+                deps: tuple[int, ...] | list[int] = (positions[named[0]],)
+            elif named:
+                deps = []
                 for dep in named:
                     at = positions[dep]
-                    if at not in distinct:
-                        distinct.append(at)
-                deps = tuple(distinct)
+                    if at not in deps:
+                        deps.append(at)
+            else:
+                deps = ()
         except KeyError as missing:
             raise ValueError(f"task {task.name!r} depends on unknown task {missing.args[0]!r}") from None
-        for link_name, _units in task.usage:
-            if link_name not in self.links:
-                raise ValueError(f"task {task.name!r} uses undeclared link {link_name!r}")
-        here = len(self.tasks)
+        bound = task.rate_cap
+        links = self.links
+        usage = task.usage
+        for link_name, units in usage:
+            link = links.get(link_name)
+            if link is None:
+                link = self._undeclared(task, link_name)
+            if units > 0 and link.capacity / units < bound:
+                bound = link.capacity / units
+        if len(usage) > 1 and (usage[0][0] == usage[1][0] if len(usage) == 2 else
+                               len({link_name for link_name, _ in usage}) < len(usage)):
+            raise ValueError(f"task {task.name!r} names a link twice in its usage")
+        if task.size > 0 and not math.isfinite(bound):
+            raise ValueError(f"task {task.name!r}: a flow needs a link it uses or a finite rate cap")
         positions[task.name] = here
         self.tasks.append(task)
-        self.dep_positions.append(deps)
+        self.dep_count.append(len(deps))
+        dependents = self.dependents
+        for at in deps:
+            if dependents[at]:
+                dependents[at].append(here)
+            else:
+                dependents[at] = [here]
+        dependents.append(_NONE)
+        self.own_bound.append(bound)
         tails = self._stream_tails
-        self.stream_previous.append(tails.get(task.stream, -1))
+        previous = tails.get(task.stream, -1)
+        self.stream_next.append(-1)
+        if previous >= 0:
+            self.stream_next[previous] = here
+        self.stream_previous.append(previous)
         tails[task.stream] = here
         return task.name
+
+    def _undeclared(self, task: Task, name: str) -> Link:
+        if self.capacity_of is None:
+            raise ValueError(f"task {task.name!r} uses undeclared link {name!r}")
+        self.link(name, self.capacity_of(name))
+        return self.links[name]
 
     def streams(self) -> dict[str, list[Task]]:
         """Tasks grouped by stream, each list in program order."""

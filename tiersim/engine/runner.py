@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 import simpy
 
-from tiersim.engine.flows import FlowNetwork, own_bound
+from tiersim.engine.flows import FlowNetwork
 from tiersim.engine.graph import Task, TaskGraph, Usage
 
 
@@ -61,7 +61,7 @@ def run_graph(graph: TaskGraph) -> EngineRun:
     the ``FlowNetwork``.
     """
     run = _Run(graph)
-    run.drain()
+    run.drain(0.0)
     run.env.run()
     run.network.close()
     if len(run.order) != len(graph.tasks):
@@ -83,10 +83,10 @@ def run_graph(graph: TaskGraph) -> EngineRun:
 
 class _Run:
     """The state of one ``run_graph``, in lists indexed by task: the dependencies not yet done,
-    the dependents, the next task on the stream, whether the stream is free for it, ready,
-    start and end times, and the order tasks finished in. Once the network is closed nothing of a
-    finished run is left in a reference cycle but SimPy's environment (so it is freed at once,
-    without the cyclic garbage collector)."""
+    the dependents and the next task on the stream (the graph's, read only), whether the
+    stream is free for it, ready, start and end times, and the order tasks finished in. Once
+    the network is closed nothing of a finished run is left in a reference cycle but SimPy's
+    environment (so it is freed at once, without the cyclic garbage collector)."""
 
     def __init__(self, graph: TaskGraph) -> None:
         self.env = simpy.Environment()
@@ -94,28 +94,14 @@ class _Run:
         self.network = FlowNetwork(self.env, capacity, self.flows_done)
         tasks = self.tasks = graph.tasks
         count = len(tasks)
-        self.unmet = [len(deps) for deps in graph.dep_positions]
-        self.dependents: list[list[int]] = [[] for _ in range(count)]
-        for i, deps in enumerate(graph.dep_positions):
-            for dep in deps:
-                self.dependents[dep].append(i)
-        self.successor = [-1] * count
-        self.at_head = [False] * count
-        for i, previous in enumerate(graph.stream_previous):
-            if previous < 0:
-                self.at_head[i] = True
-            else:
-                self.successor[previous] = i
+        self.unmet = graph.dep_count.copy()
+        self.dependents = graph.dependents
+        self.successor = graph.stream_next
+        self.at_head = [previous < 0 for previous in graph.stream_previous]
         self.delay = [task.delay for task in tasks]
-        self.flow: list[tuple[float, Usage, float, frozenset[str], float] | None] = [None] * count
-        shapes: dict[tuple[Usage, float], tuple[frozenset[str], float]] = {}  # most flows share a few
-        for i, task in enumerate(tasks):
-            if task.size > 0:
-                shape = shapes.get((task.usage, task.rate_cap))
-                if shape is None:
-                    shape = shapes[(task.usage, task.rate_cap)] = (
-                        frozenset(link for link, _ in task.usage), own_bound(task.usage, task.rate_cap, capacity))
-                self.flow[i] = (task.size, task.usage, task.rate_cap, *shape)
+        self.flow: list[tuple[float, Usage, float, float] | None] = [
+            (task.size, task.usage, task.rate_cap, bound) if task.size > 0 else None
+            for task, bound in zip(tasks, graph.own_bound)]
         self.ready = [0.0] * count
         self.start = [0.0] * count
         self.end = [0.0] * count
@@ -123,18 +109,18 @@ class _Run:
         self.startable = [i for i in range(count) if self.at_head[i] and not self.unmet[i]]
         self.timeouts = 0
 
-    def drain(self) -> None:
-        """Start every startable task: each blocks on a delay or a flow, or (neither) finishes
-        at once and may make more tasks startable."""
+    def drain(self, now: float) -> None:
+        """Start every startable task at ``now`` (the current time): each blocks on a delay or
+        a flow, or (neither) finishes at once and may make more tasks startable."""
         startable, start, delays, flows = self.startable, self.start, self.delay, self.flow
-        now, timeout, transfer = self.env.now, self.env.timeout, self.network.transfer
+        timeout, transfer, after_delay = self.env.timeout, self.network.transfer, self.after_delay
         while startable:
             i = startable.pop()
             start[i] = now
             delay = delays[i]
             if delay > 0:
                 self.timeouts += 1
-                timeout(delay, i).callbacks.append(self.after_delay)
+                timeout(delay, i).callbacks.append(after_delay)
             elif flows[i] is None:
                 self.finish(i, now)
             else:
@@ -144,19 +130,20 @@ class _Run:
         i = event.value
         flow = self.flow[i]
         if flow is None:
-            self.finish(i, self.env.now)
+            now = self.env.now
+            self.finish(i, now)
             if self.startable:
-                self.drain()
+                self.drain(now)
         else:
             self.network.transfer(i, *flow)  # a flow never ends at once: nothing to drain
 
-    def flows_done(self, keys: list[int]) -> None:
-        """The network's callback: the flows of these tasks have moved their last byte."""
-        now = self.env.now
+    def flows_done(self, keys: list[int], now: float) -> None:
+        """The network's callback: the flows of these tasks moved their last byte at ``now``."""
+        finish = self.finish
         for i in keys:
-            self.finish(i, now)
+            finish(i, now)
         if self.startable:
-            self.drain()
+            self.drain(now)
 
     def finish(self, i: int, now: float) -> None:
         """Task ``i`` ends at ``now``: its stream's next task and its dependents may start."""

@@ -9,10 +9,11 @@ recompute) and calls those hooks. Adding a strategy = subclass ``Strategy`` and 
 
 from __future__ import annotations
 
+import functools
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 from tiersim.engine import Task, TaskGraph
 from tiersim.hardware import TIERS, Hardware
@@ -79,13 +80,32 @@ class Plan:
     graph: TaskGraph | None
 
 
+def rank_link_capacity(hw: Hardware, name: str) -> float:
+    """Capacity of one of a rank's links: bytes/s, or device-seconds per second for cxl and nvme
+    (a schedule's graph asks on the link's first use)."""
+    if name in ("nvlink", "hbm"):
+        assert hw.gpu is not None, "this schedule needs a GPU"
+        return hw.gpu.nvlink_bandwidth if name == "nvlink" else hw.gpu.hbm_bandwidth * hw.gpu.memory_efficiency
+    if name in ("pcie_h2d", "pcie_d2h"):
+        return hw.pcie_bandwidth
+    if name == "dram":
+        return hw.dram_bandwidth_per_rank
+    if name == "cxl":
+        return hw.cxl_devices_per_rank
+    if name == "nvme":
+        return hw.nvme_drives_per_rank
+    raise KeyError(f"unknown link {name!r}")
+
+
 class StepBuilder:
     """Lays out one iteration's tasks for one representative rank; strategies add to it."""
 
     def __init__(self, step: TrainingStep, hw: Hardware) -> None:
         self.step = step
         self.hw = hw
-        self.graph = TaskGraph()
+        self.graph = TaskGraph(capacity_of=functools.partial(rank_link_capacity, hw))
+        self.add: Callable[[Task], str] = self.graph.add
+        """Add a task and return its name (the graph declares the rank's links on first use)."""
 
     @property
     def gpu(self) -> GPUProfile:
@@ -97,37 +117,6 @@ class StepBuilder:
     def dp(self) -> int:
         """Data-parallel degree (ranks)."""
         return self.step.training.data_parallel
-
-    def link(self, name: str) -> str:
-        """Declare one of the rank's links (capacity from the hardware) and return its name."""
-        if name not in self.graph.links:
-            self.graph.link(name, self._capacity(name))
-        return name
-
-    def _capacity(self, name: str) -> float:
-        """Capacity of a rank's link: bytes/s, or device-seconds per second for cxl and nvme."""
-        hw = self.hw
-        if name == "nvlink":
-            return self.gpu.nvlink_bandwidth
-        if name == "hbm":
-            return self.gpu.hbm_bandwidth * self.gpu.memory_efficiency
-        if name in ("pcie_h2d", "pcie_d2h"):
-            return hw.pcie_bandwidth
-        if name == "dram":
-            return hw.dram_bandwidth_per_rank
-        if name == "cxl":
-            return hw.cxl_devices_per_rank
-        if name == "nvme":
-            return hw.nvme_drives_per_rank
-        raise KeyError(f"unknown link {name!r}")
-
-    def add(self, task: Task) -> str:
-        """Add a task after declaring the links it uses."""
-        links = self.graph.links
-        for name, _units in task.usage:
-            if name not in links:
-                self.link(name)
-        return self.graph.add(task)
 
     def gpu_seconds(self, flops: float) -> float:
         """Seconds of GPU compute for ``flops`` at the achieved bf16 rate."""
@@ -142,7 +131,7 @@ class StepBuilder:
         if self.dp == 1:
             return None
         moved = num_bytes * (self.dp - 1) / self.dp
-        return self.add(Task(name, stream, phase, stream, size=moved, usage=((self.link("nvlink"), 1.0),), deps=deps))
+        return self.add(Task(name, stream, phase, stream, size=moved, usage=(("nvlink", 1.0),), deps=deps))
 
 
 class Strategy(ABC):

@@ -25,7 +25,6 @@ class GPUResident(Strategy):
 
     def optimizer_step(self, b: StepBuilder, begin: str) -> None:
         per_element = ADAM_READ_BYTES + ADAM_WRITE_BYTES + b.step.lp_bytes
-        hbm = b.link("hbm")
         for group in b.step.subgroups:
             b.add(Task(f"step.{group.index}.adam", "gpu", "optimizer_step", "adam",
-                       size=group.numel * per_element, usage=((hbm, 1.0),), deps=(begin,)))
+                       size=group.numel * per_element, usage=(("hbm", 1.0),), deps=(begin,)))
