@@ -29,18 +29,20 @@ _DUE_TOL = 1e-9
 
 class Flow:
     """One active transfer: ``remaining`` bytes as of time ``last`` (s), its current ``rate``
-    (bytes/s), and ``finish_at`` (s) if the rate holds; ``key`` names it to the network's owner."""
+    (bytes/s, at first its ``bound``: ``own_bound``, the rate it gets alone), and ``finish_at``
+    (s) if the rate holds; ``key`` names it to the network's owner."""
 
-    __slots__ = ("key", "size", "usage", "cap", "remaining", "rate", "last", "finish_at")
+    __slots__ = ("key", "size", "usage", "cap", "bound", "remaining", "rate", "last", "finish_at")
 
-    def __init__(self, size: float, usage: Usage, cap: float, key: int = -1, rate: float = 0.0,
+    def __init__(self, size: float, usage: Usage, cap: float, key: int = -1, bound: float = 0.0,
                  last: float = 0.0) -> None:
         self.key = key
         self.size = size
         self.usage = usage
         self.cap = cap
+        self.bound = bound
         self.remaining = size
-        self.rate = rate
+        self.rate = bound
         self.last = last
         self.finish_at = math.inf
 
@@ -170,11 +172,6 @@ class FlowNetwork:
             raise RuntimeError("closing a flow network with active flows")
         del self.done
 
-    def _add_load(self, flow: Flow, sign: float) -> None:
-        load, rate = self.load, sign * flow.rate
-        for link, units in flow.usage:
-            load[link] += rate * units
-
     def _component(self, links: list[str] | set[str]) -> list[Flow]:
         """The active flows that share a link with ``links``, transitively."""
         seen = set(links)
@@ -192,15 +189,23 @@ class FlowNetwork:
 
     def _reallocate(self, flows: list[Flow], now: float) -> None:
         """Bring ``flows`` to ``now`` at their old rates, then share the links anew."""
+        load = self.load
         for flow in flows:
+            rate = flow.rate
             if flow.finish_at != math.inf:  # a new flow has no load yet
-                self._add_load(flow, -1.0)
-            flow.remaining = max(flow.remaining - flow.rate * (now - flow.last), 0.0)
+                for link, units in flow.usage:
+                    load[link] -= rate * units
+            flow.remaining = max(flow.remaining - rate * (now - flow.last), 0.0)
             flow.last = now
-        max_min_rates(flows, self.capacity)
+        if len(flows) == 1:
+            flows[0].rate = flows[0].bound
+        else:
+            max_min_rates(flows, self.capacity)
         for flow in flows:
-            flow.finish_at = now + flow.remaining / flow.rate
-            self._add_load(flow, 1.0)
+            rate = flow.rate
+            flow.finish_at = now + flow.remaining / rate
+            for link, units in flow.usage:
+                load[link] += rate * units
 
     def _arm_at(self, due: float, now: float) -> None:
         """Arm a timer for ``due`` unless one at or before it is already pending."""
@@ -244,9 +249,10 @@ class FlowNetwork:
                 else:
                     load[link] = 0.0  # no float residue on an idle link
                     self.busy[link] += now - self._busy_since.pop(link)
-        if changed and release:
-            self._reallocate(self._component(changed), now)
-            first = min([flow.finish_at for flow in flows], default=math.inf)
+        component = self._component(changed) if changed and release else None
+        if component:  # (empty when the flows left on a link were due too)
+            self._reallocate(component, now)
+            first = min([flow.finish_at for flow in flows])
         if flows:
             self._arm_at(first, now)
         if due:

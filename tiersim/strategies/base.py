@@ -42,8 +42,7 @@ def adam_task(b: StepBuilder, name: str, numel: int, memory: HostMemory, deps: t
     cap = b.hw.cpu.adam_rate(b.hw.cores_per_rank) * per_element
     usage = memory.access(read / per_element, write / per_element)
     overhead = b.hw.cpu.adam_step_overhead or 0.0
-    return b.add(Task(name, "cpu", "optimizer_step", "adam", delay=overhead, size=numel * per_element,
-                      usage=usage, rate_cap=cap, deps=deps))
+    return b.add(Task(name, "cpu", "optimizer_step", "adam", overhead, numel * per_element, usage, cap, deps))
 
 
 @dataclass(frozen=True)
@@ -98,7 +97,10 @@ def rank_link_capacity(hw: Hardware, name: str) -> float:
 
 
 class StepBuilder:
-    """Lays out one iteration's tasks for one representative rank; strategies add to it."""
+    """Lays out one iteration's tasks for one representative rank; strategies add to it.
+
+    (The hot flow tasks are built with positional fields: name, stream, phase, category,
+    delay, size, usage, rate_cap, deps; keywords cost twice as much per task.)"""
 
     def __init__(self, step: TrainingStep, hw: Hardware) -> None:
         self.step = step
@@ -131,7 +133,7 @@ class StepBuilder:
         if self.dp == 1:
             return None
         moved = num_bytes * (self.dp - 1) / self.dp
-        return self.add(Task(name, stream, phase, stream, size=moved, usage=(("nvlink", 1.0),), deps=deps))
+        return self.add(Task(name, stream, phase, stream, 0.0, moved, (("nvlink", 1.0),), math.inf, deps))
 
 
 class Strategy(ABC):
@@ -237,8 +239,8 @@ def pcie_copy(b: StepBuilder, name: str, direction: str, phase: str, num_bytes: 
     """One host<->GPU copy on the copy engine of ``direction`` ("h2d" or "d2h"): the link's
     setup latency, then ``num_bytes`` over PCIe, read from (h2d) or written to (d2h) host memory."""
     host = memory.access(1, 0) if direction == "h2d" else memory.access(0, 1)
-    return b.add(Task(name, direction, phase, direction, delay=b.hw.pcie_latency, size=num_bytes,
-                      usage=((f"pcie_{direction}", 1.0), *host), deps=deps))
+    usage = ((f"pcie_{direction}", 1.0), *host)
+    return b.add(Task(name, direction, phase, direction, b.hw.pcie_latency, num_bytes, usage, math.inf, deps))
 
 
 def gradients_to_host(b: StepBuilder, memory: HostMemory, micro: int, index: int, layer: LayerWork,

@@ -51,9 +51,9 @@ class NVMeSwap(Strategy):
         assert nvme is not None
         usage = (("nvme", device_cost(nvme, write)), ("dram", 1.0))
         latency = nvme.write_latency if write else nvme.read_latency
-        return b.add(Task(name, stream, phase, "nvme_write" if write else "nvme_read", delay=latency,
-                          size=num_bytes, usage=usage, rate_cap=stream_rate(nvme, self.options, write),
-                          deps=deps))
+        category = "nvme_write" if write else "nvme_read"
+        rate = stream_rate(nvme, self.options, write)
+        return b.add(Task(name, stream, phase, category, latency, num_bytes, usage, rate, deps))
 
     def offload_gradients(self, b: StepBuilder, micro: int, index: int, layer: LayerWork, ready: str) -> None:
         d2h = gradients_to_host(b, HostMemory.dram_only(), micro, index, layer, ready)
