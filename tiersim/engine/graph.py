@@ -57,10 +57,11 @@ class Task:
 @dataclass
 class TaskGraph:
     """Links plus tasks in program order; ``add`` checks names, dependencies and links (declared
-    with ``link``, or on first use by ``capacity_of``) as it goes and indexes them for the engine, per task by position: how many distinct tasks it
-    depends on, the positions of the tasks that depend on it, the previous and the next task on
-    its stream (-1 for none), and its flow's own bound
-    (bytes/s: ``rate_cap`` or its tightest link alone; inf without a flow)."""
+    with ``link``, or on first use by ``capacity_of``) as it goes and indexes them for the
+    engine. Per task, by position: how many distinct tasks it depends on, the positions of the
+    tasks that depend on it, the next task on its stream (-1 for none) and its flow's own bound
+    (bytes/s: ``rate_cap`` or its tightest link alone; inf without a flow); and the position of
+    each stream's first task."""
 
     links: dict[str, Link] = field(default_factory=dict)
     tasks: list[Task] = field(default_factory=list)
@@ -70,7 +71,7 @@ class TaskGraph:
     dep_count: list[int] = field(default_factory=list, repr=False)
     dependents: list[list[int]] = field(default_factory=list, repr=False)
     stream_next: list[int] = field(default_factory=list, repr=False)
-    stream_previous: list[int] = field(default_factory=list, repr=False)
+    stream_heads: list[int] = field(default_factory=list, repr=False)
     own_bound: list[float] = field(default_factory=list, repr=False)
     _positions: dict[str, int] = field(default_factory=dict, repr=False)
     _stream_tails: dict[str, int] = field(default_factory=dict, repr=False)
@@ -136,7 +137,8 @@ class TaskGraph:
         self.stream_next.append(-1)
         if previous >= 0:
             self.stream_next[previous] = here
-        self.stream_previous.append(previous)
+        else:
+            self.stream_heads.append(here)
         tails[task.stream] = here
         return task.name
 

@@ -97,7 +97,9 @@ class _Run:
         self.unmet = graph.dep_count.copy()
         self.dependents = graph.dependents
         self.successor = graph.stream_next
-        self.at_head = [previous < 0 for previous in graph.stream_previous]
+        self.at_head = [False] * count
+        for head in graph.stream_heads:
+            self.at_head[head] = True
         self.delay = [task.delay for task in tasks]
         self.flow: list[tuple[float, Usage, float, float] | None] = [
             (task.size, task.usage, task.rate_cap, bound) if task.size > 0 else None

@@ -13,9 +13,10 @@ import functools
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, NamedTuple
 
 from tiersim.engine import Task, TaskGraph
+from tiersim.engine.graph import Usage
 from tiersim.hardware import TIERS, Hardware
 from tiersim.profiles import GPUProfile
 from tiersim.strategies.memory import HostMemory
@@ -29,12 +30,31 @@ ADAM_WRITE_BYTES = 12
 """Adam writes fp32 param, exp_avg, exp_avg_sq per element (bytes)."""
 
 
-def adam_task(b: StepBuilder, name: str, numel: int, memory: HostMemory, deps: tuple[str, ...]) -> str:
-    """CPU Adam over ``numel`` elements as one flow of its memory traffic (bytes).
+class TaskKind(NamedTuple):
+    """What the tasks of one kind in a schedule share, worked out once: stream, phase,
+    category, delay (s), link usage, rate cap (bytes/s) and the bytes one unit of work moves
+    (a task of ``amount`` units moves ``amount * unit_bytes`` bytes)."""
+
+    stream: str
+    phase: str
+    category: str
+    delay: float
+    usage: Usage
+    rate_cap: float = math.inf
+    unit_bytes: float = 1.0
+
+    def task(self, name: str, amount: float, deps: tuple[str, ...]) -> Task:
+        """A task of this kind over ``amount`` units (bytes, or elements for Adam)."""
+        return Task(name, self.stream, self.phase, self.category, self.delay, amount * self.unit_bytes,
+                    self.usage, self.rate_cap, deps)
+
+
+def adam_kind(b: StepBuilder, memory: HostMemory) -> TaskKind:
+    """CPU Adam over a sub-group (units: elements) as one flow of its memory traffic.
 
     It reads param, grad, m, v and writes param, m, v plus (when there is a GPU to feed) the
-    16-bit copy for it; its rate is at most the CPU's Adam rate on the rank's cores (elements/s), and the
-    memory it touches is shared with every other flow on those links.
+    16-bit copy for it; its rate is at most the CPU's Adam rate on the rank's cores
+    (elements/s), and the memory it touches is shared with every other flow on those links.
     """
     read = ADAM_READ_BYTES
     write = ADAM_WRITE_BYTES + (b.step.lp_bytes if b.hw.has_gpu else 0)
@@ -42,7 +62,7 @@ def adam_task(b: StepBuilder, name: str, numel: int, memory: HostMemory, deps: t
     cap = b.hw.cpu.adam_rate(b.hw.cores_per_rank) * per_element
     usage = memory.access(read / per_element, write / per_element)
     overhead = b.hw.cpu.adam_step_overhead or 0.0
-    return b.add(Task(name, "cpu", "optimizer_step", "adam", overhead, numel * per_element, usage, cap, deps))
+    return TaskKind("cpu", "optimizer_step", "adam", overhead, usage, cap, per_element)
 
 
 @dataclass(frozen=True)
@@ -234,13 +254,12 @@ def place_gpu_common(step: TrainingStep, placement: Placement, grads_on_gpu: boo
     placement.put("hbm", "activations", step.activation_peak_bytes())
 
 
-def pcie_copy(b: StepBuilder, name: str, direction: str, phase: str, num_bytes: float, memory: HostMemory,
-              deps: tuple[str, ...]) -> str:
-    """One host<->GPU copy on the copy engine of ``direction`` ("h2d" or "d2h"): the link's
-    setup latency, then ``num_bytes`` over PCIe, read from (h2d) or written to (d2h) host memory."""
+def pcie_kind(b: StepBuilder, direction: str, phase: str, memory: HostMemory) -> TaskKind:
+    """Host<->GPU copies (units: bytes) on the copy engine of ``direction`` ("h2d" or "d2h"):
+    the link's setup latency, then the bytes over PCIe, read from (h2d) or written to (d2h)
+    host memory."""
     host = memory.access(1, 0) if direction == "h2d" else memory.access(0, 1)
-    usage = ((f"pcie_{direction}", 1.0), *host)
-    return b.add(Task(name, direction, phase, direction, b.hw.pcie_latency, num_bytes, usage, math.inf, deps))
+    return TaskKind(direction, phase, direction, b.hw.pcie_latency, ((f"pcie_{direction}", 1.0), *host))
 
 
 def gradients_to_host(b: StepBuilder, memory: HostMemory, micro: int, index: int, layer: LayerWork,
@@ -255,17 +274,18 @@ def gradients_to_host(b: StepBuilder, memory: HostMemory, micro: int, index: int
     deps = (ready,)
     prefix = f"m{micro}.bwd.{index}"
     if micro > 0:
-        deps = (pcie_copy(b, f"{prefix}.grad_fetch", "h2d", "backward", num_bytes, memory, deps),)
-    return pcie_copy(b, f"{prefix}.d2h", "d2h", "backward", num_bytes, memory, deps)
+        fetch = pcie_kind(b, "h2d", "backward", memory)
+        deps = (b.add(fetch.task(f"{prefix}.grad_fetch", num_bytes, deps)),)
+    return b.add(pcie_kind(b, "d2h", "backward", memory).task(f"{prefix}.d2h", num_bytes, deps))
 
 
-def params_to_gpu(b: StepBuilder, name: str, numel: int, memory: HostMemory, after: str) -> None:
-    """H2D copy of a sub-group's updated 16-bit params from the host staging buffer.
-
-    Skipped on a host-only machine (the CPU validation of the offload path has no GPU).
-    """
-    if b.hw.has_gpu:
-        pcie_copy(b, name, "h2d", "optimizer_step", numel * b.step.lp_bytes, memory, (after,))
+def params_kind(b: StepBuilder, memory: HostMemory) -> TaskKind | None:
+    """H2D copies (units: elements) of a sub-group's updated 16-bit params from the host
+    staging buffer; None on a host-only machine (the CPU validation of the offload path has no
+    GPU), which skips them."""
+    if not b.hw.has_gpu:
+        return None
+    return pcie_kind(b, "h2d", "optimizer_step", memory)._replace(unit_bytes=b.step.lp_bytes)
 
 
 def partition(layer: LayerWork, dp: int) -> int:

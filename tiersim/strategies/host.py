@@ -16,9 +16,9 @@ from tiersim.strategies.base import (
     Placement,
     StepBuilder,
     Strategy,
-    adam_task,
+    adam_kind,
     gradients_to_host,
-    params_to_gpu,
+    params_kind,
 )
 from tiersim.strategies.memory import HostMemory
 from tiersim.workload import LayerWork, TrainingStep
@@ -52,9 +52,11 @@ class HostOffload(Strategy):
 
     def optimizer_step(self, b: StepBuilder, begin: str) -> None:
         memory = self.memory(b.hw)
+        adam, h2d = adam_kind(b, memory), params_kind(b, memory)
         for group in b.step.subgroups:
-            adam = adam_task(b, f"step.{group.index}.adam", group.numel, memory, (begin,))
-            params_to_gpu(b, f"step.{group.index}.h2d", group.numel, memory, adam)
+            updated = b.add(adam.task(f"step.{group.index}.adam", group.numel, (begin,)))
+            if h2d:
+                b.add(h2d.task(f"step.{group.index}.h2d", group.numel, (updated,)))
 
 
 @dataclass(frozen=True)

@@ -7,16 +7,16 @@ accumulation boundary each layer's partition is also written to NVMe (swap_out_g
 
 from __future__ import annotations
 
-from tiersim.engine import Task
 from tiersim.hardware import Hardware
 from tiersim.strategies.base import (
     LP_TO_FP32,
     Placement,
     StepBuilder,
     Strategy,
-    adam_task,
+    TaskKind,
+    adam_kind,
     gradients_to_host,
-    params_to_gpu,
+    params_kind,
     partition,
 )
 from tiersim.strategies.memory import HostMemory
@@ -44,44 +44,46 @@ class NVMeSwap(Strategy):
         placement.put("dram", "bf16 staging for H2D", largest * step.lp_bytes * ranks)
         placement.put("dram", "pinned fp32 gradient buffer", step.fp32_grad_bytes() * ranks)
 
-    def _io(self, b: StepBuilder, name: str, stream: str, phase: str, num_bytes: float,
-            write: bool, deps: tuple[str, ...]) -> str:
-        """An aio read or write between a pinned DRAM buffer and NVMe."""
+    def _io_kind(self, b: StepBuilder, stream: str, phase: str, write: bool) -> TaskKind:
+        """aio reads or writes (units: bytes) between pinned DRAM buffers and NVMe."""
         nvme = b.hw.nvme
         assert nvme is not None
         usage = (("nvme", device_cost(nvme, write)), ("dram", 1.0))
         latency = nvme.write_latency if write else nvme.read_latency
         category = "nvme_write" if write else "nvme_read"
-        rate = stream_rate(nvme, self.options, write)
-        return b.add(Task(name, stream, phase, category, latency, num_bytes, usage, rate, deps))
+        return TaskKind(stream, phase, category, latency, usage, stream_rate(nvme, self.options, write))
 
     def offload_gradients(self, b: StepBuilder, micro: int, index: int, layer: LayerWork, ready: str) -> None:
         d2h = gradients_to_host(b, HostMemory.dram_only(), micro, index, layer, ready)
         if micro == b.step.micro_steps - 1:
             grad_bytes = partition(layer, b.dp) * LP_TO_FP32
-            self._io(b, f"m{micro}.bwd.{index}.grad_write", "aio_write", "backward", grad_bytes, True, (d2h,))
+            write = self._io_kind(b, "aio_write", "backward", True)
+            b.add(write.task(f"m{micro}.bwd.{index}.grad_write", grad_bytes, (d2h,)))
 
     def optimizer_step(self, b: StepBuilder, begin: str) -> None:
         opts = self.options
         dram = HostMemory.dram_only()
+        swap_in = self._io_kind(b, "aio_read", "optimizer_step", False)
+        swap_out = self._io_kind(b, "aio_write", "optimizer_step", True)
+        adam, h2d = adam_kind(b, dram), params_kind(b, dram)
+        # With pipeline_read, sub-group i is read when sub-group i-1's update begins.
+        lag = 2 if opts.pipeline_read else 1
+        in_flight = opts.groups_in_flight
         reads: list[str] = []
         adams: list[str] = []
         writes: list[str] = []
         for i, group in enumerate(b.step.subgroups):
-            # With pipeline_read, sub-group i is read when sub-group i-1's update begins.
-            lag = 2 if opts.pipeline_read else 1
             deps = [begin] + ([reads[i - 1]] if i > 0 and opts.pipeline_read else [])
             if i >= lag:
                 deps.append(adams[i - lag])
                 if not opts.pipeline_write:
                     deps.append(writes[i - lag])
-            if i >= opts.groups_in_flight:
-                deps.append(writes[i - opts.groups_in_flight])
+            if i >= in_flight:
+                deps.append(writes[i - in_flight])
             fp32 = group.numel * LP_TO_FP32
-            reads.append(self._io(b, f"step.{i}.swap_in", "aio_read", "optimizer_step",
-                                  TENSORS_SWAPPED_IN * fp32, False, tuple(deps)))
+            reads.append(b.add(swap_in.task(f"step.{i}.swap_in", TENSORS_SWAPPED_IN * fp32, tuple(deps))))
             adam_deps = [reads[i]] + ([writes[i - 1]] if i > 0 and not opts.pipeline_write else [])
-            adams.append(adam_task(b, f"step.{i}.adam", group.numel, dram, tuple(adam_deps)))
-            writes.append(self._io(b, f"step.{i}.swap_out", "aio_write", "optimizer_step",
-                                   TENSORS_SWAPPED_OUT * fp32, True, (adams[i],)))
-            params_to_gpu(b, f"step.{i}.h2d", group.numel, dram, adams[i])
+            adams.append(b.add(adam.task(f"step.{i}.adam", group.numel, tuple(adam_deps))))
+            writes.append(b.add(swap_out.task(f"step.{i}.swap_out", TENSORS_SWAPPED_OUT * fp32, (adams[i],))))
+            if h2d:
+                b.add(h2d.task(f"step.{i}.h2d", group.numel, (adams[i],)))
