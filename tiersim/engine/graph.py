@@ -59,9 +59,9 @@ class TaskGraph:
     """Links plus tasks in program order; ``add`` checks names, dependencies and links (declared
     with ``link``, or on first use by ``capacity_of``) as it goes and indexes them for the
     engine. Per task, by position: how many distinct tasks it depends on, the positions of the
-    tasks that depend on it, the next task on its stream (-1 for none) and its flow's own bound
-    (bytes/s: ``rate_cap`` or its tightest link alone; inf without a flow); and the position of
-    each stream's first task."""
+    tasks that depend on it, the next task on its stream (-1 for none) and its flow (None
+    without one) as size, usage, rate cap and own bound (bytes/s: ``rate_cap`` or its tightest
+    link alone); and the position of each stream's first task."""
 
     links: dict[str, Link] = field(default_factory=dict)
     tasks: list[Task] = field(default_factory=list)
@@ -72,7 +72,7 @@ class TaskGraph:
     dependents: list[list[int]] = field(default_factory=list, repr=False)
     stream_next: list[int] = field(default_factory=list, repr=False)
     stream_heads: list[int] = field(default_factory=list, repr=False)
-    own_bound: list[float] = field(default_factory=list, repr=False)
+    flows: list[tuple[float, Usage, float, float] | None] = field(default_factory=list, repr=False)
     _positions: dict[str, int] = field(default_factory=dict, repr=False)
     _stream_tails: dict[str, int] = field(default_factory=dict, repr=False)
 
@@ -131,7 +131,7 @@ class TaskGraph:
             else:
                 dependents[at] = [here]
         dependents.append(_NONE)
-        self.own_bound.append(bound)
+        self.flows.append((task.size, usage, task.rate_cap, bound) if task.size > 0 else None)
         tails = self._stream_tails
         previous = tails.get(task.stream, -1)
         self.stream_next.append(-1)

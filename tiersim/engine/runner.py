@@ -10,7 +10,7 @@ from typing import NamedTuple
 import simpy
 
 from tiersim.engine.flows import FlowNetwork
-from tiersim.engine.graph import Task, TaskGraph, Usage
+from tiersim.engine.graph import Task, TaskGraph
 
 
 class TaskRecord(NamedTuple):
@@ -83,10 +83,11 @@ def run_graph(graph: TaskGraph) -> EngineRun:
 
 class _Run:
     """The state of one ``run_graph``, in lists indexed by task: the dependencies not yet done,
-    the dependents and the next task on the stream (the graph's, read only), whether the
-    stream is free for it, ready, start and end times, and the order tasks finished in. Once
-    the network is closed nothing of a finished run is left in a reference cycle but SimPy's
-    environment (so it is freed at once, without the cyclic garbage collector)."""
+    the dependents, the next task on the stream and the flows (the graph's, read only),
+    whether the stream is free for it, ready, start and end times, and the order tasks
+    finished in. Once the network is closed nothing of a finished run is left in a reference
+    cycle but SimPy's environment (so it is freed at once, without the cyclic garbage
+    collector)."""
 
     def __init__(self, graph: TaskGraph) -> None:
         self.env = simpy.Environment()
@@ -101,9 +102,7 @@ class _Run:
         for head in graph.stream_heads:
             self.at_head[head] = True
         self.delay = [task.delay for task in tasks]
-        self.flow: list[tuple[float, Usage, float, float] | None] = [
-            (task.size, task.usage, task.rate_cap, bound) if task.size > 0 else None
-            for task, bound in zip(tasks, graph.own_bound)]
+        self.flow = graph.flows
         self.ready = [0.0] * count
         self.start = [0.0] * count
         self.end = [0.0] * count

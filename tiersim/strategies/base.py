@@ -13,7 +13,7 @@ import functools
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, NamedTuple
+from typing import Any, Callable, ClassVar, Hashable, NamedTuple
 
 from tiersim.engine import Task, TaskGraph
 from tiersim.engine.graph import Usage
@@ -128,6 +128,8 @@ class StepBuilder:
         self.graph = TaskGraph(capacity_of=functools.partial(rank_link_capacity, hw))
         self.add: Callable[[Task], str] = self.graph.add
         """Add a task and return its name (the graph declares the rank's links on first use)."""
+        self.kinds: dict[Hashable, TaskKind] = {}
+        """Task kinds made for this schedule, by what they were made from."""
 
     @property
     def gpu(self) -> GPUProfile:
@@ -257,9 +259,14 @@ def place_gpu_common(step: TrainingStep, placement: Placement, grads_on_gpu: boo
 def pcie_kind(b: StepBuilder, direction: str, phase: str, memory: HostMemory) -> TaskKind:
     """Host<->GPU copies (units: bytes) on the copy engine of ``direction`` ("h2d" or "d2h"):
     the link's setup latency, then the bytes over PCIe, read from (h2d) or written to (d2h)
-    host memory."""
-    host = memory.access(1, 0) if direction == "h2d" else memory.access(0, 1)
-    return TaskKind(direction, phase, direction, b.hw.pcie_latency, ((f"pcie_{direction}", 1.0), *host))
+    host memory (made once per schedule)."""
+    key = (direction, phase, memory)
+    kind = b.kinds.get(key)
+    if kind is None:
+        host = memory.access(1, 0) if direction == "h2d" else memory.access(0, 1)
+        usage = ((f"pcie_{direction}", 1.0), *host)
+        kind = b.kinds[key] = TaskKind(direction, phase, direction, b.hw.pcie_latency, usage)
+    return kind
 
 
 def gradients_to_host(b: StepBuilder, memory: HostMemory, micro: int, index: int, layer: LayerWork,

@@ -45,13 +45,19 @@ class NVMeSwap(Strategy):
         placement.put("dram", "pinned fp32 gradient buffer", step.fp32_grad_bytes() * ranks)
 
     def _io_kind(self, b: StepBuilder, stream: str, phase: str, write: bool) -> TaskKind:
-        """aio reads or writes (units: bytes) between pinned DRAM buffers and NVMe."""
-        nvme = b.hw.nvme
-        assert nvme is not None
-        usage = (("nvme", device_cost(nvme, write)), ("dram", 1.0))
-        latency = nvme.write_latency if write else nvme.read_latency
-        category = "nvme_write" if write else "nvme_read"
-        return TaskKind(stream, phase, category, latency, usage, stream_rate(nvme, self.options, write))
+        """aio reads or writes (units: bytes) between pinned DRAM buffers and NVMe (made once
+        per schedule)."""
+        key = ("aio", stream, phase, write)
+        kind = b.kinds.get(key)
+        if kind is None:
+            nvme = b.hw.nvme
+            assert nvme is not None
+            usage = (("nvme", device_cost(nvme, write)), ("dram", 1.0))
+            latency = nvme.write_latency if write else nvme.read_latency
+            category = "nvme_write" if write else "nvme_read"
+            rate = stream_rate(nvme, self.options, write)
+            kind = b.kinds[key] = TaskKind(stream, phase, category, latency, usage, rate)
+        return kind
 
     def offload_gradients(self, b: StepBuilder, micro: int, index: int, layer: LayerWork, ready: str) -> None:
         d2h = gradients_to_host(b, HostMemory.dram_only(), micro, index, layer, ready)
