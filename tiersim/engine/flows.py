@@ -25,6 +25,9 @@ _SATURATED_TOL = 1e-9
 """A link is saturated (it may bind a flow) when its load is within this fraction of capacity."""
 _DUE_TOL = 1e-9
 """A flow is due at a timer when its finish is within this fraction of its own remaining time."""
+_ARM_SLACK = 1 + 1e-12
+"""A pending timer within this factor of a new finish time (float residue of a re-allocation)
+serves it: the flow ends on that timer, not on one of its own."""
 
 
 class Flow:
@@ -110,9 +113,9 @@ class FlowNetwork:
     leaves every other rate as it was, and so does a finished flow none of whose links
     was saturated. ``shortcuts = False`` re-allocates on every change (the tests compare).
 
-    Timers: some pending timer is always at or before every active flow's ``finish_at`` (a
-    start that re-allocates nothing only compares the new flow's finish with the earliest
-    pending timer).
+    Timers: some pending timer is always at or before every active flow's ``finish_at``, or
+    within float residue after it (a start that re-allocates nothing only compares the new
+    flow's finish with the earliest pending timer).
     """
 
     shortcuts = True
@@ -160,7 +163,7 @@ class FlowNetwork:
             for link, units in usage:
                 load[link] += rate * units
         armed = self._armed
-        if not armed or armed[0] > due:  # _arm_at, inlined: every start comes here
+        if not armed or armed[0] > due * _ARM_SLACK:  # _arm_at, inlined: every start comes here
             heapq.heappush(armed, due)
             self.timers += 1
             self.env.timeout(due - now).callbacks.append(self._on_timer)
@@ -210,7 +213,7 @@ class FlowNetwork:
     def _arm_at(self, due: float, now: float) -> None:
         """Arm a timer for ``due`` unless one at or before it is already pending."""
         armed = self._armed
-        if armed and armed[0] <= due:
+        if armed and armed[0] <= due * _ARM_SLACK:
             return
         heapq.heappush(armed, due)
         self.timers += 1
