@@ -40,7 +40,6 @@ same file as an uninterrupted one.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import itertools
 import json
@@ -147,9 +146,10 @@ def load_sweep(spec: str | Path | Mapping[str, Any], overrides: Sequence[str] = 
 
 def _read_base(raw: object, source: str, here: Path) -> tuple[dict[str, Any], str, tuple[Path, ...]]:
     from tiersim.profiles import read_yaml
+    from tiersim.scenario import copy_plain
 
     if isinstance(raw, Mapping):
-        return copy.deepcopy(dict(raw)), f"{source}: base", (here,)
+        return copy_plain(dict(raw)), f"{source}: base", (here,)
     if not isinstance(raw, (str, Path)) or not str(raw):
         raise ConfigError(source, "base", f"expected a scenario file path or mapping, got {raw!r}")
     path = Path(raw)
@@ -294,11 +294,11 @@ def _digest(text: str) -> str:
 def resolve_point(sweep: Sweep, index: int, resolved: dict[Any, Any] | None = None) -> list["RunConfig"]:
     """The run configs of one point; errors name the sweep file and the factor. ``resolved``:
     hardware resolved for earlier points (see ``scenario_from_dict``)."""
-    from tiersim.scenario import scenario_from_dict
+    from tiersim.scenario import copy_plain, scenario_from_dict
     from tiersim.strategies import STRATEGIES
 
     point = sweep.points[index]
-    data = copy.deepcopy(sweep.base)
+    data = copy_plain(sweep.base)
     assignments = list(sweep.settings) + [
         Setting(k, v, sweep.source, sweep.point_label(index, k)) for k, v in point.items() if k != STRATEGY_FACTOR
     ]
