@@ -1,8 +1,8 @@
 """Processor-sharing links: concurrent flows share each link max-min fairly.
 
 A flow moves ``size`` bytes; each byte consumes ``units`` of capacity on each link it uses
-(each link named once in its ``usage``), and the flow's rate is at most ``cap`` bytes/s. Whenever a flow starts or ends, rates are
-re-allocated by progressive filling (every unfrozen flow's rate grows equally until a link
+(each link named once in its ``usage``), and the flow's rate is at most ``cap`` bytes/s.
+Whenever a flow starts or ends, rates are re-allocated by progressive filling (every unfrozen flow's rate grows equally until a link
 saturates or the flow reaches its cap), among the flows connected to the change through
 shared links (allocations of unconnected flows cannot change, so they are not touched: each
 flow keeps its bytes left as of its last rate change and the time it will finish at that

@@ -116,8 +116,7 @@ class TaskGraph:
                 link = self._undeclared(task, link_name)
             if units > 0 and link.capacity / units < bound:
                 bound = link.capacity / units
-        if len(usage) > 1 and (usage[0][0] == usage[1][0] if len(usage) == 2 else
-                               len({link_name for link_name, _ in usage}) < len(usage)):
+        if len(usage) > 1 and _repeats_a_link(usage):
             raise ValueError(f"task {task.name!r} names a link twice in its usage")
         if task.size > 0 and not math.isfinite(bound):
             raise ValueError(f"task {task.name!r}: a flow needs a link it uses or a finite rate cap")
@@ -158,3 +157,9 @@ class TaskGraph:
     def stream_tails(self) -> list[str]:
         """The name of the last task on each stream (in order of the streams' first tasks)."""
         return [self.tasks[at].name for at in self._stream_tails.values()]
+
+
+def _repeats_a_link(usage: Usage) -> bool:
+    if len(usage) == 2:  # most flows: a device or link, and host memory
+        return usage[0][0] == usage[1][0]
+    return len({name for name, _ in usage}) < len(usage)

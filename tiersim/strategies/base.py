@@ -44,7 +44,8 @@ class TaskKind(NamedTuple):
     unit_bytes: float = 1.0
 
     def task(self, name: str, amount: float, deps: tuple[str, ...]) -> Task:
-        """A task of this kind over ``amount`` units (bytes, or elements for Adam)."""
+        """A task of this kind over ``amount`` units (bytes, or elements for Adam); its fields
+        are passed by position (keywords cost twice as much, and a 70B step makes 1,100)."""
         return Task(name, self.stream, self.phase, self.category, self.delay, amount * self.unit_bytes,
                     self.usage, self.rate_cap, deps)
 
@@ -117,10 +118,7 @@ def rank_link_capacity(hw: Hardware, name: str) -> float:
 
 
 class StepBuilder:
-    """Lays out one iteration's tasks for one representative rank; strategies add to it.
-
-    (The hot flow tasks are built with positional fields: name, stream, phase, category,
-    delay, size, usage, rate_cap, deps; keywords cost twice as much per task.)"""
+    """Lays out one iteration's tasks for one representative rank; strategies add to it."""
 
     def __init__(self, step: TrainingStep, hw: Hardware) -> None:
         self.step = step
