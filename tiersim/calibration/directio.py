@@ -73,11 +73,12 @@ class AlignedBuffer:
         if pin:
             self.pinned = _cuda_host_register(self)
 
-    def tensor(self, numel: int, dtype: object = None) -> "object":
+    def tensor(self, numel: int, dtype: object = None, offset: int = 0) -> "object":
+        """A tensor of ``numel`` elements viewing this memory from byte ``offset``."""
         import torch
 
         dtype = dtype or torch.float32
-        return torch.frombuffer(self.mm, dtype=dtype, count=numel)  # type: ignore[arg-type]
+        return torch.frombuffer(self.mm, dtype=dtype, count=numel, offset=offset)  # type: ignore[arg-type]
 
     def close(self) -> None:
         try:
@@ -105,10 +106,7 @@ class BufferWindow:
         self.view = parent.view[offset:offset + nbytes]
 
     def tensor(self, numel: int, dtype: object = None) -> "object":
-        import torch
-
-        dtype = dtype or torch.float32
-        return torch.frombuffer(self.parent.mm, dtype=dtype, count=numel, offset=self.offset)  # type: ignore[arg-type]
+        return self.parent.tensor(numel, dtype, self.offset)
 
     def close(self) -> None:
         self.view.release()

@@ -146,9 +146,8 @@ class NVMeAdam:
         self.threads = threads
         self.variant = variant
         self.numels = [p.numel() for p, _ in initial]
-        if arena is not None and swap_buffer_bytes(self.numels, swap) > arena.nbytes:
-            raise ValueError(f"the arena has {arena.nbytes} bytes, the swap buffers need "
-                             f"{swap_buffer_bytes(self.numels, swap)}")
+        if arena is not None and (need := swap_buffer_bytes(self.numels, swap)) > arena.nbytes:
+            raise ValueError(f"the arena has {arena.nbytes} bytes, the swap buffers need {need}")
         self.dir = Path(tempfile.mkdtemp(prefix="tiersim-swap-", dir=nvme_dir))
         self.mode = mode or probe_bypass_mode(self.dir)
         slot = align_up(max(self.numels) * 4)
