@@ -83,6 +83,9 @@ class TrainingSpec:
     global_batch: int = integer(gt=0, doc="sequences per optimizer step, all ranks")
     data_parallel: int = integer(1, gt=0)
     precision: Literal["bf16", "fp16"] = "bf16"
+    grad_accum_dtype: Literal["bf16", "fp16", "fp32"] | None = None
+    """dtype of the reduced gradient partitions kept between micro-steps (DeepSpeed
+    ``data_types.grad_accum_dtype``); None: the 16-bit precision, DeepSpeed's default under ZeRO."""
     activation_checkpointing: bool = True
     zero_stage: int = integer(3, ge=0, le=3)
     sub_group_size: int = integer(1_000_000_000, gt=0, doc="elements, DeepSpeed stage3 default 1e9")
@@ -104,7 +107,12 @@ class TrainingSpec:
 
 @dataclass(frozen=True)
 class LayerWork:
-    """One unit of GPU work, per micro-batch, per rank (FLOPs, bytes; params in elements)."""
+    """One unit of GPU work, per micro-batch, per rank (FLOPs, bytes; params in elements).
+
+    ``tensors`` are the element counts of the layer's parameter tensors in the order the model
+    registers them (Megatron-DeepSpeed: input norm, fused QKV, attention output, post-attention
+    norm, fused FFN input, FFN output, each followed by its bias), which is the order ZeRO
+    partitions them and forms optimizer sub-groups."""
 
     name: str
     params: int
@@ -113,6 +121,9 @@ class LayerWork:
     recompute_flops: float
     activation_bytes: int
     working_bytes: int
+    tensors: tuple[int, ...] = ()
+    checkpointed: bool = False
+    """Whether backward recomputes this layer's forward (activation checkpointing)."""
 
 
 @dataclass(frozen=True)
@@ -137,6 +148,11 @@ class TrainingStep:
     subgroups: tuple[SubGroup, ...]
     lp_bytes: int = 2
     fp32_bytes: int = 4
+
+    @property
+    def grad_accum_bytes(self) -> int:
+        """Bytes per element of the gradient partition accumulated across micro-steps."""
+        return self.fp32_bytes if self.training.grad_accum_dtype == "fp32" else self.lp_bytes
 
     def optimizer_state_bytes(self) -> int:
         """Bytes of fp32 master params + Adam m + v owned by one rank."""
@@ -192,28 +208,34 @@ def _ffn_weights(model: ModelSpec) -> int:
     return matrices * model.hidden * model.ffn
 
 
-def _norm_params(model: ModelSpec) -> int:
-    """Parameters of one norm (elements)."""
-    return model.hidden if model.norm == "rmsnorm" else 2 * model.hidden
-
-
-def _bias_params(model: ModelSpec) -> int:
-    """Bias elements of one decoder layer's linear layers (0 without bias)."""
-    if not model.bias:
-        return 0
-    attention = 2 * model.hidden + 2 * _kv_dim(model)
-    ffn_in = (2 if model.activation == "swiglu" else 1) * model.ffn
-    return attention + ffn_in + model.hidden
-
-
 def _layer_matmul_params(model: ModelSpec) -> int:
     """Weights of one decoder layer that take part in matmuls (elements)."""
     return _attention_weights(model) + _ffn_weights(model)
 
 
+def _norm_tensors(model: ModelSpec) -> tuple[int, ...]:
+    """Parameter tensors of one norm: a weight (RMSNorm) or a weight and a bias (LayerNorm)."""
+    return (model.hidden,) if model.norm == "rmsnorm" else (model.hidden, model.hidden)
+
+
+def _linear(model: ModelSpec, inputs: int, outputs: int) -> tuple[int, ...]:
+    """Parameter tensors of one linear layer: its weight, then its bias when the model has them."""
+    return (inputs * outputs, outputs) if model.bias else (inputs * outputs,)
+
+
+def _layer_tensors(model: ModelSpec) -> tuple[int, ...]:
+    """Element counts of one decoder layer's tensors in Megatron-DeepSpeed's order: input norm,
+    fused QKV, attention output, post-attention norm, FFN input (gate and up fused for SwiGLU),
+    FFN output."""
+    h = model.hidden
+    ffn_in = (2 if model.activation == "swiglu" else 1) * model.ffn
+    return (*_norm_tensors(model), *_linear(model, h, h + 2 * _kv_dim(model)), *_linear(model, h, h),
+            *_norm_tensors(model), *_linear(model, h, ffn_in), *_linear(model, model.ffn, h))
+
+
 def layer_params(model: ModelSpec) -> int:
     """Parameters of one decoder layer (elements)."""
-    return _layer_matmul_params(model) + 2 * _norm_params(model) + _bias_params(model)
+    return sum(_layer_tensors(model))
 
 
 def _embedding_params(model: ModelSpec) -> int:
@@ -221,15 +243,15 @@ def _embedding_params(model: ModelSpec) -> int:
     return model.vocab * model.hidden
 
 
-def _head_params(model: ModelSpec) -> int:
-    """Parameters of the final norm + LM head (elements); a tied head owns no weights."""
-    head = 0 if model.tied_embeddings else model.vocab * model.hidden
-    return _norm_params(model) + head
+def _head_tensors(model: ModelSpec) -> tuple[int, ...]:
+    """The final norm's tensors, then the LM head's weight (none when tied to the embedding)."""
+    head = () if model.tied_embeddings else (model.vocab * model.hidden,)
+    return (*_norm_tensors(model), *head)
 
 
 def parameter_count(model: ModelSpec) -> int:
     """Total parameters of the model (elements)."""
-    return _embedding_params(model) + model.layers * layer_params(model) + _head_params(model)
+    return _embedding_params(model) + model.layers * layer_params(model) + sum(_head_tensors(model))
 
 
 def _layer_forward_flops(model: ModelSpec, training: TrainingSpec) -> float:
@@ -255,48 +277,77 @@ def _decoder_layer(index: int, model: ModelSpec, training: TrainingSpec, lp_byte
     forward = _layer_forward_flops(model, training)
     full = _full_layer_activation_bytes(model, training)
     checkpointing = training.activation_checkpointing
+    tensors = _layer_tensors(model)
     return LayerWork(
         name=f"layer.{index}",
-        params=layer_params(model),
+        params=sum(tensors),
         forward_flops=forward,
         backward_flops=2.0 * forward,
         recompute_flops=forward if checkpointing else 0.0,
         activation_bytes=_input_bytes(model, training, lp_bytes) if checkpointing else full,
         working_bytes=full,
+        tensors=tensors,
+        checkpointed=checkpointing,
     )
 
 
 def _embedding_layer(model: ModelSpec) -> LayerWork:
     """The embedding lookup: parameters only, no FLOPs, no kept activations."""
-    return LayerWork("embedding", _embedding_params(model), 0.0, 0.0, 0.0, 0, 0)
+    params = _embedding_params(model)
+    return LayerWork("embedding", params, 0.0, 0.0, 0.0, 0, 0, tensors=(params,))
 
 
 def _head_layer(model: ModelSpec, training: TrainingSpec, lp_bytes: int) -> LayerWork:
     """Final norm + LM head: keeps its 16-bit input; its working set is the 16-bit logits."""
     tokens = training.seq_len * training.micro_batch
     forward = 2.0 * tokens * model.hidden * model.vocab
+    tensors = _head_tensors(model)
     return LayerWork(
         name="final_norm+lm_head",
-        params=_head_params(model),
+        params=sum(tensors),
         forward_flops=forward,
         backward_flops=2.0 * forward,
         recompute_flops=0.0,
         activation_bytes=_input_bytes(model, training, lp_bytes),
         working_bytes=tokens * model.vocab * lp_bytes,
+        tensors=tensors,
     )
 
 
-def _rank_params(total: int, training: TrainingSpec) -> int:
-    """Optimizer-state elements one rank owns: ceil(total/dp) under ZeRO >= 1, else all."""
+def _partitions(layers: tuple[LayerWork, ...], training: TrainingSpec) -> list[int]:
+    """Elements of each parameter tensor that one rank owns, in model order.
+
+    ZeRO-3 partitions every tensor on its own (``ceil(numel / dp)`` elements per rank, the last
+    rank padded), ZeRO-1/2 partition one flat buffer of all of them; without ZeRO a rank owns
+    everything."""
+    sizes = [numel for layer in layers for numel in layer.tensors]
+    dp = training.data_parallel
+    if training.zero_stage >= 3:
+        return [math.ceil(numel / dp) for numel in sizes]
     if training.zero_stage >= 1:
-        return math.ceil(total / training.data_parallel)
-    return total
+        return [math.ceil(sum(sizes) / dp)]
+    return [sum(sizes)]
 
 
-def _subgroups(rank_params: int, sub_group_size: int) -> tuple[SubGroup, ...]:
-    """Split ``rank_params`` elements into chunks of ``sub_group_size`` (the last one smaller)."""
-    full, rest = divmod(rank_params, sub_group_size)
-    sizes = [sub_group_size] * full + ([rest] if rest else [])
+def _subgroups(partitions: list[int], sub_group_size: int, zero_stage: int) -> tuple[SubGroup, ...]:
+    """Optimizer sub-groups of one rank's partition (elements).
+
+    ZeRO-3 (DeepSpeed ``stage3._create_fp16_sub_groups``) adds whole tensor partitions to a
+    sub-group until it holds at least ``sub_group_size`` elements, so sub-groups are unequal
+    and can exceed the setting. Earlier stages are cut into chunks of ``sub_group_size``."""
+    sizes: list[int] = []
+    if zero_stage >= 3:
+        current = 0
+        for numel in partitions:
+            current += numel
+            if current >= sub_group_size:
+                sizes.append(current)
+                current = 0
+        if current:
+            sizes.append(current)
+    else:
+        full, rest = divmod(sum(partitions), sub_group_size)
+        sizes = [sub_group_size] * full + ([rest] if rest else [])
     return tuple(SubGroup(index, numel) for index, numel in enumerate(sizes))
 
 
@@ -311,19 +362,18 @@ def build_step(model: ModelSpec, training: TrainingSpec) -> TrainingStep:
     model.validate("<api>", "model")
     training.validate("<api>", "training")
     lp_bytes = 2  # bf16 and fp16 are both 16-bit
-    total = parameter_count(model)
-    rank = _rank_params(total, training)
     decoder = tuple(_decoder_layer(i, model, training, lp_bytes) for i in range(model.layers))
     layers = (_embedding_layer(model), *decoder, _head_layer(model, training, lp_bytes))
+    partitions = _partitions(layers, training)
     return TrainingStep(
         model=model,
         training=training,
-        total_params=total,
-        rank_params=rank,
+        total_params=parameter_count(model),
+        rank_params=sum(partitions),
         micro_steps=training.global_batch // (training.micro_batch * training.data_parallel),
         tokens_per_micro_batch=training.seq_len * training.micro_batch,
         layers=layers,
-        subgroups=_subgroups(rank, training.sub_group_size),
+        subgroups=_subgroups(partitions, training.sub_group_size, training.zero_stage),
         lp_bytes=lp_bytes,
     )
 
