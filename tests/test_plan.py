@@ -22,7 +22,7 @@ from tiersim.plan import (
     plan_largest_model,
     read_scenario,
 )
-from tiersim.profiles import find_profile
+from tiersim.profiles import PROFILE_KINDS, find_profile
 from tiersim.scenario import scenario_from_dict
 from tiersim.simulate import simulate
 
@@ -55,7 +55,7 @@ def small(tmp_path: Path) -> Path:
 
 
 def price(name: str, kind: str) -> float:
-    profile = find_profile(name, kind, "test", "x")
+    profile = find_profile(name, PROFILE_KINDS[kind], "test", "x")
     assert profile.price_usd is not None, name
     return float(profile.price_usd)
 
@@ -64,7 +64,7 @@ def brute_force(data: dict, lifetime: float = 3.0) -> list[dict]:
     """Every (strategy, dram, cxl in 0..., nvme in 0...) simulated; cost summed by hand."""
     rows = []
     hw0 = data["hardware"]
-    dram_default = find_profile(hw0["dram"], "dram", "test", "x").capacity
+    dram_default = find_profile(hw0["dram"], PROFILE_KINDS["dram"], "test", "x").capacity
     for strategy, g, c, n in itertools.product(["gpu", "dram", "cxl", "nvme"], DRAM_GIB, [0, *CXL], [0, *NVME]):
         d = copy.deepcopy(data)
         hw = d["hardware"]

@@ -11,16 +11,19 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from tiersim.errors import ConfigError
 from tiersim.profiles import (
     CPUProfile,
     CXLProfile,
     DRAMProfile,
+    FabricProfile,
     GPUProfile,
     HostProfile,
     LinkProfile,
     NVMeProfile,
+    Profile,
     find_profile,
 )
 from tiersim.schema import integer, size
@@ -30,18 +33,21 @@ TIERS = ("hbm", "dram", "cxl", "nvme")
 
 @dataclass(frozen=True)
 class DeviceCount:
-    """A device profile name and how many of them the node has."""
+    """A device profile name (None: the host profile's own device) and how many the node has."""
 
-    device: str
+    device: str | None = None
     count: int = integer(1, gt=0)
 
 
 @dataclass(frozen=True)
 class HardwareSpec:
-    """Scenario section ``hardware:``; names refer to files in ``device_profiles/``."""
+    """Scenario section ``hardware:``; names refer to files in ``device_profiles/``. With a
+    ``host`` profile, the parts it holds (CPU, DRAM, NVMe, GPU link, and where it has them the
+    GPU, the collective fabric and the CXL device) are used unless named here."""
 
-    gpu: str
+    gpu: str | None = None
     gpus: int = integer(1, gt=0)
+    fabric: str | None = None
     host_link: str | None = None
     pinned: bool = True
     cpu: str = "xeon-8480"
@@ -61,6 +67,7 @@ class Hardware:
     gpu: GPUProfile | None
     gpus: int
     link: LinkProfile | None
+    fabric: FabricProfile | None
     pinned: bool
     cpu: CPUProfile
     sockets: int
@@ -95,6 +102,26 @@ class Hardware:
         return self.link.latency
 
     @property
+    def fabric_bandwidth(self) -> float:
+        """Bus bandwidth of a ring collective per GPU and direction (bytes/s): the fabric's, or
+        the GPU's NVLink."""
+        if self.fabric is not None:
+            return self.fabric.bus_bandwidth
+        assert self.gpu is not None
+        return self.gpu.nvlink_bandwidth
+
+    @property
+    def fabric_latency(self) -> float:
+        """Fixed cost of one collective call (s); 0 on NVLink unless a fabric profile says."""
+        return self.fabric.latency if self.fabric is not None else 0.0
+
+    @property
+    def pageable_bandwidth(self) -> float:
+        """Host->GPU bytes/s of a copy from freshly allocated (pageable) host memory."""
+        assert self.link is not None
+        return self.link.pageable_bandwidth
+
+    @property
     def dram_bandwidth_per_rank(self) -> float:
         """One rank's fair share of its socket's achieved DRAM bandwidth (bytes/s)."""
         return self.dram.bandwidth / self.ranks_per_socket
@@ -122,35 +149,26 @@ class Hardware:
         raise KeyError(tier)
 
 
-def resolve_hardware(spec: HardwareSpec, source: str, search: tuple[Path, ...] = ()) -> Hardware:
-    """Look up every profile the spec names; errors name ``source`` and the ``hardware.*`` field."""
-    gpu = find_profile(spec.gpu, "gpu", source, "hardware.gpu", search)
-    assert isinstance(gpu, GPUProfile)
-    host: HostProfile | None = None
-    if spec.host is not None:
-        found = find_profile(spec.host, "host", source, "hardware.host", search)
-        assert isinstance(found, HostProfile)
-        host = found
-    link_name = spec.host_link or gpu.host_link
+def resolve_hardware(spec: HardwareSpec, source: str, search: tuple[Path, ...] = (),
+                     host: HostProfile | None = None) -> Hardware:
+    """Look up every profile the spec names (``host``: the host profile object to use instead of
+    looking ``hardware.host`` up); errors name ``source`` and the ``hardware.*`` field."""
+    if host is None and spec.host is not None:
+        host = find_profile(spec.host, HostProfile, source, "hardware.host", search)
+    gpu = _part(spec.gpu, GPUProfile, host.gpu if host else None, source, "hardware.gpu", search)
+    if gpu is None:
+        raise ConfigError(source, "hardware.gpu", "required field is missing (the host profile has no GPU)")
     if host is not None and host.link is not None and spec.host_link is None:
         link = host.link
     else:
-        link_profile = find_profile(link_name, "link", source, "hardware.host_link", search)
-        assert isinstance(link_profile, LinkProfile)
-        link = link_profile
-    cpu = host.cpu if host else find_profile(spec.cpu, "cpu", source, "hardware.cpu", search)
-    dram = host.dram if host else find_profile(spec.dram, "dram", source, "hardware.dram", search)
-    assert isinstance(cpu, CPUProfile) and isinstance(dram, DRAMProfile)
-    cxl = None
-    if spec.cxl is not None:
-        cxl = find_profile(spec.cxl.device, "cxl", source, "hardware.cxl.device", search)
-        assert isinstance(cxl, CXLProfile)
-    nvme = None
-    if spec.nvme is not None:
-        nvme = find_profile(spec.nvme.device, "nvme", source, "hardware.nvme.device", search)
-    elif host is not None:
+        link = find_profile(spec.host_link or gpu.host_link, LinkProfile, source, "hardware.host_link", search)
+    fabric = _part(spec.fabric, FabricProfile, host.fabric if host else None, source, "hardware.fabric", search)
+    cpu = host.cpu if host else find_profile(spec.cpu, CPUProfile, source, "hardware.cpu", search)
+    dram = host.dram if host else find_profile(spec.dram, DRAMProfile, source, "hardware.dram", search)
+    cxl = _device(spec.cxl, CXLProfile, host.cxl if host else None, source, "hardware.cxl.device", search)
+    nvme = _device(spec.nvme, NVMeProfile, host.nvme if host else None, source, "hardware.nvme.device", search)
+    if spec.nvme is None and host is not None:
         nvme = host.nvme
-    assert nvme is None or isinstance(nvme, NVMeProfile)
     cores = spec.cores_per_rank or max(1, cpu.cores_per_socket * spec.sockets // spec.gpus)
     ranks_per_socket = math.ceil(spec.gpus / spec.sockets)
     if cores * ranks_per_socket > cpu.cores_per_socket * 2:
@@ -164,6 +182,7 @@ def resolve_hardware(spec: HardwareSpec, source: str, search: tuple[Path, ...] =
         gpu=gpu,
         gpus=spec.gpus,
         link=link,
+        fabric=fabric,
         pinned=spec.pinned,
         cpu=cpu,
         sockets=spec.sockets,
@@ -175,3 +194,24 @@ def resolve_hardware(spec: HardwareSpec, source: str, search: tuple[Path, ...] =
         nvme=nvme,
         nvme_count=spec.nvme.count if spec.nvme else (1 if nvme is not None else 0),
     )
+
+
+P = TypeVar("P", bound=Profile)
+
+
+def _part(name: str | None, kind: type[P], own: P | None, source: str, field_path: str,
+          search: tuple[Path, ...]) -> P | None:
+    """The profile ``name`` of ``kind`` when given, else the host profile's own part (or None)."""
+    return find_profile(name, kind, source, field_path, search) if name is not None else own
+
+
+def _device(spec: DeviceCount | None, kind: type[P], own: P | None, source: str, field_path: str,
+            search: tuple[Path, ...]) -> P | None:
+    """The device of a ``hardware.cxl``/``hardware.nvme`` entry: its named profile, else the
+    host profile's own device; an entry that names none where the host has none is an error."""
+    if spec is None:
+        return None
+    found = _part(spec.device, kind, own, source, field_path, search)
+    if found is None:
+        raise ConfigError(source, field_path, "required field is missing (the host profile has no such device)")
+    return found

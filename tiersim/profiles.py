@@ -14,7 +14,7 @@ import os
 import stat
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Union
+from typing import TypeVar, Union
 
 import yaml
 
@@ -69,12 +69,26 @@ class LinkProfile(_ProfileBase):
 
 
 @dataclass(frozen=True, kw_only=True)
+class FabricProfile(_ProfileBase):
+    """The GPU-to-GPU path of ZeRO's all-gathers and reduce-scatters when it is not the GPU's own
+    NVLink (for example PCIe peer-to-peer through the host bridges): the bus bandwidth a ring
+    collective achieves per GPU and direction (bytes/s, NCCL's "busbw") and the fixed cost of
+    one collective call (s). ``via_host_link``: the traffic also crosses each GPU's PCIe link,
+    where it shares bandwidth with host<->GPU copies."""
+
+    bus_bandwidth: float = rate()
+    latency: float = duration()
+    via_host_link: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
 class CPUProfile(_ProfileBase):
     """A host CPU socket and its optimizer throughput (parameters/s per core)."""
 
     cores_per_socket: int = integer(gt=0)
     adam_params_per_core: float = number(gt=0, doc="DeepSpeed CPU Adam, fp32, params/s per core")
-    memcpy_bandwidth_per_core: float = rate(doc="single-core streaming copy, bytes/s")
+    memcpy_bandwidth_per_core: float = rate(doc="single-core streaming copy (bytes copied/s); a rank's "
+                                                "multi-threaded torch copies run at cores x this, within its memory")
     adam_step_overhead: float | None = duration(None, doc="fixed cost of one optimizer.step call (s)")
     adam_params_per_s: list[float] | None = None
     """Measured Adam params/s with 1, 2, ... cores, when the rate does not scale linearly."""
@@ -148,15 +162,19 @@ class NVMeProfile(_ProfileBase):
 
 @dataclass(frozen=True, kw_only=True)
 class HostProfile(_ProfileBase):
-    """A whole host as ``tiersim calibrate`` measures it: CPU, DRAM, NVMe (and a GPU link when
-    CUDA was present). Each part is a full profile mapping of its kind (with ``kind``, ``name``,
-    ``description`` and ``sources``); raw measurements and fit residuals sit beside it in
-    ``calibration`` (free-form, not used by the simulator)."""
+    """A whole node as ``tiersim calibrate`` measures it or ``tiersim fit`` infers it from
+    training logs: CPU, DRAM, NVMe, and where known the GPU link, the GPU, the collective fabric
+    and the CXL expander. Each part is a full profile mapping of its kind (with ``kind``,
+    ``name``, ``description`` and ``sources``); raw measurements or the fit report sit beside it
+    in ``calibration`` (free-form, not used by the simulator)."""
 
     cpu: CPUProfile = None  # type: ignore[assignment]
     dram: DRAMProfile = None  # type: ignore[assignment]
     nvme: NVMeProfile = None  # type: ignore[assignment]
     link: LinkProfile | None = None
+    gpu: GPUProfile | None = None
+    fabric: FabricProfile | None = None
+    cxl: CXLProfile | None = None
     calibration: dict[str, object] | None = None
 
     def validate(self, source: str, path: str) -> None:
@@ -165,11 +183,13 @@ class HostProfile(_ProfileBase):
                 raise ConfigError(source, part, "required field is missing")
 
 
-Profile = Union[GPUProfile, LinkProfile, CPUProfile, DRAMProfile, CXLProfile, NVMeProfile, HostProfile]
+Profile = Union[GPUProfile, LinkProfile, FabricProfile, CPUProfile, DRAMProfile, CXLProfile, NVMeProfile,
+                HostProfile]
 PROFILE_KINDS: dict[str, type] = {
     "host": HostProfile,
     "gpu": GPUProfile,
     "link": LinkProfile,
+    "fabric": FabricProfile,
     "cpu": CPUProfile,
     "dram": DRAMProfile,
     "cxl": CXLProfile,
@@ -241,8 +261,17 @@ def _load_profile(path: Path) -> Profile:
     return profile
 
 
-def find_profile(name: str, kind: str, source: str, field_path: str, extra: tuple[Path, ...] = ()) -> Profile:
-    """Resolve a profile by name (or path) and check its kind; errors name the referring field."""
+P = TypeVar("P", bound=_ProfileBase)
+
+
+def kind_name(kind: type[_ProfileBase]) -> str:
+    """The ``kind:`` a profile file of this class has."""
+    return next(name for name, cls in PROFILE_KINDS.items() if cls is kind)
+
+
+def find_profile(name: str, kind: type[P], source: str, field_path: str, extra: tuple[Path, ...] = ()) -> P:
+    """Resolve a profile of class ``kind`` by name (or path); errors name the referring field."""
+    kind_text = kind_name(kind)
     candidate = Path(name)
     if candidate.suffix in (".yaml", ".yml"):
         for base in (Path.cwd(), *extra):
@@ -258,10 +287,10 @@ def find_profile(name: str, kind: str, source: str, field_path: str, extra: tupl
                 profile = load_profile_file(path)
                 break
         else:
-            known = ", ".join(_names_of_kind(kind, extra))
-            raise ConfigError(source, field_path, f"unknown {kind} profile {name!r} (known: {known})")
-    if profile.kind != kind:
-        raise ConfigError(source, field_path, f"profile {name!r} is a {profile.kind} profile, expected {kind}")
+            known = ", ".join(_names_of_kind(kind_text, extra))
+            raise ConfigError(source, field_path, f"unknown {kind_text} profile {name!r} (known: {known})")
+    if not isinstance(profile, kind):
+        raise ConfigError(source, field_path, f"profile {name!r} is a {profile.kind} profile, expected {kind_text}")
     return profile
 
 

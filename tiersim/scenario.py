@@ -17,7 +17,7 @@ import yaml
 
 from tiersim.errors import ConfigError
 from tiersim.hardware import Hardware, HardwareSpec, resolve_hardware
-from tiersim.profiles import read_yaml
+from tiersim.profiles import HostProfile, read_yaml
 from tiersim.schema import build, to_plain
 from tiersim.strategies import STRATEGIES
 from tiersim.workload import ModelSpec, TrainingSpec
@@ -124,10 +124,11 @@ def load_scenario(
 def scenario_from_dict(
     data: dict[str, Any], source: str, strategies: Sequence[str] = (), search: tuple[Path, ...] = (),
     resolved: dict[tuple[HardwareSpec, tuple[Path, ...]], Hardware] | None = None,
+    host: HostProfile | None = None,
 ) -> list[RunConfig]:
     """Validate a scenario mapping (as read from YAML) into run configs. ``resolved`` keeps the
     hardware already resolved from a spec (a sweep's points share a few), so that its profiles
-    are looked up once."""
+    are looked up once; ``host`` is a host profile object to use for ``hardware.host``."""
     for key in data:
         if key not in SECTIONS:
             raise ConfigError(source, str(key), f"unknown field (known: {', '.join(SECTIONS)})")
@@ -153,7 +154,7 @@ def scenario_from_dict(
     key = (hardware_spec, search)
     hardware = resolved.get(key) if resolved is not None else None
     if hardware is None:
-        hardware = resolve_hardware(hardware_spec, source, search)
+        hardware = resolve_hardware(hardware_spec, source, search, host)
         if resolved is not None:
             resolved[key] = hardware
     entries = _strategy_entries(data["strategies"], source)

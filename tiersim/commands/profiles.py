@@ -50,7 +50,7 @@ def _find_any(name: str, kinds: list[str]) -> Profile:
     for profile in list_profiles():
         if profile.name == name and profile.kind in kinds:
             return profile
-    return find_profile(name, kinds[0], "tiersim profiles", "NAME")
+    return find_profile(name, PROFILE_KINDS[kinds[0]], "tiersim profiles", "NAME")
 
 
 def show_profile(profile: Profile) -> str:
