@@ -18,6 +18,10 @@ from tiersim.errors import ConfigError
 from tiersim.units import Where, parse_bytes, parse_count, parse_flops, parse_rate, parse_time
 
 T = TypeVar("T")
+
+UNKNOWN = "unknown"
+"""A value ``tiersim import-log`` could not read from a training log; validating it is an
+error that names the field."""
 Parser = Callable[[object, Where], Any]
 
 _MISSING = dataclasses.MISSING
@@ -169,6 +173,9 @@ def build(cls: type[T], data: object, source: str, path: str = "") -> T:
                 raise ConfigError(*where, "required field is missing")
             continue
         raw = data[name]
+        if isinstance(raw, str) and raw == UNKNOWN:
+            raise ConfigError(*where, "left unknown (a training log does not say it): set it in the file, "
+                              "with --set, or from a profile")
         parser = fld.metadata.get("parser")
         if parser is not None:
             if raw is None and _allows_none(hints[name]):

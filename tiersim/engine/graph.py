@@ -154,9 +154,9 @@ class TaskGraph:
             grouped.setdefault(task.stream, []).append(task)
         return grouped
 
-    def stream_tails(self) -> list[str]:
-        """The name of the last task on each stream (in order of the streams' first tasks)."""
-        return [self.tasks[at].name for at in self._stream_tails.values()]
+    def stream_tails(self) -> dict[str, str]:
+        """The name of the last task on each stream, by stream (in order of their first tasks)."""
+        return {stream: self.tasks[at].name for stream, at in self._stream_tails.items()}
 
 
 def _repeats_a_link(usage: Usage) -> bool:

@@ -6,7 +6,7 @@ dataclass, ``place``, ``offload_gradients``, ``optimizer_step``) and add it to `
 
 from __future__ import annotations
 
-from tiersim.strategies.base import Plan, Placement, Strategy
+from tiersim.strategies.base import Placement, Plan, Strategy
 from tiersim.strategies.gpu import GPUResident
 from tiersim.strategies.host import CXLInterleave, HostOffload
 from tiersim.strategies.nvme import NVMeSwap

@@ -20,10 +20,10 @@ from tiersim.engine.graph import Usage
 from tiersim.hardware import TIERS, Hardware
 from tiersim.profiles import GPUProfile
 from tiersim.strategies.memory import HostMemory
-from tiersim.workload import LayerWork, TrainingStep
+from tiersim.workload import LayerWork, SubGroup, TrainingStep
 
-LP_TO_FP32 = 4
-"""Bytes per element of the fp32 gradient partition copied to the host (DeepSpeed ZeRO-3)."""
+FP32_BYTES = 4
+"""Bytes per element of fp32 master weights, Adam moments and the optimizer's gradients."""
 ADAM_READ_BYTES = 16
 """Adam reads fp32 param, grad, exp_avg, exp_avg_sq per element (bytes)."""
 ADAM_WRITE_BYTES = 12
@@ -53,17 +53,30 @@ class TaskKind(NamedTuple):
 def adam_kind(b: StepBuilder, memory: HostMemory) -> TaskKind:
     """CPU Adam over a sub-group (units: elements) as one flow of its memory traffic.
 
-    It reads param, grad, m, v and writes param, m, v plus (when there is a GPU to feed) the
-    16-bit copy for it; its rate is at most the CPU's Adam rate on the rank's cores
-    (elements/s), and the memory it touches is shared with every other flow on those links.
+    DeepSpeed's CPU Adam reads param, grad, m, v and writes param, m, v (fp32; ZeRO-3 makes
+    the 16-bit copy for the GPU afterwards, see ``convert_kind``); its rate is at most the
+    CPU's Adam rate on the rank's cores (elements/s), and the memory it touches is shared with
+    every other flow on those links. ``adam_step_overhead`` is the fixed cost of one call.
     """
-    read = ADAM_READ_BYTES
-    write = ADAM_WRITE_BYTES + (b.step.lp_bytes if b.hw.has_gpu else 0)
-    per_element = read + write
+    per_element = ADAM_READ_BYTES + ADAM_WRITE_BYTES
     cap = b.hw.cpu.adam_rate(b.hw.cores_per_rank) * per_element
-    usage = memory.access(read / per_element, write / per_element)
+    usage = memory.access(ADAM_READ_BYTES / per_element, ADAM_WRITE_BYTES / per_element)
     overhead = b.hw.cpu.adam_step_overhead or 0.0
     return TaskKind("cpu", "optimizer_step", "adam", overhead, usage, cap, per_element)
+
+
+def host_copy_kind(b: StepBuilder, phase: str, category: str, memory: HostMemory, read: float,
+                   write: float, threads: int) -> TaskKind:
+    """A torch copy or dtype conversion on ``threads`` of the rank's CPU cores (units: elements)
+    reading ``read`` and writing ``write`` bytes per element of host memory, at most
+    ``threads x memcpy_bandwidth_per_core`` bytes written per second and its memory's share."""
+    key = ("host_copy", phase, category, memory, read, write, threads)
+    kind = b.kinds.get(key)
+    if kind is None:
+        usage = memory.access(read / write, 1.0)
+        rate = threads * b.hw.cpu.memcpy_bandwidth_per_core
+        kind = b.kinds[key] = TaskKind("cpu", phase, category, 0.0, usage, rate, write)
+    return kind
 
 
 @dataclass(frozen=True)
@@ -103,9 +116,11 @@ class Plan:
 def rank_link_capacity(hw: Hardware, name: str) -> float:
     """Capacity of one of a rank's links: bytes/s, or device-seconds per second for cxl and nvme
     (a schedule's graph asks on the link's first use)."""
-    if name in ("nvlink", "hbm"):
+    if name == "fabric":
+        return hw.fabric_bandwidth
+    if name == "hbm":
         assert hw.gpu is not None, "this schedule needs a GPU"
-        return hw.gpu.nvlink_bandwidth if name == "nvlink" else hw.gpu.hbm_bandwidth * hw.gpu.memory_efficiency
+        return hw.gpu.hbm_bandwidth * hw.gpu.memory_efficiency
     if name in ("pcie_h2d", "pcie_d2h"):
         return hw.pcie_bandwidth
     if name == "dram":
@@ -128,6 +143,9 @@ class StepBuilder:
         """Add a task and return its name (the graph declares the rank's links on first use)."""
         self.kinds: dict[Hashable, TaskKind] = {}
         """Task kinds made for this schedule, by what they were made from."""
+        self.background: set[str] = set()
+        """Streams whose backward work may run on into the optimizer step (the step does not
+        wait for them to begin; the strategy waits where it needs them)."""
 
     @property
     def gpu(self) -> GPUProfile:
@@ -148,12 +166,26 @@ class StepBuilder:
         """A zero-length task on the GPU stream marking where a phase begins."""
         return self.add(Task(name, "gpu", phase, "marker", deps=deps))
 
+    def compute(self, name: str, phase: str, flops: float, deps: tuple[str, ...]) -> str:
+        """GPU kernels of ``flops`` on the compute stream."""
+        return self.add(Task(name, "gpu", phase, "compute", self.gpu_seconds(flops), deps=deps))
+
     def collective(self, name: str, stream: str, phase: str, num_bytes: float, deps: tuple[str, ...]) -> str | None:
-        """A ring collective moving ``num_bytes * (dp-1)/dp`` per rank over NVLink (None if dp=1)."""
+        """A ring collective (all-gather or reduce-scatter) of ``num_bytes``: after the fabric's
+        per-call latency it moves ``num_bytes * (dp-1)/dp`` per rank over the GPU fabric and,
+        where the fabric runs through the host bridges, also over the GPU's PCIe link in both
+        directions (None if dp=1)."""
         if self.dp == 1:
             return None
-        moved = num_bytes * (self.dp - 1) / self.dp
-        return self.add(Task(name, stream, phase, stream, 0.0, moved, (("nvlink", 1.0),), math.inf, deps))
+        kind = self.kinds.get(("collective", stream, phase))
+        if kind is None:
+            fabric = self.hw.fabric
+            usage: Usage = (("fabric", 1.0),)
+            if fabric is not None and fabric.via_host_link:
+                usage = (*usage, ("pcie_d2h", 1.0), ("pcie_h2d", 1.0))
+            kind = self.kinds[("collective", stream, phase)] = TaskKind(
+                stream, phase, stream, self.hw.fabric_latency, usage)
+        return self.add(kind.task(name, num_bytes * (self.dp - 1) / self.dp, deps))
 
 
 class Strategy(ABC):
@@ -173,8 +205,10 @@ class Strategy(ABC):
         """Add this strategy's optimizer state, gradients and buffers to ``placement``."""
 
     @abstractmethod
-    def offload_gradients(self, b: StepBuilder, micro: int, index: int, layer: LayerWork, ready: str) -> None:
-        """Tasks moving one layer's reduced gradient partition off the GPU (after ``ready``)."""
+    def offload_gradients(self, b: StepBuilder, micro: int, index: int, layer: LayerWork, ready: str) -> str | None:
+        """Tasks moving one layer's reduced gradient partition off the GPU (after ``ready``).
+        Returns the task the training loop's host thread waits for before it goes on with the
+        backward (a blocking copy), or None when the offload runs in the background."""
 
     @abstractmethod
     def optimizer_step(self, b: StepBuilder, begin: str) -> None:
@@ -205,40 +239,53 @@ class Strategy(ABC):
         for micro in range(step.micro_steps):
             self._forward(b, micro)
             self._backward(b, micro)
-        tails = tuple(b.graph.stream_tails())
+        tails = tuple(name for stream, name in b.graph.stream_tails().items() if stream not in b.background)
         begin = b.add(Task("step.begin", "gpu", "optimizer_step", "marker", deps=tails))
         self.optimizer_step(b, begin)
         return b.graph
 
+    def _gather(self, b: StepBuilder, name: str, phase: str, layer: LayerWork, deps: tuple[str, ...]) -> str | None:
+        """ZeRO-3 all-gather of a layer's 16-bit parameters before it runs (None below stage 3)."""
+        if b.step.training.zero_stage < 3:
+            return None
+        return b.collective(name, "allgather", phase, layer.params * b.step.lp_bytes, deps)
+
     def _forward(self, b: StepBuilder, micro: int) -> None:
-        gather = b.step.training.zero_stage >= 3
+        """Each layer's parameters are gathered while the layer before computes (DeepSpeed
+        prefetches the next parameter in the trace), then the layer computes."""
         b.marker(f"m{micro}.forward.begin", "forward")
         computed: list[str] = []
         for i, layer in enumerate(b.step.layers):
             prefetch = (computed[i - 2],) if i >= 2 else ()
-            ag = b.collective(f"m{micro}.fwd.{i}.allgather", "allgather", "forward",
-                              layer.params * b.step.lp_bytes, prefetch) if gather else None
-            name = f"m{micro}.fwd.{i}"
-            computed.append(b.add(Task(name, "gpu", "forward", "compute",
-                                       delay=b.gpu_seconds(layer.forward_flops), deps=_some(ag))))
+            ag = self._gather(b, f"m{micro}.fwd.{i}.allgather", "forward", layer, prefetch)
+            computed.append(b.compute(f"m{micro}.fwd.{i}", "forward", layer.forward_flops, _some(ag)))
 
     def _backward(self, b: StepBuilder, micro: int) -> None:
+        """Layers in reverse. A checkpointed layer is gathered, recomputed, gathered again (ZeRO-3
+        released its parameters after the recomputed forward) and differentiated; each gather is
+        prefetched while the compute before it runs, as in forward. The layer's gradients are
+        reduce-scattered and offloaded. Where the offload blocks the host thread, nothing of the
+        next layer (not even its prefetch) is issued before it is done."""
         training = b.step.training
         b.marker(f"m{micro}.backward.begin", "backward")
         computed: list[str] = []
+        blocking: str | None = None
         for i in reversed(range(len(b.step.layers))):
             layer = b.step.layers[i]
-            prefetch = (computed[-2],) if len(computed) >= 2 else ()
-            ag = b.collective(f"m{micro}.bwd.{i}.allgather", "allgather", "backward",
-                              layer.params * b.step.lp_bytes, prefetch) if training.zero_stage >= 3 else None
-            flops = layer.backward_flops + layer.recompute_flops
-            name = b.add(Task(f"m{micro}.bwd.{i}", "gpu", "backward", "compute",
-                              delay=b.gpu_seconds(flops), deps=_some(ag)))
-            computed.append(name)
+            prefix = f"m{micro}.bwd.{i}"
+            passes = (("recompute", layer.recompute_flops), ("", layer.backward_flops)) if layer.checkpointed else (
+                ("", layer.backward_flops),)
+            for label, flops in passes:
+                name = f"{prefix}.{label}" if label else prefix
+                after = (computed[-2],) if len(computed) >= 2 else ()
+                if blocking is not None:
+                    after = (*after, blocking)
+                ag = self._gather(b, f"{name}.allgather" if label else f"{prefix}.allgather", "backward", layer, after)
+                computed.append(b.compute(name, "backward", flops, _some(ag) or after))
             factor = 1 if training.zero_stage >= 2 else 2
-            rs = b.collective(f"m{micro}.bwd.{i}.reduce", "reduce_scatter", "backward",
-                              factor * layer.params * b.step.lp_bytes, (name,))
-            self.offload_gradients(b, micro, i, layer, rs or name)
+            rs = b.collective(f"{prefix}.reduce", "reduce_scatter", "backward",
+                              factor * layer.params * b.step.lp_bytes, (computed[-1],))
+            blocking = self.offload_gradients(b, micro, i, layer, rs or computed[-1])
 
 
 def place_gpu_common(step: TrainingStep, placement: Placement, grads_on_gpu: bool) -> None:
@@ -254,48 +301,59 @@ def place_gpu_common(step: TrainingStep, placement: Placement, grads_on_gpu: boo
     placement.put("hbm", "activations", step.activation_peak_bytes())
 
 
-def pcie_kind(b: StepBuilder, direction: str, phase: str, memory: HostMemory) -> TaskKind:
+def pcie_kind(b: StepBuilder, direction: str, phase: str, memory: HostMemory, rate_cap: float = math.inf) -> TaskKind:
     """Host<->GPU copies (units: bytes) on the copy engine of ``direction`` ("h2d" or "d2h"):
     the link's setup latency, then the bytes over PCIe, read from (h2d) or written to (d2h)
-    host memory (made once per schedule)."""
-    key = (direction, phase, memory)
+    host memory, at most ``rate_cap`` bytes/s (made once per schedule)."""
+    key = (direction, phase, memory, rate_cap)
     kind = b.kinds.get(key)
     if kind is None:
         host = memory.access(1, 0) if direction == "h2d" else memory.access(0, 1)
         usage = ((f"pcie_{direction}", 1.0), *host)
-        kind = b.kinds[key] = TaskKind(direction, phase, direction, b.hw.pcie_latency, usage)
+        kind = b.kinds[key] = TaskKind(direction, phase, direction, b.hw.pcie_latency, usage, rate_cap)
     return kind
 
 
 def gradients_to_host(b: StepBuilder, memory: HostMemory, micro: int, index: int, layer: LayerWork,
                       ready: str) -> str:
-    """Move one layer's reduced gradient partition into the pinned fp32 host buffer.
+    """Keep one layer's reduced gradient partition in the pinned host buffer (DeepSpeed ZeRO-3
+    ``partition_grads`` with an offloaded optimizer, in ``grad_accum_dtype``).
 
-    With optimizer offload DeepSpeed ZeRO-3 keeps the gradient partitions in pinned host
-    memory: the first micro-step copies them D2H; later ones fetch the partial sum H2D, add
-    on the GPU (negligible) and copy it back D2H. Returns the D2H task.
-    """
-    num_bytes = partition(layer, b.dp) * LP_TO_FP32
-    deps = (ready,)
+    The first micro-step copies the partition D2H and back H2D (the GPU copy feeds the norm);
+    later ones fetch the partial sum H2D, add on the GPU (negligible) and copy it back D2H.
+    Returns the last copy."""
+    num_bytes = partition(layer, b.dp) * b.step.grad_accum_bytes
     prefix = f"m{micro}.bwd.{index}"
-    if micro > 0:
-        fetch = pcie_kind(b, "h2d", "backward", memory)
-        deps = (b.add(fetch.task(f"{prefix}.grad_fetch", num_bytes, deps)),)
-    return b.add(pcie_kind(b, "d2h", "backward", memory).task(f"{prefix}.d2h", num_bytes, deps))
+    first, second = ("d2h", "h2d") if micro == 0 else ("h2d", "d2h")
+    there = b.add(pcie_kind(b, first, "backward", memory).task(f"{prefix}.grad_{first}", num_bytes, (ready,)))
+    return b.add(pcie_kind(b, second, "backward", memory).task(f"{prefix}.grad_{second}", num_bytes, (there,)))
 
 
-def params_kind(b: StepBuilder, memory: HostMemory) -> TaskKind | None:
-    """H2D copies (units: elements) of a sub-group's updated 16-bit params from the host
-    staging buffer; None on a host-only machine (the CPU validation of the offload path has no
-    GPU), which skips them."""
+def fp32_gradients_d2h(b: StepBuilder, memory: HostMemory, index: int, layer: LayerWork, ready: str) -> str:
+    """At the accumulation boundary: the partition converted to fp32 on the GPU and copied D2H
+    into a pinned host buffer (the optimizer's gradient, or a swap buffer)."""
+    num_bytes = partition(layer, b.dp) * FP32_BYTES
+    name = f"m{b.step.micro_steps - 1}.bwd.{index}.fp32_grad_d2h"
+    return b.add(pcie_kind(b, "d2h", "backward", memory).task(name, num_bytes, (ready,)))
+
+
+def params_to_gpu(b: StepBuilder, memory: HostMemory, group: SubGroup, after: str) -> str:
+    """ZeRO-3 ``_reassign_or_swap_out_partitioned_parameters``: a sub-group's updated fp32
+    params become the GPU's 16-bit partition by a blocking ``copy_``, which converts on the
+    CPU into a fresh (pageable) tensor and copies that H2D at the pageable rate. Returns the
+    copy (``after`` itself on a host-only machine: the CPU validation of the offload path)."""
     if not b.hw.has_gpu:
-        return None
-    return pcie_kind(b, "h2d", "optimizer_step", memory)._replace(unit_bytes=b.step.lp_bytes)
+        return after
+    lp = b.step.lp_bytes
+    convert = host_copy_kind(b, "optimizer_step", "convert", memory, FP32_BYTES, lp, b.hw.cores_per_rank)
+    converted = b.add(convert.task(f"step.{group.index}.convert", group.numel, (after,)))
+    h2d = pcie_kind(b, "h2d", "optimizer_step", memory, b.hw.pageable_bandwidth)
+    return b.add(h2d.task(f"step.{group.index}.h2d", group.numel * lp, (converted,)))
 
 
 def partition(layer: LayerWork, dp: int) -> int:
-    """Elements of one layer's gradient owned by one rank under ZeRO partitioning."""
-    return math.ceil(layer.params / dp)
+    """Elements of one layer's tensors owned by one rank under ZeRO-3 (each tensor partitioned)."""
+    return sum(math.ceil(numel / dp) for numel in layer.tensors)
 
 
 def _some(name: str | None) -> tuple[str, ...]:

@@ -21,7 +21,8 @@ class GPUResident(Strategy):
         placement.put("hbm", "fp32 gradients", step.fp32_grad_bytes())
 
     def offload_gradients(self, b: StepBuilder, micro: int, index: int, layer: LayerWork, ready: str) -> None:
-        """Gradients stay in HBM: nothing to move."""
+        """Gradients stay in HBM: nothing to move, nothing blocks."""
+        return None
 
     def optimizer_step(self, b: StepBuilder, begin: str) -> None:
         per_element = ADAM_READ_BYTES + ADAM_WRITE_BYTES + b.step.lp_bytes

@@ -1,9 +1,18 @@
-"""``dram`` and ``cxl``: ZeRO-Offload. fp32 master weights, gradients and Adam state live in
-pinned host memory. In backward each layer's fp32 gradient partition goes D2H into the pinned
-host gradient buffer (later micro-steps fetch, add and return it), CPU Adam updates each sub-group and the
-updated 16-bit parameters go H2D. ``cxl`` is the same code path with every host allocation
-weighted-interleaved across DRAM and CXL memory (numactl --weighted-interleave), so CPU Adam
-and the DMA engines read and write CXL memory directly.
+"""``dram`` and ``cxl``: DeepSpeed ZeRO-3 with ``offload_optimizer.device: cpu``. fp32 master
+weights, gradients and Adam state live in pinned host memory.
+
+Backward: every micro-step keeps each layer's reduced gradient partition in the pinned host
+buffer (a D2H and an H2D copy in ``grad_accum_dtype``). At the accumulation boundary
+``partition_grads`` also converts it to fp32 on the GPU, copies it D2H into a pinned staging
+buffer, synchronizes the device and copies it on the CPU into the optimizer's fp32 gradient:
+the host thread waits for all of it, so the next layer's backward cannot begin before.
+
+Step, per sub-group: CPU Adam, then the updated params converted to 16 bits on the CPU and
+copied H2D from that pageable temporary (a blocking copy, before the next sub-group).
+
+``cxl`` is the same code path with every host allocation weighted-interleaved across DRAM and
+CXL memory (numactl --weighted-interleave), so CPU Adam, the CPU copies and the DMA engines
+read and write CXL memory directly.
 """
 
 from __future__ import annotations
@@ -13,15 +22,24 @@ from dataclasses import dataclass
 from tiersim.hardware import Hardware
 from tiersim.schema import number
 from tiersim.strategies.base import (
+    FP32_BYTES,
     Placement,
     StepBuilder,
     Strategy,
     adam_kind,
+    fp32_gradients_d2h,
     gradients_to_host,
-    params_kind,
+    host_copy_kind,
+    params_to_gpu,
+    partition,
 )
 from tiersim.strategies.memory import HostMemory
 from tiersim.workload import LayerWork, TrainingStep
+
+GRADIENT_HOOK_THREADS = 1
+"""Threads of the boundary gradient copy. It runs inside a backward hook, and the study's node
+stays at its forward CPU load through the DRAM backward (70B-dram-psutil.csv: 3.2-3.3% of 224
+CPUs in both), which a copy on a rank's 56 threads would visibly raise."""
 
 
 class HostOffload(Strategy):
@@ -47,16 +65,22 @@ class HostOffload(Strategy):
             for tier, part in memory.split(num_bytes).items():
                 placement.put(tier, what, part)
 
-    def offload_gradients(self, b: StepBuilder, micro: int, index: int, layer: LayerWork, ready: str) -> None:
-        gradients_to_host(b, self.memory(b.hw), micro, index, layer, ready)
+    def offload_gradients(self, b: StepBuilder, micro: int, index: int, layer: LayerWork, ready: str) -> str | None:
+        memory = self.memory(b.hw)
+        kept = gradients_to_host(b, memory, micro, index, layer, ready)
+        if micro < b.step.micro_steps - 1:
+            return None
+        staged = fp32_gradients_d2h(b, memory, index, layer, kept)
+        copy = host_copy_kind(b, "backward", "grad_copy", memory, FP32_BYTES, FP32_BYTES, GRADIENT_HOOK_THREADS)
+        return b.add(copy.task(f"m{micro}.bwd.{index}.grad_copy", partition(layer, b.dp), (staged,)))
 
     def optimizer_step(self, b: StepBuilder, begin: str) -> None:
         memory = self.memory(b.hw)
-        adam, h2d = adam_kind(b, memory), params_kind(b, memory)
+        adam = adam_kind(b, memory)
+        done = begin
         for group in b.step.subgroups:
-            updated = b.add(adam.task(f"step.{group.index}.adam", group.numel, (begin,)))
-            if h2d:
-                b.add(h2d.task(f"step.{group.index}.h2d", group.numel, (updated,)))
+            updated = b.add(adam.task(f"step.{group.index}.adam", group.numel, (done,)))
+            done = params_to_gpu(b, memory, group, updated)
 
 
 @dataclass(frozen=True)

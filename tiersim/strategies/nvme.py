@@ -1,22 +1,25 @@
 """``nvme``: ZeRO-Infinity optimizer offload. fp32 params, gradients and Adam state live on
-NVMe; each sub-group is swapped in through pinned buffers, updated by CPU Adam and swapped
-out, as DeepSpeed's partitioned (and, with pipeline_read/write, pipelined) optimizer swapper
-does. Gradients collect in the pinned host gradient buffer as for ``dram``; at the
-accumulation boundary each layer's partition is also written to NVMe (swap_out_gradients).
+NVMe; each sub-group is swapped in through pinned buffers, updated by CPU Adam, its 16-bit
+params copied to the GPU as for ``dram``, and swapped out, as DeepSpeed's partitioned (and,
+with pipeline_read/write, pipelined) optimizer swapper does. Gradients collect in the pinned
+host gradient buffer as for ``dram``; at the accumulation boundary each layer's partition is
+converted to fp32 on the GPU, copied into a pinned swap buffer and written to NVMe in the
+background (``swap_out_gradients``); the step's first swap-in waits for those writes.
 """
 
 from __future__ import annotations
 
 from tiersim.hardware import Hardware
 from tiersim.strategies.base import (
-    LP_TO_FP32,
+    FP32_BYTES,
     Placement,
     StepBuilder,
     Strategy,
     TaskKind,
     adam_kind,
+    fp32_gradients_d2h,
     gradients_to_host,
-    params_kind,
+    params_to_gpu,
     partition,
 )
 from tiersim.strategies.memory import HostMemory
@@ -39,7 +42,7 @@ class NVMeSwap(Strategy):
         largest = max(group.numel for group in step.subgroups)
         placement.put("nvme", "fp32 params + Adam m, v", step.optimizer_state_bytes() * ranks)
         placement.put("nvme", "fp32 gradients", step.fp32_grad_bytes() * ranks)
-        buffers = self.options.buffer_count * largest * LP_TO_FP32 * ranks
+        buffers = self.options.buffer_count * largest * FP32_BYTES * ranks
         placement.put("dram", "pinned swap buffers", buffers)
         placement.put("dram", "bf16 staging for H2D", largest * step.lp_bytes * ranks)
         placement.put("dram", "pinned fp32 gradient buffer", step.fp32_grad_bytes() * ranks)
@@ -60,36 +63,48 @@ class NVMeSwap(Strategy):
         return kind
 
     def offload_gradients(self, b: StepBuilder, micro: int, index: int, layer: LayerWork, ready: str) -> None:
-        d2h = gradients_to_host(b, HostMemory.dram_only(), micro, index, layer, ready)
+        dram = HostMemory.dram_only()
+        kept = gradients_to_host(b, dram, micro, index, layer, ready)
         if micro == b.step.micro_steps - 1:
-            grad_bytes = partition(layer, b.dp) * LP_TO_FP32
+            staged = fp32_gradients_d2h(b, dram, index, layer, kept)
             write = self._io_kind(b, "aio_write", "backward", True)
-            b.add(write.task(f"m{micro}.bwd.{index}.grad_write", grad_bytes, (d2h,)))
+            b.background.add(write.stream)
+            b.add(write.task(f"m{micro}.bwd.{index}.grad_write", partition(layer, b.dp) * FP32_BYTES, (staged,)))
+        return None
 
     def optimizer_step(self, b: StepBuilder, begin: str) -> None:
         opts = self.options
         dram = HostMemory.dram_only()
         swap_in = self._io_kind(b, "aio_read", "optimizer_step", False)
         swap_out = self._io_kind(b, "aio_write", "optimizer_step", True)
-        adam, h2d = adam_kind(b, dram), params_kind(b, dram)
+        adam = adam_kind(b, dram)
+        # The first swap-in flushes the gradient writes still in flight from backward.
+        flushed = b.graph.stream_tails().get(swap_out.stream)
         # With pipeline_read, sub-group i is read when sub-group i-1's update begins.
         lag = 2 if opts.pipeline_read else 1
         in_flight = opts.groups_in_flight
         reads: list[str] = []
-        adams: list[str] = []
+        updated: list[str] = []
         writes: list[str] = []
         for i, group in enumerate(b.step.subgroups):
-            deps = [begin] + ([reads[i - 1]] if i > 0 and opts.pipeline_read else [])
+            deps = [begin] + ([flushed] if i == 0 and flushed else [])
+            if i > 0 and opts.pipeline_read:
+                deps.append(reads[i - 1])
             if i >= lag:
-                deps.append(adams[i - lag])
+                deps.append(updated[i - lag])
                 if not opts.pipeline_write:
                     deps.append(writes[i - lag])
             if i >= in_flight:
                 deps.append(writes[i - in_flight])
-            fp32 = group.numel * LP_TO_FP32
+            fp32 = group.numel * FP32_BYTES
             reads.append(b.add(swap_in.task(f"step.{i}.swap_in", TENSORS_SWAPPED_IN * fp32, tuple(deps))))
-            adam_deps = [reads[i]] + ([writes[i - 1]] if i > 0 and not opts.pipeline_write else [])
-            adams.append(b.add(adam.task(f"step.{i}.adam", group.numel, tuple(adam_deps))))
-            writes.append(b.add(swap_out.task(f"step.{i}.swap_out", TENSORS_SWAPPED_OUT * fp32, (adams[i],))))
-            if h2d:
-                b.add(h2d.task(f"step.{i}.h2d", group.numel, (adams[i],)))
+            # The update loop is sequential: a sub-group's Adam follows the previous one's
+            # parameter copy (and, without pipeline_write, its swap-out).
+            adam_deps = [reads[i]]
+            if i > 0:
+                adam_deps.append(updated[i - 1])
+                if not opts.pipeline_write:
+                    adam_deps.append(writes[i - 1])
+            adam_done = b.add(adam.task(f"step.{i}.adam", group.numel, tuple(adam_deps)))
+            updated.append(params_to_gpu(b, dram, group, adam_done))
+            writes.append(b.add(swap_out.task(f"step.{i}.swap_out", TENSORS_SWAPPED_OUT * fp32, (updated[i],))))
