@@ -1,0 +1,89 @@
+"""``tiersim import-log LOG... [--out DIR]``: read Megatron-DeepSpeed training logs into a
+scenario (what ran; hardware the log does not name left ``unknown``) and a measured table
+(every iteration's phases and DeepSpeed timers, and the steady state: mean of iterations 3..N)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import yaml
+
+from tiersim.errors import ConfigError
+from tiersim.ingest.log_scenario import PHASES, log_scenario, measured_table
+from tiersim.ingest.training_log import read_log
+from tiersim.report import format_table
+
+_HEADER = """\
+# Imported by `tiersim import-log` from {log}.
+# Fields marked `unknown` are not in the log (the device models, the interleave weights numactl
+# reads from sysfs): fill them in, pass --set, or name a host profile (tiersim fit makes one).
+"""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add ``import-log`` to the CLI."""
+    parser = subparsers.add_parser("import-log", help="read DeepSpeed training logs into scenarios and measurements",
+                                   description=__doc__)
+    parser.add_argument("logs", nargs="+", metavar="LOG", help="Megatron-DeepSpeed training log")
+    parser.add_argument("--out", type=Path, metavar="DIR",
+                        help="write DIR/NAME.yaml (scenario) and DIR/NAME.measured.csv per log")
+    parser.add_argument("--format", choices=("table", "json"), default="table")
+    parser.set_defaults(func=import_log_command)
+
+
+def import_log_command(args: argparse.Namespace) -> int:
+    """Parse every log first (a bad one stops before anything is written), then report/write."""
+    imported = []
+    for path in args.logs:
+        log = read_log(path)
+        imported.append((log, log_scenario(log), measured_table(log)))
+    if args.out is not None:
+        try:
+            args.out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(str(args.out), "--out", f"cannot create directory ({exc.strerror})") from None
+        for log, scenario, table in imported:
+            stem = scenario["name"]
+            text = _HEADER.format(log=log.path) + yaml.safe_dump(scenario, sort_keys=False)
+            (args.out / f"{stem}.yaml").write_text(text)
+            table.to_csv(args.out / f"{stem}.measured.csv", index=False)
+            print(f"wrote {args.out / f'{stem}.yaml'} and {args.out / f'{stem}.measured.csv'}", file=sys.stderr)
+    if args.format == "json":
+        print(json.dumps([{"log": log.path, "scenario": scenario, "measured": table.to_dict(orient="records")}
+                          for log, scenario, table in imported], indent=2))
+        return 0
+    for log, scenario, table in imported:
+        print(f"log: {log.path}")
+        print(_summary(scenario))
+        print(_phase_table(table))
+        print()
+    return 0
+
+
+def _summary(scenario: dict[str, object]) -> str:
+    model, training, hardware = scenario["model"], scenario["training"], scenario["hardware"]
+    assert isinstance(model, dict) and isinstance(training, dict) and isinstance(hardware, dict)
+    strategy = scenario["strategies"][0]  # type: ignore[index]
+    name = strategy if isinstance(strategy, str) else strategy["name"]
+    return (f"model: {model['layers']} layers, hidden {model['hidden']}, {model['heads']} heads "
+            f"({model['kv_heads']} KV), FFN {model['ffn']}, vocab {model['vocab']}; training: seq "
+            f"{training['seq_len']}, micro-batch {training['micro_batch']}, global batch {training['global_batch']}, "
+            f"{training['data_parallel']} ranks, ZeRO-{training['zero_stage']}; strategy: {name}")
+
+
+def _phase_table(table: "object") -> str:
+    import pandas as pd
+
+    assert isinstance(table, pd.DataFrame)
+    wide = table.pivot_table(index="iteration", columns="quantity", values="seconds", aggfunc="first", sort=False)
+    columns = ["iteration", *PHASES, *[c for c in wide.columns if c not in ("iteration", *PHASES)]]
+    rows = [[str(index), *[_seconds(wide.loc[index].get(c)) for c in columns]] for index in wide.index]
+    return format_table(["iter", *[c.removeprefix("ds:") + ("_s" if c in ("iteration", *PHASES) else "")
+                                   for c in columns]], rows)
+
+
+def _seconds(value: object) -> str:
+    return "-" if value is None or value != value else f"{float(value):.3f}"  # type: ignore[arg-type]

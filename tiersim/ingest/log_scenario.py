@@ -1,0 +1,187 @@
+"""A training log -> a tiersim scenario (what ran) and a measured table (how long it took).
+
+The scenario takes the model shape and training arguments from the launcher command, the ZeRO
+and offload settings from DeepSpeed's printed configuration, the ranks and their memory policy
+from the numactl bindings. What a log cannot say (the device models, the weights of a weighted
+interleave, which live in sysfs) is written as ``unknown``: validating it names the field, and a
+profile, ``--set`` or a ``tiersim fit`` system file fills it in.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from tiersim.errors import ConfigError
+from tiersim.ingest.training_log import TIMER_PHASES, TrainingLog
+from tiersim.schema import UNKNOWN
+
+WARMUP_ITERATIONS = 2
+"""Iterations the steady state leaves out (the study's statistic: the mean of iterations 3..N)."""
+
+PHASES = ("forward", "backward", "optimizer_step")
+TIMER_PREFIX = "ds:"
+"""How the measured table names a DeepSpeed timer that is not one of the three phases."""
+_PADDED_VOCAB = re.compile(r"padded vocab \(size: \d+\) with \d+ dummy tokens \(new size: (\d+)\)")
+
+
+def log_scenario(log: TrainingLog) -> dict[str, Any]:
+    """The scenario mapping the log describes (``unknown`` where it cannot say)."""
+    source = log.path
+    args = log.args
+    ranks = len(log.bindings) or _integer(args, "world_size", source, default=1)
+    parallel = _integer(args, "tensor_model_parallel_size", source, 1) * _integer(
+        args, "pipeline_model_parallel_size", source, 1)
+    return {
+        "name": Path(source).stem,
+        "description": f"imported by tiersim import-log from {Path(source).name}",
+        "seed": 0,
+        "model": _model(log),
+        "training": _training(log, ranks // parallel),
+        "hardware": _hardware(log, ranks),
+        "strategies": [_strategy(log)],
+    }
+
+
+def _model(log: TrainingLog) -> dict[str, Any]:
+    source, args = log.path, log.args
+    hidden = _integer(args, "hidden_size", source)
+    heads = _integer(args, "num_attention_heads", source)
+    return {
+        "name": Path(source).stem,
+        "layers": _integer(args, "num_layers", source),
+        "hidden": hidden,
+        "heads": heads,
+        "kv_heads": _integer(args, "num_key_value_heads", source, heads),
+        "ffn": _integer(args, "ffn_hidden_size", source, 4 * hidden),
+        "vocab": _vocab(log),
+        "activation": "swiglu" if args.get("swiglu") else "gelu",
+        "norm": "rmsnorm" if args.get("normalization") == "rmsnorm" else "layernorm",
+        "bias": not args.get("disable_bias_linear", False),
+        "tied_embeddings": not args.get("untie_embeddings_and_output_weights", False),
+    }
+
+
+def _vocab(log: TrainingLog) -> int | str:
+    """Megatron's padded vocabulary size as it printed it (``unknown`` if it did not)."""
+    text = Path(log.path).read_text(encoding="utf-8", errors="replace")
+    match = _PADDED_VOCAB.search(text)
+    return int(match.group(1)) if match else UNKNOWN
+
+
+def _training(log: TrainingLog, data_parallel: int) -> dict[str, Any]:
+    source, args, zero = log.path, log.args, log.zero_config
+    micro = _integer(args, "micro_batch_size", source)
+    training: dict[str, Any] = {
+        "seq_len": _integer(args, "seq_length", source),
+        "micro_batch": micro,
+        "global_batch": _integer(args, "global_batch_size", source, micro * data_parallel),
+        "data_parallel": data_parallel,
+        "precision": "fp16" if args.get("fp16") else "bf16",
+        "activation_checkpointing": bool(args.get("checkpoint_activations") or args.get("recompute_granularity")),
+        "zero_stage": _integer(zero, "stage", source),
+        "sub_group_size": _integer(zero, "sub_group_size", source, 1_000_000_000),
+        "reduce_bucket_size": _integer(zero, "reduce_bucket_size", source, 500_000_000),
+        "adam_beta1": float(str(args.get("adam_beta1", 0.9))),
+        "adam_beta2": float(str(args.get("adam_beta2", 0.999))),
+    }
+    dtype = log.user_config.get("data_types", {})
+    if isinstance(dtype, dict) and dtype.get("grad_accum_dtype"):
+        training["grad_accum_dtype"] = str(dtype["grad_accum_dtype"])
+    return training
+
+
+def _hardware(log: TrainingLog, ranks: int) -> dict[str, Any]:
+    """Ranks, sockets (the DRAM nodes ranks bind or interleave from), logical CPUs per rank
+    (two hardware threads per core assumed: tiersim counts physical cores), CXL nodes."""
+    hardware: dict[str, Any] = {"host": UNKNOWN, "gpus": ranks}
+    bindings = [b for b in log.bindings if b.policy != "none"]
+    if bindings:
+        home = {b.nodes[0] for b in bindings}
+        hardware["sockets"] = len(home)
+        hardware["cores_per_rank"] = max(1, len(bindings[0].cpus) // 2)
+        expanders = {node for b in bindings if b.policy == "weighted-interleave" for node in b.nodes[1:]}
+        if expanders:
+            hardware["cxl"] = {"count": len(expanders)}
+    if log.zero_config.get("offload_optimizer.device") == "nvme":
+        hardware["nvme"] = {"count": 1}
+    return hardware
+
+
+def _strategy(log: TrainingLog) -> dict[str, Any] | str:
+    """The strategy: offload device and memory policy, with the swapper's knobs for NVMe."""
+    zero, aio = log.zero_config, log.aio_config
+    device = zero.get("offload_optimizer.device", "none")
+    if device == "nvme":
+        return {
+            "name": "nvme",
+            "buffer_count": _integer(zero, "offload_optimizer.buffer_count", log.path, 4),
+            "pipeline_read": zero.get("offload_optimizer.pipeline_read") == "True",
+            "pipeline_write": zero.get("offload_optimizer.pipeline_write") == "True",
+            "block_size": int(str(aio.get("block_size", 1 << 20))),
+            "queue_depth": int(str(aio.get("queue_depth", 8))),
+            "thread_count": int(str(aio.get("thread_count", 1))),
+        }
+    if device == "cpu":
+        if any(b.policy == "weighted-interleave" for b in log.bindings):
+            return {"name": "cxl", "dram_weight": UNKNOWN, "cxl_weight": UNKNOWN}
+        return "dram"
+    return "gpu"
+
+
+def _integer(values: dict[str, Any], key: str, source: str, default: int | None = None) -> int:
+    """A whole number the log printed (``1e8`` and ``1.000000e+08`` allowed)."""
+    raw = values.get(key)
+    if raw is None or raw is True:
+        if default is None:
+            raise ConfigError(source, key, "missing from the log's launcher arguments or DeepSpeed configuration")
+        return default
+    try:
+        number = float(str(raw))
+    except ValueError:
+        raise ConfigError(source, key, f"expected a number in the log, got {raw!r}") from None
+    if not math.isfinite(number) or number != int(number):
+        raise ConfigError(source, key, f"expected a whole number in the log, got {raw!r}")
+    return int(number)
+
+
+def measured_table(log: TrainingLog) -> pd.DataFrame:
+    """Every iteration's phases and timers (s), then ``steady``: the mean of iterations 3..N.
+
+    Columns: iteration (1-based, or "steady"), quantity (``iteration``, ``forward``,
+    ``backward``, ``optimizer_step``, or ``ds:NAME`` for DeepSpeed's timer NAME), seconds."""
+    rows: list[dict[str, Any]] = []
+    for number, timers in enumerate(log.iterations, 1):
+        for quantity, seconds in _quantities(timers).items():
+            rows.append({"iteration": number, "quantity": quantity, "seconds": seconds})
+    steady = log.iterations[WARMUP_ITERATIONS:]
+    if not steady:
+        raise ConfigError(log.path, "iterations", f"missing: the steady state needs more than {WARMUP_ITERATIONS} "
+                          f"iterations, the log has {len(log.iterations)}")
+    names = [q for q in _quantities(steady[0]) if all(q in _quantities(t) for t in steady)]
+    for quantity in names:
+        values = [_quantities(t)[quantity] for t in steady]
+        rows.append({"iteration": "steady", "quantity": quantity, "seconds": sum(values) / len(values)})
+    return pd.DataFrame(rows, columns=["iteration", "quantity", "seconds"])
+
+
+def steady_state(log: TrainingLog) -> dict[str, float]:
+    """quantity -> mean seconds over iterations 3..N."""
+    table = measured_table(log)
+    steady = table[table["iteration"] == "steady"]
+    return dict(zip(steady["quantity"], steady["seconds"].astype(float)))
+
+
+def _quantities(timers: dict[str, float]) -> dict[str, float]:
+    """Megatron's iteration time, the three phases by tiersim's names, then DeepSpeed's other
+    timers as ``ds:NAME`` (``*_microstep`` duplicates of the phase timers left out)."""
+    out = {"iteration": timers["iteration"]}
+    out.update({phase: timers[timer] for timer, phase in TIMER_PHASES.items()})
+    for name, seconds in timers.items():
+        if name not in TIMER_PHASES and name != "iteration" and not name.endswith("_microstep"):
+            out[f"{TIMER_PREFIX}{name}"] = seconds
+    return out
