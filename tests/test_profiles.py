@@ -10,8 +10,10 @@ import pytest
 from tiersim.errors import ConfigError
 from tiersim.profiles import (
     DEFAULT_PROFILE_DIR,
+    PROFILE_KINDS,
     CXLProfile,
     GPUProfile,
+    HostProfile,
     LinkProfile,
     NVMeProfile,
     find_profile,
@@ -20,13 +22,17 @@ from tiersim.profiles import (
 )
 
 EXPECTED = {
-    "gpu": {"a100-80gb", "h100-sxm", "h200"},
+    "gpu": {"a100-80gb", "h100-sxm", "h100-pcie", "h200"},
+    "fabric": {"pcie-p2p-gen5"},
+    "host": {"seed-node"},
     "link": {"pcie-gen4-x16", "pcie-gen5-x16"},
     "cpu": {"xeon-8480", "epyc-9654", "xeon-8380"},
     "dram": {"ddr4-3200-8ch", "ddr5-4800-8ch", "ddr5-4800-12ch"},
     "cxl": {"micron-cz120", "samsung-cmm-d", "cxl-gen5-x16-whatif"},
     "nvme": {"samsung-pm9a3", "micron-7450", "micron-9550", "kioxia-cm7", "seed-nvme-pool"},
 }
+DRIVES = sorted(EXPECTED["nvme"] - {"seed-nvme-pool"})
+"""Single NVMe drives (the seed pool stripes several)."""
 BUNDLED_FILES = sorted(DEFAULT_PROFILE_DIR.glob("*.yaml"))
 
 
@@ -38,7 +44,7 @@ def _only_bundled_profiles(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> N
 
 
 def _find(name: str, kind: str):
-    return find_profile(name, kind, "test.yaml", f"hardware.{kind}")
+    return find_profile(name, PROFILE_KINDS[kind], "test.yaml", f"hardware.{kind}")
 
 
 # --- the bundled profiles -------------------------------------------------------------------
@@ -57,17 +63,20 @@ def test_bundled_profile_loads_and_name_is_stem(path: Path) -> None:
     profile = load_profile_file(path)
     assert profile.name == path.stem
     assert profile.description.strip()
-    figures = {f.name for f in fields(profile)} - {"kind", "name", "description", "sources"}
-    for figure in figures:
-        if getattr(profile, figure) is not None:
-            assert profile.sources.get(figure, "").strip(), f"{path.name}: {figure} has no citation"
+    parts = [getattr(profile, part) for part in ("cpu", "dram", "nvme", "link", "gpu", "fabric", "cxl")
+             if getattr(profile, part, None) is not None] if isinstance(profile, HostProfile) else [profile]
+    for part in parts:
+        figures = {f.name for f in fields(part)} - {"kind", "name", "description", "sources"}
+        for figure in figures:
+            if getattr(part, figure) is not None:
+                assert part.sources.get(figure, "").strip(), f"{path.name}: {part.kind}.{figure} has no citation"
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED["gpu"]))
 def test_gpu_host_link_resolves(name: str) -> None:
     gpu = _find(name, "gpu")
     assert isinstance(gpu, GPUProfile)
-    link = find_profile(gpu.host_link, "link", f"{name}.yaml", "host_link")
+    link = find_profile(gpu.host_link, PROFILE_KINDS["link"], f"{name}.yaml", "host_link")
     assert isinstance(link, LinkProfile)
     assert link.pinned_bandwidth <= link.raw_bandwidth
     assert link.pageable_bandwidth <= link.pinned_bandwidth
@@ -132,7 +141,7 @@ def test_cxl_values(name: str) -> None:
         assert "hypothetical" in cxl.description.lower()
 
 
-@pytest.mark.parametrize("name", sorted(EXPECTED["nvme"]))
+@pytest.mark.parametrize("name", DRIVES)
 def test_nvme_values(name: str) -> None:
     nvme = _find(name, "nvme")
     assert isinstance(nvme, NVMeProfile)
@@ -142,11 +151,20 @@ def test_nvme_values(name: str) -> None:
         assert nvme.aio_thread_bandwidth <= nvme.read_bandwidth
 
 
-def test_seed_pool_uses_measured_figures() -> None:
+def test_seed_node_is_fitted_to_the_study_logs() -> None:
+    """The seed node's unknown figures come from `tiersim fit` on the 70B logs, and say so."""
+    node = _find("seed-node", "host")
+    assert isinstance(node, HostProfile)
+    assert node.gpu is not None and node.fabric is not None and node.cxl is not None and node.link is not None
+    fit = node.calibration["fit"]  # type: ignore[index]
+    fitted = {f["figure"] for f in fit["figures"]}
+    assert {"fabric.bus_bandwidth", "nvme.read_bandwidth", "nvme.write_bandwidth"} <= fitted
+    for key in fitted:
+        part, figure = key.split(".")
+        assert getattr(node, part).sources[figure].startswith("fitted by tiersim fit to 70B-")
+    assert all(abs(r["relative_error"]) < 0.05 for r in fit["residuals"])
     pool = _find("seed-nvme-pool", "nvme")
-    assert pool.aio_thread_bandwidth == pytest.approx(2.3e9)
-    assert 3.3e9 <= pool.read_bandwidth <= 3.7e9
-    assert _find("micron-7450", "nvme").aio_thread_bandwidth is None
+    assert pool.aio_thread_bandwidth is None  # the withdrawn 2.3 GB/s per-thread figure is gone
 
 
 # --- error cases ----------------------------------------------------------------------------
@@ -186,9 +204,9 @@ def _assert_error(path: Path, field: str) -> ConfigError:
 def test_good_tmp_profile_loads_and_is_found_by_name(tmp_path: Path) -> None:
     path = _write(tmp_path, "my-link", GOOD_LINK.format(name="my-link"))
     assert load_profile_file(path).pinned_bandwidth == pytest.approx(25e9)
-    found = find_profile("my-link", "link", "scen.yaml", "hardware.link", extra=(tmp_path,))
+    found = find_profile("my-link", PROFILE_KINDS["link"], "scen.yaml", "hardware.link", extra=(tmp_path,))
     assert found.name == "my-link"
-    by_path = find_profile("my-link.yaml", "link", "scen.yaml", "hardware.link", extra=(tmp_path,))
+    by_path = find_profile("my-link.yaml", PROFILE_KINDS["link"], "scen.yaml", "hardware.link", extra=(tmp_path,))
     assert by_path.latency == pytest.approx(8e-6)
 
 
@@ -249,7 +267,7 @@ def test_unknown_kind(tmp_path: Path) -> None:
 
 def test_unknown_profile_name() -> None:
     with pytest.raises(ConfigError) as info:
-        find_profile("nope", "gpu", "scen.yaml", "hardware.gpu")
+        find_profile("nope", PROFILE_KINDS["gpu"], "scen.yaml", "hardware.gpu")
     message = str(info.value)
     assert "scen.yaml" in message and "hardware.gpu" in message and "nope" in message
     assert "h100-sxm" in message  # lists the known GPUs
@@ -257,14 +275,14 @@ def test_unknown_profile_name() -> None:
 
 def test_wrong_kind_of_profile() -> None:
     with pytest.raises(ConfigError) as info:
-        find_profile("pcie-gen5-x16", "gpu", "scen.yaml", "hardware.gpu")
+        find_profile("pcie-gen5-x16", PROFILE_KINDS["gpu"], "scen.yaml", "hardware.gpu")
     assert "scen.yaml: hardware.gpu" in str(info.value)
     assert "link" in str(info.value)
 
 
 def test_missing_profile_file_by_path(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
-        find_profile("absent.yaml", "nvme", "scen.yaml", "hardware.nvme", extra=(tmp_path,))
+        find_profile("absent.yaml", PROFILE_KINDS["nvme"], "scen.yaml", "hardware.nvme", extra=(tmp_path,))
     assert "scen.yaml: hardware.nvme" in str(info.value)
 
 
@@ -273,7 +291,7 @@ def test_adam_rate_uses_measured_rates_per_core_count() -> None:
 
     from tiersim.profiles import CPUProfile
 
-    cpu = find_profile("xeon-8480", "cpu", "t.yaml", "hardware.cpu")
+    cpu = find_profile("xeon-8480", PROFILE_KINDS["cpu"], "t.yaml", "hardware.cpu")
     assert isinstance(cpu, CPUProfile)
     assert cpu.adam_rate(4) == 4 * cpu.adam_params_per_core
     measured = replace(cpu, adam_params_per_s=[1.0e9, 1.5e9])

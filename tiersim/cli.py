@@ -15,7 +15,8 @@ from typing import Sequence
 from tiersim import __version__
 from tiersim.errors import ConfigError
 
-COMMAND_MODULES = ("run", "profiles", "calibrate", "validate", "reproduce", "sweep", "plan", "compare")
+COMMAND_MODULES = ("run", "profiles", "import-log", "fit", "calibrate", "validate", "reproduce", "sweep", "plan",
+                   "compare")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,9 +26,9 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         try:
-            module = importlib.import_module(f"tiersim.commands.{name}")
+            module = importlib.import_module(f"tiersim.commands.{name.replace('-', '_')}")
         except ModuleNotFoundError as exc:
-            if exc.name == f"tiersim.commands.{name}":
+            if exc.name == f"tiersim.commands.{name.replace('-', '_')}":
                 continue
             raise
         module.register(subparsers)
