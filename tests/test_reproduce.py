@@ -7,10 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from nbrun import execute_notebook, is_plotly
 
-from tiersim.reproduce import phase_figure, run_study, speedup_table, study_scenarios
+from tiersim.reproduce import MEASURED_COLUMNS, phase_figure, run_study, speedup_table, study_scenarios
 
 ROOT = Path(__file__).resolve().parent.parent
 SIZES = ("20B", "30B", "40B", "52B", "70B")
@@ -90,11 +91,30 @@ def test_host_memory_backward_is_serialised_by_the_gradient_copy(seed) -> None:
         assert back[(model, "nvme")] < back[(model, "dram")] < back[(model, "cxl")]
 
 
-def test_phase_figure_stacks_three_phases(seed) -> None:
+def test_phase_figure_stacks_three_phases_per_strategy(seed) -> None:
     fig = phase_figure(seed)
-    assert [t.name for t in fig.data] == ["forward", "backward", "optimizer step"]
+    assert [t.name for t in fig.data] == ["forward", "backward", "optimizer step"] * 3
+    assert [a.text for a in fig.layout.annotations] == ["dram", "cxl", "nvme"]  # a panel each
     assert fig.layout.barmode == "stack"
-    assert all(len(t.y) == 15 for t in fig.data)
+    assert all(list(t.x) == list(SIZES) for t in fig.data)
+    nvme = seed[seed["strategy"] == "nvme"]
+    assert list(fig.data[-1].y) == list(nvme["step_s"]) and fig.data[-1].xaxis == "x3"
+
+
+def test_phase_figure_marks_measured_values_beside_predicted(seed) -> None:
+    measured = pd.DataFrame([("70B", "nvme", phase, seconds) for phase, seconds in
+                             (("forward", 6.1), ("backward", 18.4), ("optimizer_step", 70.6))],
+                            columns=MEASURED_COLUMNS)
+    fig = phase_figure(seed, measured)
+    marked = [t for t in fig.data if t.name.endswith("(measured)")]
+    assert [t.name for t in marked] == ["forward (measured)", "backward (measured)", "optimizer step (measured)"]
+    assert [list(t.y) for t in marked] == [[6.1], [18.4], [70.6]]
+    assert all(t.xaxis == "x3" and [list(level) for level in t.x] == [["70B"], ["measured"]] for t in marked)
+    assert all(t.marker.pattern.shape == "/" for t in marked)
+    predicted = [t for t in fig.data if t.name.endswith("(tiersim)")]
+    assert len(predicted) == 9 and all(len(t.y) == 5 for t in predicted)
+    with pytest.raises(ValueError, match="seconds"):
+        phase_figure(seed, measured.drop(columns="seconds"))
 
 
 def test_notebook_executes() -> None:

@@ -51,7 +51,7 @@ from typing import Any, Sequence
 import pandas as pd
 
 from tiersim.errors import ConfigError
-from tiersim.hardware import Hardware
+from tiersim.hardware import TIERS, Hardware
 from tiersim.profiles import read_yaml
 from tiersim.results import PHASES, Result
 from tiersim.scenario import RunConfig, apply_overrides, scenario_from_dict
@@ -461,6 +461,38 @@ def plan_largest_model(scenario: Scenario, strategies: Sequence[str] = (), scale
     frame = frame.sort_values("_size", ascending=False, kind="stable").drop(columns="_size").reset_index(drop=True)
     frame.insert(0, "rank", range(1, len(frame) + 1))
     return frame
+
+
+def memory_by_model_size(scenario: Scenario, frame: pd.DataFrame, scale: str = "layers",
+                         points: int = 10) -> pd.DataFrame:
+    """Bytes each tier holds against model size, per strategy of a ``plan_largest_model`` frame.
+
+    ``scale="layers"``: ``points`` depths from 1 to 1.25 x the deepest "next step" of any
+    strategy (the scenario's width), plus each strategy's largest and next depth; ``ladder``:
+    every rung of ``LADDER``. One row per strategy, size and tier the strategy uses (HBM per
+    GPU, host tiers per node): strategy, layers, params_b, fits, tier, need_bytes, capacity_bytes.
+    """
+    if scale == "ladder":
+        shapes = [{k: v for k, v in rung.items() if k != "name"} | {"name": f"ladder-{rung['name']}"}
+                  for rung in LADDER]
+    else:
+        depths = [int(v) for v in frame["layers"] if not pd.isna(v)]
+        top = max([d + 1 for d in depths] + [int(scenario.data["model"]["layers"])])
+        grid = {max(1, round(1 + i * (1.25 * top - 1) / (points - 1))) for i in range(points)}
+        grid |= {d for d in depths} | {d + 1 for d in depths}
+        shapes = [{"layers": d} for d in sorted(grid)]
+    rows = []
+    for strategy in frame["strategy"]:
+        for fields in shapes:
+            result = _simulate_model(scenario, str(strategy), fields)
+            for tier in TIERS:
+                need, capacity = result.peak_bytes.get(tier, 0), result.capacity_bytes.get(tier, 0)
+                if need > 0 and capacity > 0:
+                    rows.append({"strategy": strategy, "layers": result.config.model.layers,
+                                 "params_b": parameter_count(result.config.model) / 1e9, "fits": result.fits,
+                                 "tier": tier, "need_bytes": need, "capacity_bytes": capacity})
+    return pd.DataFrame(rows, columns=["strategy", "layers", "params_b", "fits", "tier", "need_bytes",
+                                       "capacity_bytes"])
 
 
 def parse_list(text: str, option: str, kind: type = float) -> list[Any]:

@@ -7,6 +7,9 @@ category and their hover gives the task name, bytes, start and end. To keep a fi
 stream's consecutive tasks of one category closer than ``merge_gap`` (default: 1/2000 of the
 iteration) are drawn as one bar when there are more than ``max_bars`` tasks (the hover then
 says how many tasks it holds).
+
+``write_report`` writes a run's figures as one HTML page, or (PNG, SVG, PDF) as one tall static
+figure that ``stack_figures`` assembles from the same figures (``tiersim.figure_export``).
 """
 
 from __future__ import annotations
@@ -129,7 +132,8 @@ def timeline_figure(result: Result, max_bars: int = 1500, links: bool = True) ->
     fig.update_layout(
         barmode="overlay", bargap=0.25, height=120 + 32 * len(rows),
         title=f"{result.config.scenario} / {result.strategy}: iteration {result.iteration_time_s:.4g} s",
-        xaxis_title="time (s)", yaxis={"categoryorder": "array", "categoryarray": rows[::-1], "title": None},
+        xaxis_title="time (s)",
+        yaxis={"categoryorder": "array", "categoryarray": rows[::-1], "title": "stream or link"},
         legend_title="category", margin={"l": 120, "r": 20, "t": 50, "b": 40},
     )
     if result.phases:
@@ -149,19 +153,22 @@ def utilisation_figure(result: Result) -> go.Figure:
     resources = list(dict.fromkeys(util["resource"]))
     labels = {r: (f"link {r}" if k == "link" else r) for r, k in zip(util["resource"], util["kind"])}
     fig = go.Figure()
-    for phase in ("iteration", *PHASES):
+    windows = ("iteration", *PHASES)
+    width = 0.8 / len(windows)  # the bars of one resource side by side, placed explicitly (any barmode)
+    for i, phase in enumerate(windows):
         part = util[util["phase"] == phase]
         fig.add_trace(go.Bar(
             x=[labels[r] for r in part["resource"]], y=part["utilisation"], name=phase,
-            marker_color=PHASE_COLOURS[phase],
+            marker_color=PHASE_COLOURS[phase], width=width, offset=-0.4 + i * width,
             hovertext=[f"{labels[r]} in {phase}: {u:.1%}" for r, u in zip(part["resource"], part["utilisation"])],
             hoverinfo="text",
         ))
     fig.update_layout(
-        barmode="group", title=f"{result.config.scenario} / {result.strategy}: utilisation",
+        barmode="overlay", title=f"{result.config.scenario} / {result.strategy}: utilisation",
         yaxis={"title": "utilisation", "tickformat": ".0%", "range": [0, 1.05]},
-        xaxis={"categoryorder": "array", "categoryarray": [labels[r] for r in resources]},
-        height=380, margin={"l": 60, "r": 20, "t": 50, "b": 80},
+        xaxis={"categoryorder": "array", "categoryarray": [labels[r] for r in resources],
+               "title": "stream or link"},
+        legend_title="phase", height=380, margin={"l": 60, "r": 20, "t": 50, "b": 80},
     )
     return fig
 
@@ -181,49 +188,137 @@ def phase_bars(results: Sequence[Result] | pd.DataFrame, label: str = "strategy"
         names = [r.strategy for r in fitted]
         values = {p: [r.phases[p] for r in fitted] for p in PHASES}  # type: ignore[index]
     fig = go.Figure()
+    base = [0.0] * len(names)  # stacked by explicit bases, so the bars stay stacked in any barmode
     for phase in PHASES:
-        fig.add_trace(go.Bar(y=names, x=values[phase], name=phase, orientation="h",
+        fig.add_trace(go.Bar(y=names, x=values[phase], base=base, name=phase, orientation="h",
                              marker_color=PHASE_COLOURS[phase]))
-    fig.update_layout(barmode="stack", xaxis_title="seconds per iteration", height=140 + 40 * len(names),
+        base = [b + v for b, v in zip(base, values[phase])]
+    fig.update_layout(barmode="overlay", xaxis_title="seconds per iteration", height=140 + 40 * len(names),
                       title="iteration time by phase", margin={"l": 120, "r": 20, "t": 50, "b": 40},
-                      yaxis={"autorange": "reversed"})
+                      yaxis={"autorange": "reversed", "title": label}, legend_title="phase")
     return fig
 
 
-def write_report(results: Sequence[Result], path: str | Path, title: str | None = None) -> Path:
-    """One self-contained HTML file (plotly.js inlined, works offline): phase bars, then for each
-    fitted strategy its critical-path explanation, timeline and utilisation."""
+def _axis_ref(ref: str, offset: int) -> str:
+    """``x``/``y2``/``y domain`` with its axis number moved up by ``offset`` (others unchanged)."""
+    head, _, tail = ref.partition(" ")
+    if not head or head[0] not in "xy" or not (head[1:] == "" or head[1:].isdigit()):
+        return ref
+    number = int(head[1:] or 1) + offset
+    return f"{head[0]}{number}" + (f" {tail}" if tail else "")
+
+
+def stack_figures(figures: Sequence[go.Figure], title: str | None = None, width: int = 1200,
+                  gap: int = 30) -> go.Figure:
+    """One tall figure holding ``figures`` top to bottom, for a static picture of a report.
+
+    Each panel keeps its axes, traces, shapes, annotations, margins, height (px) and title; a
+    trace's legend entry shows the first time its name appears, in a legend beside that panel.
+    Bars are overlaid (one barmode holds for the whole figure), so panels place their bars
+    explicitly (``base``, ``offset``), as this module's figures do.
+    """
+    heights = [int(f.layout.height or 450) for f in figures]
+    top = 60 if title else 10
+    total = top + sum(heights) + gap * (len(figures) - 1) + 10
+    out = go.Figure()
+    out.update_layout(width=width, height=total, showlegend=True, barmode="overlay",
+                      margin={"l": max(int(f.layout.margin.l or 80) for f in figures), "r": 220, "t": top, "b": 10},
+                      title=title)
+    paper = total - top - 10  # px of paper, top to bottom
+
+    def frac(px_from_top: float) -> float:
+        return 1.0 - (px_from_top - top) / paper
+
+    y0 = float(top)
+    axes = 0
+    shown: set[str] = set()
+    for k, fig in enumerate(figures, start=1):
+        margin = fig.layout.margin
+        lo, hi = frac(y0 + heights[k - 1] - (margin.b if margin.b is not None else 60)), \
+            frac(y0 + (margin.t if margin.t is not None else 60))
+        layout = fig.layout.to_plotly_json()
+        count = 0
+        for key, axis in layout.items():
+            if not key.startswith(("xaxis", "yaxis")):
+                continue
+            number = int(key[5:] or 1)
+            count = max(count, number)
+            axis = dict(axis)
+            for ref in ("anchor", "matches", "overlaying", "scaleanchor"):
+                if ref in axis:
+                    axis[ref] = _axis_ref(axis[ref], axes)
+            if key.startswith("yaxis"):
+                a, b = axis.get("domain", (0.0, 1.0))
+                axis["domain"] = (lo + a * (hi - lo), lo + b * (hi - lo))
+            else:
+                axis.setdefault("anchor", f"y{number + axes}")
+            out.layout[f"{key[:5]}{number + axes}"] = axis
+        legend = f"legend{k}" if k > 1 else "legend"
+        legend_used = False
+        for trace in fig.data:
+            copy = go.Figure(trace).data[0]
+            copy.update(xaxis=_axis_ref(trace.xaxis or "x", axes), yaxis=_axis_ref(trace.yaxis or "y", axes),
+                        legend=legend, legendgroup=trace.legendgroup or trace.name)
+            first = trace.name not in shown and trace.showlegend is not False
+            copy.showlegend = first
+            if first:
+                shown.add(trace.name)
+                legend_used = True
+            out.add_trace(copy)
+        if legend_used:
+            out.layout[legend] = {"y": hi, "yanchor": "top", "x": 1.02, "xanchor": "left",
+                                  "title": {"text": fig.layout.legend.title.text or ""}}
+        for shape in layout.get("shapes", ()):
+            shape = dict(shape)
+            for ref in ("xref", "yref"):
+                shape[ref] = _axis_ref(shape.get(ref, ref[0]), axes)
+            if shape["yref"] == "paper":
+                shape["y0"], shape["y1"] = (lo + v * (hi - lo) for v in (shape["y0"], shape["y1"]))
+            out.add_shape(shape)
+        for note in layout.get("annotations", ()):
+            note = dict(note)
+            for ref in ("xref", "yref"):
+                note[ref] = _axis_ref(note.get(ref, ref[0]), axes)
+            if note["yref"] == "paper":
+                note["y"] = lo + note.get("y", 0.5) * (hi - lo)
+            out.add_annotation(note)
+        if fig.layout.title.text:
+            out.add_annotation(text=f"<b>{html.escape(fig.layout.title.text)}</b>", xref="paper", yref="paper", x=0,
+                               y=hi, yanchor="bottom", xanchor="left", showarrow=False, font={"size": 14}, yshift=6)
+        axes += count or 1
+        y0 += heights[k - 1] + gap
+    return out
+
+
+def report_parts(results: Sequence[Result], source: str = "--plot") -> list[str | go.Figure]:
+    """What a run's report shows, in order: phase bars, then per strategy its critical-path
+    explanation (HTML text), timeline and utilisation, or why it does not fit."""
     from tiersim.explain import explain
 
-    path = Path(path)
     fitted = [r for r in results if r.fits]
     if not fitted:
-        raise ConfigError(str(path), "--plot", "no strategy fits, so there is nothing to plot")
-    scenario = results[0].config.scenario
-    parts = [f"<h1>{html.escape(title or scenario)}</h1>"]
-    figures: list[tuple[str, go.Figure | None]] = [("", phase_bars(fitted))]
+        raise ConfigError(source, "--plot", "no strategy fits, so there is nothing to plot")
+    parts: list[str | go.Figure] = [phase_bars(fitted)]
     for r in results:
         if not r.fits:
-            note = f"<p><b>{html.escape(r.strategy)}</b>: does not fit ({html.escape(str(r.reason))})</p>"
-            figures.append((note, None))
+            parts.append(f"<p><b>{html.escape(r.strategy)}</b>: does not fit ({html.escape(str(r.reason))})</p>")
             continue
         lines = explain(r).lines()
-        note = f"<h2>{html.escape(r.strategy)}</h2><pre>{html.escape(chr(10).join(lines))}</pre>"
-        figures.append((note, timeline_figure(r)))
-        figures.append(("", utilisation_figure(r)))
-    first = True
-    for note, fig in figures:
-        if note:
-            parts.append(note)
-        if fig is not None:
-            parts.append(fig.to_html(full_html=False, include_plotlyjs=True if first else False))
-            first = False
-    body = "\n".join(parts)
-    page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title or scenario)}</title>"
-            f"</head><body style='font-family: sans-serif'>\n{body}\n</body></html>\n")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(page)
-    except OSError as exc:
-        raise ConfigError(str(path), "--plot", f"cannot write file ({exc.strerror})") from None
-    return path
+        parts.append(f"<h2>{html.escape(r.strategy)}</h2><pre>{html.escape(chr(10).join(lines))}</pre>")
+        parts += [timeline_figure(r), utilisation_figure(r)]
+    return parts
+
+
+def write_report(results: Sequence[Result], path: str | Path, title: str | None = None,
+                 plotlyjs: str = "inline") -> Path:
+    """A run's report, in the format of ``path``'s extension: an HTML page (``plotlyjs``: inline,
+    directory or cdn), or a PNG/SVG/PDF of the same figures stacked (without the text)."""
+    from tiersim.figure_export import STATIC_FORMATS, figure_format, write_html, write_static
+
+    fmt = figure_format(path)
+    parts = report_parts(results, str(path))
+    heading = title or results[0].config.scenario
+    if fmt in STATIC_FORMATS:
+        figures = [p for p in parts if isinstance(p, go.Figure)]
+        return write_static(stack_figures(figures, title=heading), path)
+    return write_html(path, parts, heading, plotlyjs)

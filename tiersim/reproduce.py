@@ -148,16 +148,53 @@ def study_table(df: pd.DataFrame) -> str:
     return format_table(headers, rows)
 
 
-def phase_figure(df: pd.DataFrame, title: str = "Iteration time by phase"):  # -> go.Figure
-    """Stacked forward/backward/step bars, grouped by model, one bar per strategy."""
-    import plotly.graph_objects as go
+MEASURED_COLUMNS = ["model", "strategy", "phase", "seconds"]
+"""Columns of the measured values ``phase_figure`` marks; ``phase`` is forward, backward or
+optimizer_step (one row per model, strategy and phase, seconds per iteration)."""
 
-    data = df[df["fits"]]
-    x = [list(data["model"]), list(data["strategy"])]
-    fig = go.Figure()
-    for label, column in (("forward", "forward_s"), ("backward", "backward_s"), ("optimizer step", "step_s")):
-        fig.add_trace(go.Bar(name=label, x=x, y=list(data[column]),
-                             hovertemplate="%{x}<br>" + label + ": %{y:.3g} s<extra></extra>"))
-    fig.update_layout(barmode="stack", title=title, yaxis_title="seconds per iteration",
-                      xaxis_title="model / strategy", legend_title="phase")
+_PHASE_LABELS = {"forward": "forward", "backward": "backward", "optimizer_step": "optimizer step"}
+
+
+def phase_figure(df: pd.DataFrame, measured: pd.DataFrame | None = None,
+                 title: str = "Iteration time by phase"):  # -> go.Figure
+    """Stacked forward/backward/step bars: one panel per strategy (each with its own seconds
+    axis), one bar per model; with ``measured`` (``MEASURED_COLUMNS``), a hatched ``measured``
+    bar stands beside the predicted (``tiersim``) one of each model and strategy it has values for."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    from tiersim.plots import PHASE_COLOURS
+
+    data = df[df["fits"].astype(bool)]
+    strategies = [s for s in STRATEGY_ORDER if s in set(data["strategy"])]
+    strategies += sorted(set(data["strategy"]) - set(strategies))
+    seen: dict[tuple[str, str, str], float] = {}
+    if measured is not None:
+        missing = [c for c in MEASURED_COLUMNS if c not in measured.columns]
+        if missing:
+            raise ValueError(f"measured values need columns {MEASURED_COLUMNS}; missing {missing}")
+        seen = {(str(r.model), str(r.strategy), str(r.phase)): float(r.seconds) for r in measured.itertuples()}
+    fig = make_subplots(rows=1, cols=max(len(strategies), 1), subplot_titles=strategies, horizontal_spacing=0.06)
+    for col, strategy in enumerate(strategies, start=1):
+        part = data[data["strategy"] == strategy]
+        models = list(part["model"])
+        marked = [m for m in models if all((m, strategy, p) in seen for p in PHASE_COLUMNS)]
+        for phase, column in PHASE_COLUMNS.items():
+            label = _PHASE_LABELS[phase]
+            kinds = [("tiersim", models, list(part[column]))]
+            if marked:
+                kinds.append(("measured", marked, [seen[(m, strategy, phase)] for m in marked]))
+            for kind, names, values in kinds:
+                hatched = kind == "measured"
+                fig.add_trace(go.Bar(
+                    name=f"{label} ({kind})" if seen else label, y=values,
+                    x=[names, [kind] * len(names)] if seen else names,
+                    marker={"color": PHASE_COLOURS[phase], "pattern": {"shape": "/" if hatched else ""}},
+                    legendgroup=f"{phase} {kind}", showlegend=col == 1,
+                    hovertemplate=f"{strategy} %{{x}}<br>{label} ({kind}): %{{y:.3g}} s<extra></extra>",
+                ), row=1, col=col)
+        fig.update_yaxes(title_text="seconds per iteration" if col == 1 else None, row=1, col=col)
+        fig.update_xaxes(title_text="model", tickangle=0, tickfont={"size": 10}, row=1, col=col)
+    fig.update_layout(barmode="stack", title=title, legend_title="phase", height=520,
+                      width=max(700, 420 * len(strategies)))
     return fig

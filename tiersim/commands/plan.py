@@ -7,6 +7,11 @@ scenario's model at fixed width, or ``--scale ladder``: Llama-2-style 7B/13B/20B
 meet ``--max-iteration-time`` (and ``--budget``) ranked by hardware cost. Prices are the
 profiles' ``price_usd`` (edit them; each is cited). Cost per iteration amortises the hardware
 over ``--lifetime-years`` of continuous use. Each row names its binding constraint.
+
+--plot FILE draws the answer (.html, .png, .svg, .pdf by extension): for fastest and cheapest,
+hardware cost against iteration time of every candidate, the Pareto front marked and the binding
+constraint as colour; for largest-model, the memory each tier holds against model size per
+strategy, with each tier's capacity.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import pandas as pd
 
 from tiersim import plan
 from tiersim.errors import ConfigError
+from tiersim.figure_export import add_plot_arguments, check_target, write_figure
 from tiersim.report import format_table
 
 SIZING_COLUMNS = [("rank", "rank"), ("strategy", "strategy"), ("dram_gib_per_socket", "dram_GiB/socket"),
@@ -59,12 +65,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         help="amortisation period for cost per iteration (default %(default)s)")
     parser.add_argument("--top", type=int, default=0, metavar="N", help="table: only the first N rows")
     parser.add_argument("--format", choices=("table", "json"), default="table")
+    add_plot_arguments(parser, "a picture of the answer (see above)")
     parser.set_defaults(func=plan_command)
 
 
 def plan_command(args: argparse.Namespace) -> int:
     """Read the scenario, run the chosen planner, print a ranked table or JSON."""
     scenario = plan.read_scenario(args.scenario, args.overrides)
+    check_target(args.plot)
     if args.objective == "largest-model":
         if args.budget is not None or args.max_iteration_time is not None:
             raise ConfigError("plan", "--budget/--max-iteration-time",
@@ -80,6 +88,8 @@ def plan_command(args: argparse.Namespace) -> int:
             budget=args.budget, max_iteration_time=args.max_iteration_time, lifetime_years=args.lifetime_years)
         columns = SIZING_COLUMNS
     name = str(scenario.data.get("name", scenario.source))
+    if args.plot is not None:
+        write_figure(plan_figure(scenario, frame, args), args.plot, args.plotlyjs)
     if args.format == "json":
         print(json.dumps({"scenario": name, "objective": args.objective, "lifetime_years": args.lifetime_years,
                           "budget_usd": args.budget, "max_iteration_time_s": args.max_iteration_time,
@@ -92,6 +102,19 @@ def plan_command(args: argparse.Namespace) -> int:
     if args.objective != "largest-model" and frame["rank"].isna().all():
         print("no candidate meets the constraints")
     return 0
+
+
+def plan_figure(scenario: plan.Scenario, frame: pd.DataFrame, args: argparse.Namespace):  # -> go.Figure
+    """The picture of a planner answer (``tiersim.plan_plots``)."""
+    from tiersim import plan_plots
+
+    name = str(scenario.data.get("name", scenario.source))
+    if args.objective == "largest-model":
+        memory = plan.memory_by_model_size(scenario, frame, args.scale)
+        return plan_plots.largest_model_figure(memory, frame, f"{name}: memory per tier against model size "
+                                                              f"(--scale {args.scale})")
+    return plan_plots.sizing_figure(frame, f"{name}: {args.objective}, hardware cost against iteration time",
+                                    args.max_iteration_time, args.budget)
 
 
 def _cell(column: str, value: Any) -> str:

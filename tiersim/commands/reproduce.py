@@ -2,8 +2,9 @@
 
 ``seed`` is the seed experiment (scenarios/seed-*.yaml: 20B-70B on 4 GPUs, optimizer state
 offloaded to DRAM, DRAM+CXL or NVMe); ``whatif`` the same study on H100 + Gen5 NVMe + a
-hypothetical faster CXL device (scenarios/whatif-*.yaml). Writes DIR/<study>.html (stacked
-phase bars per model and strategy) and DIR/<study>.csv.
+hypothetical faster CXL device (scenarios/whatif-*.yaml). Writes DIR/<study>.csv and a figure
+(stacked phase bars per model, a panel per strategy): DIR/<study>.html, or --plot FILE in the
+format of its extension (.html, .png, .svg, .pdf).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import math
 from pathlib import Path
 
 from tiersim.errors import ConfigError
+from tiersim.figure_export import add_plot_arguments, check_target, write_figure
 from tiersim.reproduce import STUDIES, phase_figure, run_study, speedup_table, study_scenarios, study_table
 
 
@@ -29,7 +31,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         help="override a field in every scenario, e.g. training.global_batch=128")
     parser.add_argument("--scenarios", type=Path, default=None, metavar="DIR",
                         help="directory holding the study's scenario files (default: the bundled scenarios/)")
-    parser.add_argument("--no-figure", action="store_true", help="do not write the HTML figure")
+    add_plot_arguments(parser, "the phase-bar figure", default="DIR/<study>.html")
+    parser.add_argument("--no-figure", action="store_true", help="do not write the figure")
     parser.set_defaults(func=reproduce_command)
 
 
@@ -47,17 +50,18 @@ def reproduce_command(args: argparse.Namespace) -> int:
     if not paths:
         where = args.scenarios or "scenarios/"
         raise ConfigError(str(where), "--scenarios", f"no {STUDIES[args.study]} scenario files found")
+    figure = None if args.no_figure else (args.plot or args.out / f"{args.study}.html")
+    check_target(figure)
     df = run_study(paths, args.overrides)
     speed = speedup_table(df)
-    if args.out is not None:
-        try:
-            args.out.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ConfigError(str(args.out), "--out", f"cannot create directory ({exc.strerror})") from None
-        df.to_csv(args.out / f"{args.study}.csv", index=False)
-        if not args.no_figure:
-            fig = phase_figure(df, title=f"tiersim reproduce {args.study}: iteration time by phase")
-            fig.write_html(args.out / f"{args.study}.html", include_plotlyjs=True)
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(str(args.out), "--out", f"cannot create directory ({exc.strerror})") from None
+    df.to_csv(args.out / f"{args.study}.csv", index=False)
+    if figure is not None:
+        fig = phase_figure(df, title=f"tiersim reproduce {args.study}: iteration time by phase")
+        write_figure(fig, figure, args.plotlyjs)
     if args.format == "json":
         rows = [{k: _clean(v) for k, v in row.items()} for row in df.to_dict(orient="records")]
         summary = [{k: _clean(v) for k, v in row.items()} for row in speed.to_dict(orient="records")]
@@ -71,6 +75,6 @@ def reproduce_command(args: argparse.Namespace) -> int:
             f"{r.model} {r.cxl_vs_nvme_reduction_pct:.1f}% faster, {r.ordering}"
             for r in speed.itertuples() if r.cxl_vs_nvme_reduction_pct is not None
             and not math.isnan(r.cxl_vs_nvme_reduction_pct)))
-        if args.out is not None and not args.no_figure:
-            print(f"figure: {args.out / (args.study + '.html')}")
+        if figure is not None:
+            print(f"figure: {figure}")
     return 0

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from tiersim.errors import ConfigError
+from tiersim.figure_export import add_plot_arguments, check_target
 from tiersim.report import csv_text, flat_row, results_table
 from tiersim.results import Result
 from tiersim.scenario import load_scenario
@@ -29,15 +30,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         help="write summary, resolved configs and traces to DIR")
     parser.add_argument("--trace-format", choices=("csv", "parquet"), default="csv",
                         help="file format of traces written with --out")
-    parser.add_argument("--plot", type=Path, metavar="OUT.html",
-                        help="write a self-contained HTML report: phase bars, and per fitted strategy its "
-                             "critical path, timeline (Gantt) and utilisation")
+    add_plot_arguments(parser, "a report: phase bars, and per fitted strategy its critical path (HTML only), "
+                               "timeline (Gantt) and utilisation")
     parser.set_defaults(func=run_command)
 
 
 def run_command(args: argparse.Namespace) -> int:
     """Load, simulate each strategy, print in the chosen format, optionally write files."""
     configs = load_scenario(args.scenario, args.overrides, args.strategy)
+    check_target(args.plot)
     scenario = configs[0].scenario
     results = [simulate(config) for config in configs]
     if args.out is not None:
@@ -45,7 +46,7 @@ def run_command(args: argparse.Namespace) -> int:
     if args.plot is not None:
         from tiersim.plots import write_report
 
-        write_report(results, args.plot)
+        write_report(results, args.plot, plotlyjs=args.plotlyjs)
     if args.format == "json":
         print(json.dumps({"scenario": scenario, "results": [r.summary() for r in results]}, indent=2))
     elif args.format == "csv":
