@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import warnings
 from typing import Sequence
 
 from tiersim import __version__
@@ -36,8 +37,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 
+def _warning_line(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                  file: object = None, line: str | None = None) -> None:
+    """Warnings as one line on stderr (no source location)."""
+    print(f"tiersim: warning: {message}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: parse, dispatch, and turn bad input into one line and exit 2."""
+    warnings.showwarning = _warning_line
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -9,6 +9,7 @@ by dotted path before validation; the value is read as YAML (``--set training.gl
 from __future__ import annotations
 
 import copy
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
@@ -110,14 +111,30 @@ def _strategy_entry(entries: list[Any], name: str, source: str, label: str) -> d
     raise ConfigError(source, label, f"strategy {name!r} is not in this scenario (has: {', '.join(map(str, names))})")
 
 
+class NotModeledWarning(UserWarning):
+    """Settings of an input file that tiersim reads past because no mechanism uses them."""
+
+
 def load_scenario(
-    path: str | Path, overrides: Sequence[str] = (), strategies: Sequence[str] = ()
+    path: str | Path, overrides: Sequence[str] = (), strategies: Sequence[str] = (),
+    ds_config: str | Path | None = None,
 ) -> list[RunConfig]:
-    """Read, override and validate a scenario; one ``RunConfig`` per (selected) strategy."""
+    """Read, override and validate a scenario; one ``RunConfig`` per (selected) strategy.
+
+    ``ds_config``: a DeepSpeed JSON whose ZeRO, offload, aio, batch and precision settings
+    replace the scenario's (``--set`` still wins); the keys tiersim does not model are named in
+    one ``NotModeledWarning``."""
     path = Path(path)
     data = read_yaml(path)
     if not isinstance(data, dict):
         raise ConfigError(str(path), "", "a scenario must be a mapping")
+    if ds_config is not None:
+        from tiersim.ingest.ds_config import apply_ds_config, read_ds_config
+
+        data, unmodeled = apply_ds_config(data, read_ds_config(ds_config), str(ds_config))
+        if unmodeled:
+            warnings.warn(NotModeledWarning(f"{ds_config}: not modeled, read past: {', '.join(unmodeled)}"),
+                          stacklevel=2)
     return scenario_from_dict(apply_overrides(data, overrides), str(path), strategies, (path.parent,))
 
 

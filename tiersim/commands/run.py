@@ -25,6 +25,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         help=f"only this strategy (repeatable); default: all in the scenario ({known})")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                         help="override a scenario field by dotted path, e.g. training.global_batch=64")
+    parser.add_argument("--ds-config", type=Path, metavar="ds_config.json",
+                        help="take the ZeRO, offload, aio, batch and precision settings from this DeepSpeed JSON "
+                             "(--set still wins); keys tiersim does not model are named in one warning")
     parser.add_argument("--format", choices=("table", "json", "csv"), default="table")
     parser.add_argument("--out", type=Path, metavar="DIR",
                         help="write summary, resolved configs and traces to DIR")
@@ -37,7 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 def run_command(args: argparse.Namespace) -> int:
     """Load, simulate each strategy, print in the chosen format, optionally write files."""
-    configs = load_scenario(args.scenario, args.overrides, args.strategy)
+    configs = load_scenario(args.scenario, args.overrides, args.strategy, args.ds_config)
     check_target(args.plot)
     scenario = configs[0].scenario
     results = [simulate(config) for config in configs]
