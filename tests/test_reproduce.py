@@ -120,3 +120,22 @@ def test_phase_figure_marks_measured_values_beside_predicted(seed) -> None:
 def test_notebook_executes() -> None:
     outputs = execute_notebook("seed_experiment.ipynb")
     assert any(is_plotly(o) for o in outputs)
+
+
+def test_reproduce_compares_the_measured_70b_runs(tmp_path: Path) -> None:
+    """The node fitted to the study's three 70B logs reproduces every measured phase within 5%
+    (and the iteration, which also holds Megatron's time between DeepSpeed's timers)."""
+    proc = subprocess.run([sys.executable, "-m", "tiersim", "reproduce", "seed", "--format", "json", "--no-figure",
+                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    measured = json.loads(proc.stdout)["measured"]
+    assert {(r["strategy"], r["phase"]) for r in measured} == {
+        (s, p) for s in ("dram", "cxl", "nvme") for p in ("forward", "backward", "optimizer_step", "iteration")}
+    assert all(r["model"] == "70B" and abs(r["error"]) < 0.05 for r in measured), measured
+    table = subprocess.run([sys.executable, "-m", "tiersim", "reproduce", "seed", "--no-figure", "--out", str(tmp_path)],
+                           capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert "measured (steady state" in table.stdout
+    other = subprocess.run([sys.executable, "-m", "tiersim", "reproduce", "seed", "--format", "json", "--no-figure",
+                            "--set", "training.global_batch=8", "--out", str(tmp_path)],
+                           capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert json.loads(other.stdout)["measured"] == []  # measured at global batch 4 only

@@ -8,6 +8,7 @@ bundled study's files (``seed``: ``scenarios/seed-*.yaml``; ``whatif``: ``scenar
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from pathlib import Path
@@ -27,6 +28,9 @@ STUDIES = {
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
 """The repository's ``scenarios/`` directory (editable install / source checkout)."""
+MEASURED_DIR = SCENARIO_DIR / "measured"
+"""Measured runs as ``tiersim import-log --out`` writes them (NAME.yaml, NAME.measured.csv):
+the seed study's own 70B logs (shared/reference/seed-logs/)."""
 
 PHASE_COLUMNS = {"forward": "forward_s", "backward": "backward_s", "optimizer_step": "step_s"}
 STRATEGY_ORDER = ("gpu", "dram", "cxl", "nvme")
@@ -148,6 +152,71 @@ def study_table(df: pd.DataFrame) -> str:
     return format_table(headers, rows)
 
 
+def measured_runs(scenario_paths: Sequence[str | Path], overrides: Sequence[str] = (),
+                  directory: str | Path = MEASURED_DIR) -> pd.DataFrame:
+    """The steady-state phases (and iteration) of the imported runs in ``directory`` that ran a
+    study scenario's model at its global batch (after ``overrides``): columns model, strategy,
+    phase, seconds."""
+    from tiersim.ingest.log_scenario import PHASES
+    from tiersim.profiles import read_yaml
+    from tiersim.schema import build
+    from tiersim.workload import ModelSpec
+
+    def shape(data: object, source: str) -> tuple[ModelSpec, object] | None:
+        if not isinstance(data, dict) or not isinstance(data.get("training"), dict):
+            return None
+        model = build(ModelSpec, {**data["model"], "name": "-"}, source, "model")
+        return model, data["training"].get("global_batch")
+
+    study = {}
+    for path in scenario_paths:
+        config = load_scenario(path, overrides)[0]
+        study[(dataclasses.replace(config.model, name="-"), config.training.global_batch)] = model_label(
+            config.scenario)
+    rows = []
+    for imported in sorted(Path(directory).glob("*.yaml")):
+        data = read_yaml(imported)
+        key = shape(data, str(imported))
+        table = imported.with_suffix(".measured.csv")
+        if key is None or key not in study or not table.is_file():
+            continue
+        assert isinstance(data, dict)
+        entry = data["strategies"][0]
+        strategy = entry if isinstance(entry, str) else entry["name"]
+        measured = pd.read_csv(table)
+        steady = measured[measured["iteration"] == "steady"].set_index("quantity")["seconds"]
+        for phase in (*PHASES, "iteration"):
+            if phase in steady.index:
+                rows.append({"model": study[key], "strategy": strategy, "phase": phase,
+                             "seconds": float(steady[phase])})
+    return pd.DataFrame(rows, columns=MEASURED_COLUMNS)
+
+
+def measured_comparison(df: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
+    """Every measured value beside the prediction of the same model, strategy and phase:
+    columns model, strategy, phase, measured_s, predicted_s, error (predicted / measured - 1)."""
+    columns = {**PHASE_COLUMNS, "iteration": "iteration_s"}
+    predicted = df.set_index(["model", "strategy"])
+    rows = []
+    for r in measured.itertuples():
+        key = (r.model, r.strategy)
+        if key not in predicted.index or not bool(predicted.loc[key, "fits"]):
+            continue
+        value = float(predicted.loc[key, columns[str(r.phase)]])
+        rows.append({"model": r.model, "strategy": r.strategy, "phase": r.phase, "measured_s": r.seconds,
+                     "predicted_s": value, "error": value / r.seconds - 1.0})
+    return pd.DataFrame(rows, columns=["model", "strategy", "phase", "measured_s", "predicted_s", "error"])
+
+
+def comparison_table(comparison: pd.DataFrame) -> str:
+    """The measured-against-predicted comparison as text."""
+    from tiersim.report import format_table
+
+    rows = [[r.model, r.strategy, r.phase, f"{r.measured_s:.3f}", f"{r.predicted_s:.3f}", f"{100 * r.error:+.1f}%"]
+            for r in comparison.itertuples()]
+    return format_table(["model", "strategy", "phase", "measured_s", "predicted_s", "error"], rows)
+
+
 MEASURED_COLUMNS = ["model", "strategy", "phase", "seconds"]
 """Columns of the measured values ``phase_figure`` marks; ``phase`` is forward, backward or
 optimizer_step (one row per model, strategy and phase, seconds per iteration)."""
@@ -173,7 +242,8 @@ def phase_figure(df: pd.DataFrame, measured: pd.DataFrame | None = None,
         missing = [c for c in MEASURED_COLUMNS if c not in measured.columns]
         if missing:
             raise ValueError(f"measured values need columns {MEASURED_COLUMNS}; missing {missing}")
-        seen = {(str(r.model), str(r.strategy), str(r.phase)): float(r.seconds) for r in measured.itertuples()}
+        seen = {(str(r.model), str(r.strategy), str(r.phase)): float(r.seconds) for r in measured.itertuples()
+                if r.phase in PHASE_COLUMNS}
     fig = make_subplots(rows=1, cols=max(len(strategies), 1), subplot_titles=strategies, horizontal_spacing=0.06)
     for col, strategy in enumerate(strategies, start=1):
         part = data[data["strategy"] == strategy]

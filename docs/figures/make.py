@@ -1,22 +1,21 @@
-"""Regenerate the README's pictures: ``python3 docs/figures/make.py [--out DIR] [--seed-logs DIR]``.
+"""Regenerate the README's pictures: ``python3 docs/figures/make.py [--out DIR] [--measured DIR]``.
 
 - ``seed-phases.png``: the seed study's phase bars as ``tiersim reproduce seed`` predicts them,
   with the study's measured 70B phases beside them (hatched): DeepSpeed's rank-0 ``fwd``,
-  ``bwd`` and ``step`` timers in the 70B logs, mean of iterations 3 to N (the study's steady
-  state; the first two are warm-up).
+  ``bwd`` and ``step`` timers of the 70B logs as ``tiersim import-log`` reads them (the bundled
+  ``scenarios/measured/``), mean of iterations 3 to N (the study's steady state).
 - ``timeline-70b-nvme.png``: ``tiersim.timeline_figure`` of ``scenarios/seed-70b.yaml``, strategy
   nvme (one iteration: a row per stream and per tier link).
 - ``plan-cheapest.png``: ``tiersim plan scenarios/llama2-70b-offload.yaml --objective cheapest
   --max-iteration-time 30 --plot FILE``.
 
 Static export needs the figures extra and a Chromium or Chrome (see ``tiersim.figure_export``).
-Exits 2 with one line when the logs or the browser are missing.
+Exits 2 with one line when the measured runs or the browser are missing.
 """
 
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 
@@ -25,36 +24,18 @@ import pandas as pd
 from tiersim.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_LOGS = ROOT.parent / "shared" / "reference" / "seed-logs"
-SEED_70B_LOGS = {"dram": "70B-dram.log", "cxl": "70B-cxl-interleave-12-5.log", "nvme": "70B-nvme.log"}
-"""The study's measured 70B runs (global batch 4), one log per strategy."""
-_TIMERS = re.compile(r"time \(ms\) \| fwd: ([\d.]+) \| bwd: ([\d.]+) \|.*\| step: ([\d.]+)")
 FIGURES = ("seed-phases.png", "timeline-70b-nvme.png", "plan-cheapest.png")
 
 
-def seed_70b_measured(log_dir: Path) -> pd.DataFrame:
-    """The three 70B logs' steady-state phases: columns model, strategy, phase, seconds.
+def seed_measured(directory: Path) -> pd.DataFrame:
+    """The measured runs in ``directory`` that ran a seed scenario (model, strategy, phase, seconds)."""
+    from tiersim.reproduce import measured_runs, study_scenarios
 
-    Only DeepSpeed's rank-0 ``time (ms) | fwd: .. | bwd: .. | .. | step: ..`` lines are read
-    (one per iteration); the figure is the mean of iterations 3 to N, in seconds. Not a log
-    reader: ``tiersim import-log`` (issue 12) is to replace this.
-    """
-    rows = []
-    for strategy, name in SEED_70B_LOGS.items():
-        path = log_dir / name
-        try:
-            text = path.read_text(errors="replace")
-        except OSError as exc:
-            raise ConfigError(str(path), "--seed-logs", f"cannot read the seed log ({exc.strerror})") from None
-        iterations = [tuple(float(v) / 1e3 for v in m.groups()) for m in _TIMERS.finditer(text)]
-        if len(iterations) < 3:
-            raise ConfigError(str(path), "--seed-logs", f"{len(iterations)} DeepSpeed fwd/bwd/step timer lines, "
-                              "need at least 3 (two warm-up iterations, then the steady state)")
-        steady = iterations[2:]
-        for i, phase in enumerate(("forward", "backward", "optimizer_step")):
-            rows.append({"model": "70B", "strategy": strategy, "phase": phase,
-                         "seconds": sum(it[i] for it in steady) / len(steady)})
-    return pd.DataFrame(rows)
+    measured = measured_runs(study_scenarios("seed", ROOT / "scenarios"), (), directory)
+    if measured.empty:
+        raise ConfigError(str(directory), "--measured", "no measured run of a seed scenario (tiersim import-log "
+                          "--out DIR writes them)")
+    return measured
 
 
 def seed_figure(out: Path, measured: pd.DataFrame) -> Path:
@@ -96,13 +77,13 @@ def main(argv: list[str] | None = None) -> int:
     """Write the README's figures into ``--out`` (default: this folder)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent, help="where to write them")
-    parser.add_argument("--seed-logs", type=Path, default=DEFAULT_LOGS,
-                        help=f"the study's 70B logs ({', '.join(SEED_70B_LOGS.values())}); default {DEFAULT_LOGS}")
+    parser.add_argument("--measured", type=Path, default=ROOT / "scenarios" / "measured",
+                        help="measured runs as tiersim import-log --out writes them (default: scenarios/measured)")
     args = parser.parse_args(argv)
     from tiersim.figure_export import check_target
 
     try:
-        measured = seed_70b_measured(args.seed_logs)
+        measured = seed_measured(args.measured)
         check_target(args.out / FIGURES[0])
         for path in (seed_figure(args.out, measured), timeline(args.out), planner(args.out)):
             print(f"wrote {path}")

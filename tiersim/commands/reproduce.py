@@ -16,7 +16,18 @@ from pathlib import Path
 
 from tiersim.errors import ConfigError
 from tiersim.figure_export import add_plot_arguments, check_target, write_figure
-from tiersim.reproduce import STUDIES, phase_figure, run_study, speedup_table, study_scenarios, study_table
+from tiersim.reproduce import (
+    MEASURED_DIR,
+    STUDIES,
+    comparison_table,
+    measured_comparison,
+    measured_runs,
+    phase_figure,
+    run_study,
+    speedup_table,
+    study_scenarios,
+    study_table,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -31,6 +42,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         help="override a field in every scenario, e.g. training.global_batch=128")
     parser.add_argument("--scenarios", type=Path, default=None, metavar="DIR",
                         help="directory holding the study's scenario files (default: the bundled scenarios/)")
+    parser.add_argument("--measured", type=Path, default=MEASURED_DIR, metavar="DIR",
+                        help="measured runs as `tiersim import-log --out DIR` writes them, compared where they "
+                             "ran a study scenario (default: the bundled scenarios/measured/, the study's 70B logs)")
     add_plot_arguments(parser, "the phase-bar figure", default="DIR/<study>.html")
     parser.add_argument("--no-figure", action="store_true", help="do not write the figure")
     parser.set_defaults(func=reproduce_command)
@@ -54,22 +68,30 @@ def reproduce_command(args: argparse.Namespace) -> int:
     check_target(figure)
     df = run_study(paths, args.overrides)
     speed = speedup_table(df)
+    measured = measured_runs(paths, args.overrides, args.measured)
+    comparison = measured_comparison(df, measured)
     try:
         args.out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(str(args.out), "--out", f"cannot create directory ({exc.strerror})") from None
     df.to_csv(args.out / f"{args.study}.csv", index=False)
     if figure is not None:
-        fig = phase_figure(df, title=f"tiersim reproduce {args.study}: iteration time by phase")
+        fig = phase_figure(df, measured if len(measured) else None,
+                           title=f"tiersim reproduce {args.study}: iteration time by phase")
         write_figure(fig, figure, args.plotlyjs)
     if args.format == "json":
         rows = [{k: _clean(v) for k, v in row.items()} for row in df.to_dict(orient="records")]
         summary = [{k: _clean(v) for k, v in row.items()} for row in speed.to_dict(orient="records")]
+        compared = [{k: _clean(v) for k, v in row.items()} for row in comparison.to_dict(orient="records")]
         print(json.dumps({"study": args.study, "scenarios": [str(p) for p in paths], "rows": rows,
-                          "speedup": summary}, indent=2))
+                          "speedup": summary, "measured": compared}, indent=2))
     else:
         print(f"study: {args.study} ({len(paths)} scenarios)")
         print(study_table(df))
+        if len(comparison):
+            print()
+            print(f"measured (steady state, {args.measured}) against predicted:")
+            print(comparison_table(comparison))
         print()
         print("CXL vs NVMe per model: " + "; ".join(
             f"{r.model} {r.cxl_vs_nvme_reduction_pct:.1f}% faster, {r.ordering}"
