@@ -70,6 +70,22 @@ def test_iteration_timers_and_steady_state() -> None:
     assert set(table["iteration"]) == {1, 2, 3, 4, 5, "steady"}
 
 
+def test_memory_in_the_measured_table() -> None:
+    """Per iteration the peak of the engine's reports; host memory less the pre-launch use."""
+    log = read_log(DRAM)
+    peaks = [max(m.host_used for m in log.memory if m.iteration == i and m.label.startswith("Engine "))
+             for i in (2, 3, 4)]
+    steady = steady_state(log)
+    assert steady["memory:host_used"] == pytest.approx(sum(peaks) / 3 - 35.31 * GIB, rel=1e-12)
+    assert steady["memory:gpu_max_allocated"] == pytest.approx(40.65 * GIB)
+    assert steady["memory:gpu_reserved"] == pytest.approx(45.94 * GIB)
+    nvme = steady_state(read_log(NVME))
+    assert nvme["memory:gpu_max_allocated"] == pytest.approx(40.86 * GIB)
+    assert 210 * GIB < nvme["memory:host_used"] < 225 * GIB
+    table = measured_table(log)
+    assert set(table["unit"]) == {"s", "B"}
+
+
 def test_memory_reports() -> None:
     log = read_log(DRAM)
     first = log.memory[0]
@@ -120,7 +136,7 @@ def test_import_log_json_and_table() -> None:
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert [Path(d["log"]).name for d in data] == ["70B-dram.log", "70B-nvme.log"]
-    steady = {r["quantity"]: r["seconds"] for r in data[1]["measured"] if r["iteration"] == "steady"}
+    steady = {r["quantity"]: r["value"] for r in data[1]["measured"] if r["iteration"] == "steady"}
     assert steady["optimizer_step"] == pytest.approx((70.71283 + 70.79881 + 70.71908) / 3)
     table = tiersim("import-log", str(NVME))
     assert table.returncode == 0 and "steady" in table.stdout and "optimizer_swap_in_state" in table.stdout
@@ -246,4 +262,4 @@ def test_measured_tables_bundled_for_reproduce_are_import_log_output() -> None:
         bundled = pd.read_csv(ROOT / "scenarios" / "measured" / f"{log.stem}.measured.csv")
         fresh = measured_table(read_log(log))
         assert list(bundled["quantity"]) == list(fresh["quantity"])
-        assert list(bundled["seconds"]) == pytest.approx(list(fresh["seconds"]), rel=1e-12)
+        assert list(bundled["value"]) == pytest.approx(list(fresh["value"]), rel=1e-12)

@@ -36,7 +36,7 @@ PHASE_COLUMNS = {"forward": "forward_s", "backward": "backward_s", "optimizer_st
 STRATEGY_ORDER = ("gpu", "dram", "cxl", "nvme")
 COLUMNS = ["scenario", "model", "params_b", "strategy", "global_batch", "fits", "reason", "forward_s",
            "backward_s", "step_s", "iteration_s", "step_cpu_utilisation", "bottleneck", "peak_dram_gb",
-           "peak_cxl_gb", "peak_nvme_gb"]
+           "peak_cxl_gb", "peak_nvme_gb", "reserved_hbm_gb", "reserved_dram_gb", "reserved_cxl_gb"]
 
 
 def _size_key(path: Path) -> tuple[float, str]:
@@ -92,6 +92,7 @@ def run_study(scenario_paths: Sequence[str | Path], overrides: Sequence[str] = (
                 "peak_dram_gb": result.peak_bytes["dram"] / 1e9,
                 "peak_cxl_gb": result.peak_bytes["cxl"] / 1e9,
                 "peak_nvme_gb": result.peak_bytes["nvme"] / 1e9,
+                **{f"reserved_{tier}_gb": result.reserved_bytes[tier] / 1e9 for tier in ("hbm", "dram", "cxl")},
             })
     return pd.DataFrame(rows, columns=COLUMNS)
 
@@ -184,7 +185,7 @@ def measured_runs(scenario_paths: Sequence[str | Path], overrides: Sequence[str]
         entry = data["strategies"][0]
         strategy = entry if isinstance(entry, str) else entry["name"]
         measured = pd.read_csv(table)
-        steady = measured[measured["iteration"] == "steady"].set_index("quantity")["seconds"]
+        steady = measured[measured["iteration"] == "steady"].set_index("quantity")["value"]
         for phase in (*PHASES, "iteration"):
             if phase in steady.index:
                 rows.append({"model": study[key], "strategy": strategy, "phase": phase,

@@ -59,6 +59,7 @@ def import_log_command(args: argparse.Namespace) -> int:
         print(f"log: {log.path}")
         print(_summary(scenario))
         print(_phase_table(table))
+        print(_memory_line(table))
         print()
     return 0
 
@@ -78,11 +79,24 @@ def _phase_table(table: "object") -> str:
     import pandas as pd
 
     assert isinstance(table, pd.DataFrame)
-    wide = table.pivot_table(index="iteration", columns="quantity", values="seconds", aggfunc="first", sort=False)
+    times = table[table["unit"] == "s"]
+    wide = times.pivot_table(index="iteration", columns="quantity", values="value", aggfunc="first", sort=False)
     columns = ["iteration", *PHASES, *[c for c in wide.columns if c not in ("iteration", *PHASES)]]
     rows = [[str(index), *[_seconds(wide.loc[index].get(c)) for c in columns]] for index in wide.index]
     return format_table(["iter", *[c.removeprefix("ds:") + ("_s" if c in ("iteration", *PHASES) else "")
                                    for c in columns]], rows)
+
+
+def _memory_line(table: "object") -> str:
+    """The steady state's memory peaks in GiB (DeepSpeed prints GiB, labelled GB)."""
+    import pandas as pd
+
+    assert isinstance(table, pd.DataFrame)
+    steady = table[(table["iteration"] == "steady") & (table["unit"] == "B")]
+    if steady.empty:
+        return "memory: no see_memory_usage reports"
+    return "memory (steady, GiB): " + ", ".join(f"{q.removeprefix('memory:')} {v / 2**30:.2f}"
+                                               for q, v in zip(steady["quantity"], steady["value"]))
 
 
 def _seconds(value: object) -> str:

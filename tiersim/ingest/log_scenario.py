@@ -150,30 +150,49 @@ def _integer(values: dict[str, Any], key: str, source: str, default: int | None 
 
 
 def measured_table(log: TrainingLog) -> pd.DataFrame:
-    """Every iteration's phases and timers (s), then ``steady``: the mean of iterations 3..N.
+    """Every iteration's measured quantities, then ``steady``: their mean over iterations 3..N.
 
-    Columns: iteration (1-based, or "steady"), quantity (``iteration``, ``forward``,
-    ``backward``, ``optimizer_step``, or ``ds:NAME`` for DeepSpeed's timer NAME), seconds."""
-    rows: list[dict[str, Any]] = []
-    for number, timers in enumerate(log.iterations, 1):
-        for quantity, seconds in _quantities(timers).items():
-            rows.append({"iteration": number, "quantity": quantity, "seconds": seconds})
-    steady = log.iterations[WARMUP_ITERATIONS:]
+    Columns: iteration (1-based, or "steady"), quantity, value, unit. Times (unit ``s``):
+    ``iteration``, ``forward``, ``backward``, ``optimizer_step``, and ``ds:NAME`` for DeepSpeed's
+    timer NAME. Memory (unit ``B``, from the iteration's ``see_memory_usage`` reports):
+    ``memory:host_used`` (node-wide host memory in use at its highest, less what was in use
+    before the model was built), ``memory:gpu_max_allocated`` (rank 0's ``Max_MA``),
+    ``memory:gpu_reserved`` (its highest ``CA``) and ``memory:gpu_max_reserved`` (``Max_CA``,
+    which DeepSpeed rounds to whole GiB)."""
+    per_iteration = [{**{q: (v, "s") for q, v in _quantities(timers).items()}, **_memory(log, number)}
+                     for number, timers in enumerate(log.iterations, 1)]
+    rows: list[dict[str, Any]] = [{"iteration": number, "quantity": q, "value": v, "unit": unit}
+                                  for number, values in enumerate(per_iteration, 1) for q, (v, unit) in values.items()]
+    steady = per_iteration[WARMUP_ITERATIONS:]
     if not steady:
         raise ConfigError(log.path, "iterations", f"missing: the steady state needs more than {WARMUP_ITERATIONS} "
                           f"iterations, the log has {len(log.iterations)}")
-    names = [q for q in _quantities(steady[0]) if all(q in _quantities(t) for t in steady)]
-    for quantity in names:
-        values = [_quantities(t)[quantity] for t in steady]
-        rows.append({"iteration": "steady", "quantity": quantity, "seconds": sum(values) / len(values)})
-    return pd.DataFrame(rows, columns=["iteration", "quantity", "seconds"])
+    for quantity, (_value, unit) in steady[0].items():
+        if all(quantity in values for values in steady):
+            mean = sum(values[quantity][0] for values in steady) / len(steady)
+            rows.append({"iteration": "steady", "quantity": quantity, "value": mean, "unit": unit})
+    return pd.DataFrame(rows, columns=["iteration", "quantity", "value", "unit"])
 
 
 def steady_state(log: TrainingLog) -> dict[str, float]:
-    """quantity -> mean seconds over iterations 3..N."""
+    """quantity -> its mean over iterations 3..N (seconds, or bytes for ``memory:*``)."""
     table = measured_table(log)
     steady = table[table["iteration"] == "steady"]
-    return dict(zip(steady["quantity"], steady["seconds"].astype(float)))
+    return dict(zip(steady["quantity"], steady["value"].astype(float)))
+
+
+def _memory(log: TrainingLog, number: int) -> dict[str, tuple[float, str]]:
+    """The engine's memory reports of iteration ``number`` (1-based), reduced to its peaks."""
+    reports = [m for m in log.memory if m.iteration == number - 1 and m.label.startswith("Engine ")]
+    if not reports or not log.memory:
+        return {}
+    baseline = log.memory[0].host_used
+    return {
+        "memory:host_used": (max(m.host_used for m in reports) - baseline, "B"),
+        "memory:gpu_max_allocated": (max(m.max_allocated for m in reports), "B"),
+        "memory:gpu_reserved": (max(m.reserved for m in reports), "B"),
+        "memory:gpu_max_reserved": (max(m.max_reserved for m in reports), "B"),
+    }
 
 
 def _quantities(timers: dict[str, float]) -> dict[str, float]:
