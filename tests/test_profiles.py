@@ -97,7 +97,7 @@ def test_gpu_values_in_base_units() -> None:
     assert a100.host_link == "pcie-gen4-x16"
     assert a100.nvlink_bandwidth == pytest.approx(300e9)
     assert h200.nvlink_bandwidth == pytest.approx(450e9)
-    assert h100.reserved_memory == 3 * 2**30
+    assert h100.reserved_memory == 1.5 * 2**30
 
 
 def test_link_values() -> None:

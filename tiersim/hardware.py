@@ -29,6 +29,10 @@ from tiersim.profiles import (
 from tiersim.schema import integer, size
 
 TIERS = ("hbm", "dram", "cxl", "nvme")
+HEADROOM = {"hbm": 0.0, "dram": 0.02, "cxl": 0.0, "nvme": 0.0}
+"""Fraction of each tier's capacity a run may not take: 2% of host DRAM for the OS and other
+processes (the seed node used 1.75% of its DDR before the run started); the GPU's own overhead
+(CUDA context, allocator) is part of a run's reserved bytes, not of the headroom."""
 
 
 @dataclass(frozen=True)
@@ -136,10 +140,14 @@ class Hardware:
         """NVMe drives' worth of device time one rank gets (the pool is shared by all ranks)."""
         return self.nvme_count / self.gpus
 
+    def usable(self, tier: str) -> int:
+        """Bytes of a tier a run may hold: its capacity less the tier's ``HEADROOM``."""
+        return int(self.capacity(tier) * (1.0 - HEADROOM[tier]))
+
     def capacity(self, tier: str) -> int:
-        """Usable bytes of a tier: per GPU for ``hbm``, whole node for host tiers (0 if absent)."""
+        """Bytes of a tier: per GPU for ``hbm``, whole node for host tiers (0 if absent)."""
         if tier == "hbm":
-            return self.gpu.hbm_capacity - self.gpu.reserved_memory if self.gpu else 0
+            return self.gpu.hbm_capacity if self.gpu else 0
         if tier == "dram":
             return self.dram_capacity_per_socket * self.sockets
         if tier == "cxl":

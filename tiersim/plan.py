@@ -486,7 +486,7 @@ def memory_by_model_size(scenario: Scenario, frame: pd.DataFrame, scale: str = "
         for fields in shapes:
             result = _simulate_model(scenario, str(strategy), fields)
             for tier in TIERS:
-                need, capacity = result.peak_bytes.get(tier, 0), result.capacity_bytes.get(tier, 0)
+                need, capacity = result.reserved_bytes.get(tier, 0), result.capacity_bytes.get(tier, 0)
                 if need > 0 and capacity > 0:
                     rows.append({"strategy": strategy, "layers": result.config.model.layers,
                                  "params_b": parameter_count(result.config.model) / 1e9, "fits": result.fits,

@@ -54,7 +54,7 @@ class GPUProfile(_ProfileBase):
     compute_efficiency: float = number(gt=0, le=1, doc="achieved / peak for large GEMMs")
     memory_efficiency: float = number(gt=0, le=1, doc="achieved / peak HBM bandwidth")
     nvlink_bandwidth: float = rate(doc="per GPU, per direction, for reduce-scatter/all-gather")
-    reserved_memory: int = size(doc="CUDA context, allocator slack and workspace, unusable")
+    reserved_memory: int = size(doc="held outside the caching allocator: CUDA context, NCCL buffers, libraries")
     host_link: str = ""
 
 

@@ -30,7 +30,8 @@ def gigabytes(num_bytes: int) -> str:
 
 
 def results_table(results: Sequence[Result]) -> str:
-    """One row per strategy: times (s), peak GB per tier, and the bottleneck or why it does not fit."""
+    """One row per strategy: times (s), GB each tier holds (reserved: what decides the fit), and
+    the bottleneck or why it does not fit."""
     headers = ["strategy", "fits", "iteration_s", "forward_s", "backward_s", "step_s", "exposed_s",
                *[f"{tier}_GB" for tier in TIERS], "bottleneck / reason"]
     rows = []
@@ -38,7 +39,7 @@ def results_table(results: Sequence[Result]) -> str:
         phases = r.phases or {}
         rows.append([r.strategy, "yes" if r.fits else "NO", seconds(r.iteration_time_s),
                      *[seconds(phases.get(p)) for p in PHASES], seconds(r.exposed_transfer_s),
-                     *[gigabytes(r.peak_bytes[t]) for t in TIERS], r.bottleneck() if r.fits else r.reason])
+                     *[gigabytes(r.reserved_bytes[t]) for t in TIERS], r.bottleneck() if r.fits else r.reason])
     return format_table(headers, rows)
 
 
@@ -53,6 +54,7 @@ def flat_row(scenario: str, result: Result) -> dict[str, Any]:
         **{f"{p}_s": phases.get(p) for p in PHASES},
         "exposed_transfer_s": result.exposed_transfer_s,
         **{f"peak_{t}_bytes": result.peak_bytes[t] for t in TIERS},
+        **{f"reserved_{t}_bytes": result.reserved_bytes[t] for t in TIERS},
         **{f"capacity_{t}_bytes": result.capacity_bytes[t] for t in TIERS},
         "bottleneck": result.bottleneck() if result.fits else None,
         "reason": result.reason,

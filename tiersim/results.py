@@ -18,6 +18,7 @@ import pandas as pd
 from tiersim.engine import TaskGraph
 from tiersim.engine.runner import EngineRun, TaskRecord
 from tiersim.scenario import RunConfig
+from tiersim.strategies.estimator import zero3_estimate
 
 PHASES = ("forward", "backward", "optimizer_step")
 COMPUTE_CATEGORIES = ("compute", "adam")
@@ -36,7 +37,7 @@ class Result:
     exposed_transfer_s: float | None
     peak_bytes: dict[str, int]
     capacity_bytes: dict[str, int]
-    placement_items: list[tuple[str, str, int]]
+    placement_items: list[tuple[str, str, int, int]]
     events: int
     run: EngineRun | None = field(default=None, repr=False)
     graph: TaskGraph | None = field(default=None, repr=False)
@@ -48,8 +49,18 @@ class Result:
 
     @cached_property
     def placement(self) -> pd.DataFrame:
-        """Bytes of each tensor group on each tier (hbm per GPU, host tiers per node)."""
-        return pd.DataFrame(self.placement_items, columns=["tier", "what", "bytes"])
+        """Bytes of each tensor group on each tier (hbm per GPU, host tiers per node): allocated
+        (``bytes``) and held by the process (``reserved_bytes``)."""
+        return pd.DataFrame(self.placement_items, columns=["tier", "what", "bytes", "reserved_bytes"])
+
+    @cached_property
+    def reserved_bytes(self) -> dict[str, int]:
+        """Bytes each tier holds for this run (allocator rounding and caching, retained
+        temporaries, runtime, the CUDA context): what decides whether it fits."""
+        sums = {tier: 0 for tier in self.peak_bytes}
+        for tier, _what, _allocated, held in self.placement_items:
+            sums[tier] += held
+        return sums
 
     @cached_property
     def trace(self) -> pd.DataFrame:
@@ -87,7 +98,9 @@ class Result:
             "phases": None if self.phases is None else {f"{phase}_s": self.phases[phase] for phase in PHASES},
             "exposed_transfer_s": self.exposed_transfer_s,
             "peak_bytes": dict(self.peak_bytes),
+            "reserved_bytes": dict(self.reserved_bytes),
             "capacity_bytes": dict(self.capacity_bytes),
+            "deepspeed_estimate": zero3_estimate(self.config.model, self.config.hardware.gpus, self.strategy),
         }
         if not self.fits:
             out["reason"] = self.reason

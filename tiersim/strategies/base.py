@@ -19,6 +19,7 @@ from tiersim.engine import Task, TaskGraph
 from tiersim.engine.graph import Usage
 from tiersim.hardware import TIERS, Hardware
 from tiersim.profiles import GPUProfile
+from tiersim.strategies import footprint
 from tiersim.strategies.memory import HostMemory
 from tiersim.workload import LayerWork, SubGroup, TrainingStep
 
@@ -28,6 +29,8 @@ ADAM_READ_BYTES = 16
 """Adam reads fp32 param, grad, exp_avg, exp_avg_sq per element (bytes)."""
 ADAM_WRITE_BYTES = 12
 """Adam writes fp32 param, exp_avg, exp_avg_sq per element (bytes)."""
+ADAM_STATE_BYTES = 8
+"""Adam's fp32 exp_avg and exp_avg_sq per element (bytes)."""
 
 
 class TaskKind(NamedTuple):
@@ -86,20 +89,30 @@ class NoOptions:
 
 @dataclass
 class Placement:
-    """Bytes of each named tensor group on each tier (hbm per GPU; host tiers whole node)."""
+    """Bytes of each named tensor group on each tier (hbm per GPU; host tiers whole node): the
+    bytes its tensors take (allocated) and the bytes the process holds for them (reserved:
+    allocator rounding and caching, retained temporaries, runtime; see ``footprint``)."""
 
-    items: list[tuple[str, str, int]] = field(default_factory=list)
+    items: list[tuple[str, str, int, int]] = field(default_factory=list)
 
-    def put(self, tier: str, what: str, num_bytes: int) -> None:
-        """Place ``num_bytes`` of ``what`` on ``tier``."""
-        if num_bytes:
-            self.items.append((tier, what, int(num_bytes)))
+    def put(self, tier: str, what: str, allocated: int, reserved: int | None = None) -> None:
+        """Place ``what`` on ``tier``: ``allocated`` bytes, holding ``reserved`` (default the same)."""
+        held = allocated if reserved is None else reserved
+        if allocated or held:
+            self.items.append((tier, what, int(allocated), int(held)))
 
     def totals(self) -> dict[str, int]:
-        """Peak bytes per tier (every tier listed, 0 when unused)."""
+        """Peak allocated bytes per tier (every tier listed, 0 when unused)."""
         sums = {tier: 0 for tier in TIERS}
-        for tier, _what, num_bytes in self.items:
-            sums[tier] += num_bytes
+        for tier, _what, allocated, _reserved in self.items:
+            sums[tier] += allocated
+        return sums
+
+    def reserved(self) -> dict[str, int]:
+        """Bytes held per tier (every tier listed): what decides whether a run fits."""
+        sums = {tier: 0 for tier in TIERS}
+        for tier, _what, _allocated, held in self.items:
+            sums[tier] += held
         return sums
 
 
@@ -218,16 +231,21 @@ class Strategy(ABC):
         """Why this strategy cannot run on ``hw`` at all (missing device), or None."""
         return None
 
+    def gradient_conversion_bytes(self, step: TrainingStep) -> int:
+        """Peak bytes of fp32 gradient partitions this strategy converts on the GPU in backward."""
+        return 0
+
     def plan(self, step: TrainingStep, hw: Hardware) -> Plan:
         """Place tensors, check capacity and, when everything fits, build the task graph."""
         placement = Placement()
-        place_gpu_common(step, placement, self.grads_on_gpu)
         missing = self.check(hw)
+        if hw.gpu is not None:
+            place_gpu_common(step, placement, hw.gpu, self.grads_on_gpu, self.gradient_conversion_bytes(step))
         if missing:
             return Plan(placement, False, missing, None)
         self.place(step, hw, placement)
-        for tier, need in placement.totals().items():
-            have = hw.capacity(tier)
+        for tier, need in placement.reserved().items():
+            have = hw.usable(tier)
             if need > have:
                 where = "per GPU" if tier == "hbm" else "on the node"
                 reason = f"{tier} needs {need / 1e9:.1f} GB {where} but has {have / 1e9:.1f} GB"
@@ -288,17 +306,42 @@ class Strategy(ABC):
             blocking = self.offload_gradients(b, micro, i, layer, rs or computed[-1])
 
 
-def place_gpu_common(step: TrainingStep, placement: Placement, grads_on_gpu: bool) -> None:
-    """What every strategy keeps in HBM: 16-bit params (and grads), gathered layers, activations."""
+def place_gpu_common(step: TrainingStep, placement: Placement, gpu: GPUProfile, grads_on_gpu: bool,
+                     gradient_conversion: int) -> None:
+    """What every strategy keeps in HBM (per GPU): the 16-bit parameter partition (and gradients),
+    ZeRO-3's contiguous reduce bucket, and at the backward peak the gathered layers, activations,
+    the largest tensor's gradient before it moves into the bucket and ``gradient_conversion``
+    bytes of fp32 gradient partitions on their way off the GPU. The caching allocator reserves
+    ``ALLOCATOR_RESERVE`` per transient byte; the CUDA context and libraries add
+    ``gpu.reserved_memory`` beside it."""
     placement.put("hbm", "bf16 parameters (partition)", step.lp_param_bytes_on_gpu())
     if grads_on_gpu:
         placement.put("hbm", "bf16 gradients (partition)", step.lp_grad_bytes_on_gpu())
+    placement.put("hbm", "reduce bucket", step.training.reduce_bucket_size * step.lp_bytes)
+    transient = {
+        "activations": step.activation_peak_bytes(),
+        "gradient of the largest tensor": max(max(layer.tensors) for layer in step.layers) * step.lp_bytes,
+        "fp32 gradient partitions (on their way to the host)": gradient_conversion,
+    }
     if step.training.zero_stage >= 3 and step.training.data_parallel > 1:
         largest = max(layer.params for layer in step.layers)
-        placement.put("hbm", "gathered layers (current + prefetch)", 2 * largest * step.lp_bytes)
-    bucket = min(step.training.reduce_bucket_size, max(layer.params for layer in step.layers))
-    placement.put("hbm", "reduce bucket", bucket * step.lp_bytes)
-    placement.put("hbm", "activations", step.activation_peak_bytes())
+        transient["gathered layers (current + prefetch)"] = 2 * largest * step.lp_bytes
+    for what, num_bytes in transient.items():
+        placement.put("hbm", what, num_bytes)
+    reserve = round(footprint.ALLOCATOR_RESERVE * sum(transient.values())) - sum(transient.values())
+    placement.put("hbm", "caching-allocator reserve (freed blocks kept)", 0, reserve)
+    placement.put("hbm", "CUDA context and libraries", 0, gpu.reserved_memory)
+
+
+def place_host_runtime(step: TrainingStep, placement: Placement) -> None:
+    """Each rank's process's own host memory (runtime, not tensors), in DRAM."""
+    placement.put("dram", "process runtime (per rank)", 0, footprint.PROCESS_HOST_BYTES * step.training.data_parallel)
+
+
+def largest_partition(step: TrainingStep) -> int:
+    """Elements of the largest tensor partition one rank owns (ZeRO-3 partitions each tensor)."""
+    dp = step.training.data_parallel
+    return max(math.ceil(numel / dp) for layer in step.layers for numel in layer.tensors)
 
 
 def pcie_kind(b: StepBuilder, direction: str, phase: str, memory: HostMemory, rate_cap: float = math.inf) -> TaskKind:

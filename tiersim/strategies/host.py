@@ -21,7 +21,9 @@ from dataclasses import dataclass
 
 from tiersim.hardware import Hardware
 from tiersim.schema import number
+from tiersim.strategies import footprint
 from tiersim.strategies.base import (
+    ADAM_STATE_BYTES,
     FP32_BYTES,
     Placement,
     StepBuilder,
@@ -30,9 +32,11 @@ from tiersim.strategies.base import (
     fp32_gradients_d2h,
     gradients_to_host,
     host_copy_kind,
+    largest_partition,
     params_to_gpu,
     partition,
 )
+from tiersim.strategies.footprint import pinned
 from tiersim.strategies.memory import HostMemory
 from tiersim.workload import LayerWork, TrainingStep
 
@@ -53,17 +57,36 @@ class HostOffload(Strategy):
         return HostMemory.dram_only()
 
     def place(self, step: TrainingStep, hw: Hardware, placement: Placement) -> None:
+        """DeepSpeed ZeRO-3 with ``offload_optimizer: cpu``, per rank: the fp32 partition and Adam's
+        moments (pageable); the fp32 gradient of each sub-group, the partition in
+        ``grad_accum_dtype`` and the fp32 staging buffer of ``partition_grads`` (pinned); the
+        16-bit temporary of the step's H2D copy; the first step's retained fp32 temporary; the
+        process's own memory. Every allocation lands where the memory policy puts it."""
         memory = self.memory(hw)
         ranks = step.training.data_parallel
+        pin = pinned if hw.pinned else int
+        rank = step.rank_params
         largest = max(group.numel for group in step.subgroups)
-        host = {
-            "fp32 params + Adam m, v": step.optimizer_state_bytes() * ranks,
-            "fp32 gradients": step.fp32_grad_bytes() * ranks,
-            "bf16 staging for H2D": largest * step.lp_bytes * ranks,
-        }
-        for what, num_bytes in host.items():
-            for tier, part in memory.split(num_bytes).items():
-                placement.put(tier, what, part)
+        host = [
+            ("fp32 params", FP32_BYTES * rank, None),
+            ("Adam m, v", ADAM_STATE_BYTES * rank, None),
+            ("fp32 gradients (per sub-group)", FP32_BYTES * rank,
+             sum(pin(FP32_BYTES * g.numel) for g in step.subgroups)),
+            ("gradient partitions (grad_accum_dtype)", step.grad_accum_bytes * rank, pin(step.grad_accum_bytes * rank)),
+            ("fp32 gradient staging", FP32_BYTES * largest_partition(step), pin(FP32_BYTES * largest_partition(step))),
+            ("16-bit temporary of the H2D copy", step.lp_bytes * largest, None),
+            ("retained after the first step", 0, footprint.FIRST_STEP_RETAINED_BYTES * rank),
+            ("process runtime", 0, footprint.PROCESS_HOST_BYTES),
+        ]
+        for what, allocated, held in host:
+            reserved = allocated if held is None else held
+            split, split_held = memory.split(allocated * ranks), memory.split(reserved * ranks)
+            for tier in split:
+                placement.put(tier, what, split[tier], split_held[tier])
+
+    def gradient_conversion_bytes(self, step: TrainingStep) -> int:
+        """``partition_grads`` converts one tensor's partition to fp32 at a time."""
+        return FP32_BYTES * largest_partition(step)
 
     def offload_gradients(self, b: StepBuilder, micro: int, index: int, layer: LayerWork, ready: str) -> str | None:
         memory = self.memory(b.hw)

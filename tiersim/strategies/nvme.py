@@ -9,7 +9,10 @@ background (``swap_out_gradients``); the step's first swap-in waits for those wr
 
 from __future__ import annotations
 
+import math
+
 from tiersim.hardware import Hardware
+from tiersim.strategies import footprint
 from tiersim.strategies.base import (
     FP32_BYTES,
     Placement,
@@ -19,9 +22,11 @@ from tiersim.strategies.base import (
     adam_kind,
     fp32_gradients_d2h,
     gradients_to_host,
+    largest_partition,
     params_to_gpu,
     partition,
 )
+from tiersim.strategies.footprint import pinned
 from tiersim.strategies.memory import HostMemory
 from tiersim.strategies.swap import TENSORS_SWAPPED_IN, TENSORS_SWAPPED_OUT, SwapOptions, device_cost, stream_rate
 from tiersim.workload import LayerWork, TrainingStep
@@ -38,14 +43,31 @@ class NVMeSwap(Strategy):
         return None if hw.nvme is not None else "no NVMe drives in hardware.nvme"
 
     def place(self, step: TrainingStep, hw: Hardware, placement: Placement) -> None:
+        """ZeRO-Infinity, per rank: fp32 params, Adam's moments and fp32 gradients in swap files
+        on NVMe; in DRAM the swapper's ``buffer_count`` pinned buffers of the largest sub-group,
+        ZeRO-3's pinned gradient partition and staging buffer, the fp32 gradient buffer of the
+        swapped sub-groups, the 16-bit temporary of the step's H2D copy, the process's own memory."""
         ranks = step.training.data_parallel
+        pin = pinned if hw.pinned else int
+        rank = step.rank_params
         largest = max(group.numel for group in step.subgroups)
         placement.put("nvme", "fp32 params + Adam m, v", step.optimizer_state_bytes() * ranks)
         placement.put("nvme", "fp32 gradients", step.fp32_grad_bytes() * ranks)
-        buffers = self.options.buffer_count * largest * FP32_BYTES * ranks
-        placement.put("dram", "pinned swap buffers", buffers)
-        placement.put("dram", "bf16 staging for H2D", largest * step.lp_bytes * ranks)
-        placement.put("dram", "pinned fp32 gradient buffer", step.fp32_grad_bytes() * ranks)
+        buffer = FP32_BYTES * _aligned(largest, self.options.thread_count)
+        host = [
+            ("pinned swap buffers", self.options.buffer_count * buffer, self.options.buffer_count * pin(buffer)),
+            ("gradient partitions (grad_accum_dtype)", step.grad_accum_bytes * rank, pin(step.grad_accum_bytes * rank)),
+            ("fp32 gradient staging", FP32_BYTES * largest_partition(step), pin(FP32_BYTES * largest_partition(step))),
+            ("fp32 gradient buffer of swapped sub-groups", FP32_BYTES * largest, FP32_BYTES * largest),
+            ("16-bit temporary of the H2D copy", step.lp_bytes * largest, step.lp_bytes * largest),
+            ("process runtime", 0, footprint.PROCESS_HOST_BYTES),
+        ]
+        for what, allocated, held in host:
+            placement.put("dram", what, allocated * ranks, held * ranks)
+
+    def gradient_conversion_bytes(self, step: TrainingStep) -> int:
+        """The swappable path keeps every fp32 partition of a bucket until it swaps them out."""
+        return FP32_BYTES * math.ceil(step.training.reduce_bucket_size / step.training.data_parallel)
 
     def _io_kind(self, b: StepBuilder, stream: str, phase: str, write: bool) -> TaskKind:
         """aio reads or writes (units: bytes) between pinned DRAM buffers and NVMe (made once
@@ -108,3 +130,13 @@ class NVMeSwap(Strategy):
             adam_done = b.add(adam.task(f"step.{i}.adam", group.numel, tuple(adam_deps)))
             updated.append(params_to_gpu(b, dram, group, adam_done))
             writes.append(b.add(swap_out.task(f"step.{i}.swap_out", TENSORS_SWAPPED_OUT * fp32, (updated[i],))))
+
+
+AIO_ALIGNED_BYTES = 1024
+"""Bytes per aio thread a swapped tensor's length is aligned to (DeepSpeed ``AIO_ALIGNED_BYTES``)."""
+
+
+def _aligned(numel: int, threads: int) -> int:
+    """fp32 ``numel`` rounded up to the swapper's alignment (``numel_alignment``, elements)."""
+    alignment = AIO_ALIGNED_BYTES * threads // FP32_BYTES
+    return -(-numel // alignment) * alignment

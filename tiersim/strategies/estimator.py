@@ -1,0 +1,50 @@
+"""DeepSpeed's own memory estimate for ZeRO-3, by its formula, for comparison with tiersim's.
+
+``deepspeed.runtime.zero.stage3.estimate_zero3_model_states_mem_needs_all_cold(total_params,
+largest_layer_params, num_gpus_per_node, num_nodes, additional_buffer_factor=1.5)`` prints, per
+option, ``estimate_zero3_model_states_mem_needs``: with the optimizer offloaded to the CPU and
+the parameters on the GPU (``zero_init``, as Megatron-DeepSpeed builds the model), host memory
+``total_params * 16 * additional_buffer_factor / num_nodes`` and GPU memory
+``4 * largest_layer_params + 2 * total_params / total_gpus``; with nothing offloaded, host
+``largest_layer_params * 4 * num_gpus_per_node * factor`` and GPU
+``4 * largest_layer_params + 18 * total_params / total_gpus`` (DeepSpeed v0.16.2,
+deepspeed/runtime/zero/stage3.py, lines 3019-3055). "Largest layer" is the largest module's own
+parameters (a linear layer's weight and bias). The estimator has no NVMe option.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tiersim.workload import ModelSpec, parameter_count
+
+ADDITIONAL_BUFFER_FACTOR = 1.5
+"""DeepSpeed's default ``additional_buffer_factor``."""
+
+
+def largest_module_params(model: ModelSpec) -> int:
+    """Parameters of the model's largest module (a linear layer's weight and bias, or the
+    embedding / LM head)."""
+    h = model.hidden
+    ffn_in = (2 if model.activation == "swiglu" else 1) * model.ffn
+    kv = model.kv_head_count * model.head_dim
+    linears = [(h, h + 2 * kv), (h, h), (h, ffn_in), (model.ffn, h)]
+    largest = max(i * o + (o if model.bias else 0) for i, o in linears)
+    return max(largest, model.vocab * h)
+
+
+def zero3_estimate(model: ModelSpec, gpus: int, strategy: str) -> dict[str, Any] | None:
+    """DeepSpeed's estimate for one node of ``gpus`` GPUs: host bytes (the node) and GPU bytes
+    (each), or None where the estimator has no matching option (NVMe offload)."""
+    total = parameter_count(model)
+    largest = 4 * largest_module_params(model)
+    if strategy in ("dram", "cxl"):
+        cpu, gpu, options = total * 16 * ADDITIONAL_BUFFER_FACTOR, largest + int(2 * total / gpus), (
+            "offload_param=none, offload_optimizer=cpu, zero_init=1")
+    elif strategy == "gpu":
+        cpu, gpu, options = largest / 4 * 4 * gpus * ADDITIONAL_BUFFER_FACTOR, largest + int(18 * total / gpus), (
+            "offload_param=none, offload_optimizer=none, zero_init=1")
+    else:
+        return None
+    return {"host_bytes": int(cpu), "gpu_bytes": int(gpu), "options": options,
+            "source": "deepspeed.runtime.zero.stage3.estimate_zero3_model_states_mem_needs_all_cold (v0.16.2)"}

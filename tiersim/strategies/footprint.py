@@ -1,0 +1,44 @@
+"""What a DeepSpeed 0.16 / PyTorch 2.5 run really holds in memory beyond its tensors' own bytes.
+
+A placement item has the bytes its tensors occupy (``allocated``, what ``peak_bytes`` reports)
+and the bytes the process holds for them (``reserved``, what decides a fit):
+
+- Pinned host memory comes from PyTorch's CUDA caching host allocator, which rounds every
+  request up to a power of two (``pinned``): a 34.2 GB gradient buffer holds 32 GiB (34.4 GB),
+  a 0.85 GB swap buffer 1 GiB.
+- The first optimizer step on the CPU leaves a full-size fp32 temporary per updated element
+  behind (``FIRST_STEP_RETAINED_BYTES``): the host footprint grows by 12 B per parameter at
+  step 1 where Adam's moments explain 8. DeepSpeed tracks this as CPU RSS growth in issue
+  #7693 (https://github.com/deepspeedai/DeepSpeed/issues/7693: "unscale_and_clip_grads - adds
+  4 bytes"); the seed study's 70B DRAM and CXL logs show it as 63.6 GiB per rank.
+- Each rank's process holds host memory of its own beyond its tensors (``PROCESS_HOST_BYTES``:
+  CUDA and NCCL host buffers, the aio handle, Python).
+- On the GPU the caching allocator keeps freed blocks of the transient tensors (gathered
+  layers, activations, gradients) for reuse, so it reserves more than it has allocated at peak
+  (``ALLOCATOR_RESERVE`` per byte of transient peak); the CUDA context and libraries add the GPU
+  profile's ``reserved_memory`` outside the allocator. Their sum is what ``nvidia-smi`` shows.
+
+The two calibrated constants come from the seed study's 70B logs
+(``tiersim.fitting.footprint.calibrate``, which a test re-derives them with); every other
+figure is a byte count DeepSpeed's source allocates.
+"""
+
+from __future__ import annotations
+
+FIRST_STEP_RETAINED_BYTES = 4
+"""Bytes per element updated by CPU Adam in host memory left allocated after the first step."""
+
+PROCESS_HOST_BYTES = 1_180_000_000
+"""Host bytes one rank's process holds beyond its tensors (calibrated: the 70B NVMe log's host
+growth per rank less the swapper's and ZeRO-3's pinned buffers)."""
+
+ALLOCATOR_RESERVE = 1.70
+"""GPU bytes the caching allocator reserves per byte of transient peak allocation (calibrated:
+the 70B logs' steady ``CA`` less the persistent partition and bucket, over the modeled
+transient peak; the same in all three runs)."""
+
+
+def pinned(num_bytes: int) -> int:
+    """Bytes PyTorch's caching host allocator holds for a pinned request of ``num_bytes``: the
+    next power of two."""
+    return 1 << max(0, int(num_bytes) - 1).bit_length() if num_bytes > 0 else 0
