@@ -133,9 +133,9 @@ def _is_number(value: object) -> bool:
 
 
 def _whole(source: str, key: str, value: object) -> int:
-    if not _is_number(value) or float(value) != int(value) or value <= 0:  # type: ignore[arg-type, operator]
+    if not isinstance(value, (int, float)) or not _is_number(value) or value != int(value) or value <= 0:
         raise ConfigError(source, key, f"expected a positive whole number, got {value!r}")
-    return int(value)  # type: ignore[arg-type]
+    return int(value)
 
 
 def _stage(source: str, key: str, value: object) -> int:
