@@ -61,7 +61,13 @@ class HostOffload(Strategy):
         moments (pageable); the fp32 gradient of each sub-group, the partition in
         ``grad_accum_dtype`` and the fp32 staging buffer of ``partition_grads`` (pinned); the
         16-bit temporary of the step's H2D copy; the first step's retained fp32 temporary; the
-        process's own memory. Every allocation lands where the memory policy puts it."""
+        process's own memory. Every allocation lands where the memory policy puts it.
+
+        DeepSpeed v0.16.2 ``deepspeed/runtime/zero/stage3.py``: ``_create_fp32_partitions``
+        (fp32 params), ``initialize_optimizer_states`` (``subgroup_gradient_buffer``, pinned
+        when ``offload_optimizer.pin_memory``), ``_setup_for_real_optimizer``
+        (``grad_partitions_flat_buffer``, pinned; ``pinned_grad_buffer`` of the largest
+        partition); ``deepspeed/ops/adam/cpu_adam.py`` (``exp_avg``, ``exp_avg_sq``)."""
         memory = self.memory(hw)
         ranks = step.training.data_parallel
         pin = pinned if hw.pinned else int

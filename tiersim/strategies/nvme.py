@@ -46,7 +46,13 @@ class NVMeSwap(Strategy):
         """ZeRO-Infinity, per rank: fp32 params, Adam's moments and fp32 gradients in swap files
         on NVMe; in DRAM the swapper's ``buffer_count`` pinned buffers of the largest sub-group,
         ZeRO-3's pinned gradient partition and staging buffer, the fp32 gradient buffer of the
-        swapped sub-groups, the 16-bit temporary of the step's H2D copy, the process's own memory."""
+        swapped sub-groups, the 16-bit temporary of the step's H2D copy, the process's own memory.
+
+        DeepSpeed v0.16.2 ``deepspeed/runtime/swap_tensor/utils.py`` (``SwapBufferManager``: one
+        pinned buffer per ``buffer_count`` of the aligned largest sub-group),
+        ``swap_tensor/optimizer_utils.py`` (``numel_alignment``), ``zero/stage3.py``
+        (``grad_partitions_flat_buffer``, ``pinned_grad_buffer``, the ``gradient_buffer`` of
+        ``initialize_optimizer_states``), ``zero/offload_config.py`` (``buffer_count``)."""
         ranks = step.training.data_parallel
         pin = pinned if hw.pinned else int
         rank = step.rank_params
