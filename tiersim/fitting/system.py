@@ -30,30 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from tiersim.errors import ConfigError
-from tiersim.profiles import (
-    PROFILE_KINDS,
-    CPUProfile,
-    CXLProfile,
-    DRAMProfile,
-    FabricProfile,
-    GPUProfile,
-    LinkProfile,
-    NVMeProfile,
-    find_profile,
-    read_yaml,
-)
+from tiersim.profiles import PROFILE_KINDS, HostProfile, find_profile, kind_name, read_yaml
 from tiersim.schema import build
 
-PART_KINDS: dict[str, type] = {
-    "gpu": GPUProfile,
-    "link": LinkProfile,
-    "fabric": FabricProfile,
-    "cpu": CPUProfile,
-    "dram": DRAMProfile,
-    "cxl": CXLProfile,
-    "nvme": NVMeProfile,
-}
-"""The parts of a node a system file names, by the field of ``Hardware`` that holds each."""
+PART_KINDS: dict[str, type] = {kind: cls for kind, cls in PROFILE_KINDS.items() if cls is not HostProfile}
+"""The parts of a node a system file names, by the field of ``Hardware`` (and of a host profile)
+that holds each."""
 REQUIRED_PARTS = ("cpu", "dram", "nvme")
 DEFAULT_MEASURES = ("forward", "backward", "optimizer_step")
 _SECTIONS = ("name", "description", "parts", "settings", "fit", "measure")
@@ -129,17 +111,13 @@ def _parts(raw: object, source: str, search: tuple[Path, ...]) -> dict[str, Any]
         if isinstance(value, str):
             parts[part] = find_profile(value, kind, source, where, search)
         elif isinstance(value, dict):
-            parts[part] = build(kind, {"kind": _kind_of(kind), **value}, source, where)
+            parts[part] = build(kind, {"kind": kind_name(kind), **value}, source, where)
         else:
             raise ConfigError(source, where, f"expected a profile name or mapping, got {value!r}")
     for part in REQUIRED_PARTS:
         if part not in parts:
             raise ConfigError(source, f"parts.{part}", "required field is missing")
     return parts
-
-
-def _kind_of(kind: type) -> str:
-    return next(name for name, cls in PROFILE_KINDS.items() if cls is kind)
 
 
 def _unknowns(raw: object, parts: dict[str, Any], source: str) -> tuple[Unknown, ...]:
