@@ -10,7 +10,6 @@ profile, ``--set`` or a ``tiersim fit`` system file fills it in.
 from __future__ import annotations
 
 import math
-import re
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,6 @@ WARMUP_ITERATIONS = 2
 PHASES = ("forward", "backward", "optimizer_step")
 TIMER_PREFIX = "ds:"
 """How the measured table names a DeepSpeed timer that is not one of the three phases."""
-_PADDED_VOCAB = re.compile(r"padded vocab \(size: \d+\) with \d+ dummy tokens \(new size: (\d+)\)")
 
 
 def log_scenario(log: TrainingLog) -> dict[str, Any]:
@@ -58,19 +56,12 @@ def _model(log: TrainingLog) -> dict[str, Any]:
         "heads": heads,
         "kv_heads": _integer(args, "num_key_value_heads", source, heads),
         "ffn": _integer(args, "ffn_hidden_size", source, 4 * hidden),
-        "vocab": _vocab(log),
+        "vocab": log.vocab if log.vocab is not None else UNKNOWN,
         "activation": "swiglu" if args.get("swiglu") else "gelu",
         "norm": "rmsnorm" if args.get("normalization") == "rmsnorm" else "layernorm",
         "bias": not args.get("disable_bias_linear", False),
         "tied_embeddings": not args.get("untie_embeddings_and_output_weights", False),
     }
-
-
-def _vocab(log: TrainingLog) -> int | str:
-    """Megatron's padded vocabulary size as it printed it (``unknown`` if it did not)."""
-    text = Path(log.path).read_text(encoding="utf-8", errors="replace")
-    match = _PADDED_VOCAB.search(text)
-    return int(match.group(1)) if match else UNKNOWN
 
 
 def _training(log: TrainingLog, data_parallel: int) -> dict[str, Any]:

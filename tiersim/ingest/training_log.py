@@ -34,6 +34,7 @@ _GPU_MEMORY = re.compile(r"MA ([\d.]+) GB\s+Max_MA ([\d.]+) GB\s+CA ([\d.]+) GB\
 _CPU_MEMORY = re.compile(r"CPU Virtual Memory:\s+used = ([\d.]+) GB")
 _DS_FIELD = re.compile(r"\[config\.py:\d+:print\]\s+(\w+) \.+ (.*)$")
 _BUILT = "[after model, optimizer, and learning rate scheduler are built]"
+_PADDED_VOCAB = re.compile(r"padded vocab \(size: \d+\) with \d+ dummy tokens \(new size: (\d+)\)")
 
 TIMER_PHASES = {"fwd": "forward", "bwd": "backward", "step": "optimizer_step"}
 """DeepSpeed's rank-0 timers of the three phases, by the name tiersim gives the phase."""
@@ -75,6 +76,8 @@ class TrainingLog:
     zero_config: dict[str, str]
     aio_config: dict[str, object]
     user_config: dict[str, object]
+    vocab: int | None = None
+    """Megatron's padded vocabulary size (``padded vocab ... (new size: N)``), None if not printed."""
     iterations: list[dict[str, float]] = field(default_factory=list)
     """Per iteration: ``iteration`` (Megatron's elapsed time) and every rank-0 timer."""
     memory: list[MemorySample] = field(default_factory=list)
@@ -94,8 +97,10 @@ def read_log(path: str | Path) -> TrainingLog:
     if "zero_config" not in fields:
         raise ConfigError(source, "DeepSpeed configuration", "missing: the log has no printed zero_config "
                           "(is it a DeepSpeed training log, with the engine configuration printed?)")
-    log = TrainingLog(source, args, bindings, _key_values(fields["zero_config"]),
-                      _literal(fields.get("aio_config", "{}"), source, "aio_config"), _user_config(lines, source))
+    vocab = next((int(m.group(1)) for line in lines if (m := _PADDED_VOCAB.search(line))), None)
+    aio = _literal(fields.get("aio_config", "{}"), source, "aio_config")
+    zero = _key_values(fields["zero_config"])
+    log = TrainingLog(source, args, bindings, zero, aio, _user_config(lines, source), vocab)
     _read_iterations(lines, log)
     if not log.iterations:
         raise ConfigError(source, "iterations", "missing: no 'elapsed time per iteration' line "
