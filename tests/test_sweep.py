@@ -17,6 +17,7 @@ import yaml
 import tiersim
 from tiersim.errors import ConfigError
 from tiersim.sweep_points import load_sweep, plan_sweep
+from tiersim.sweep_store import FolderInUse
 from tiersim.sweeper import run_sweep
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,6 +53,11 @@ def tiersim_cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str
                           timeout=120)
 
 
+def results(frame: pd.DataFrame) -> pd.DataFrame:
+    """A sweep's rows without ``runtime_s`` (the seconds each run took, which vary)."""
+    return frame.drop(columns="runtime_s")
+
+
 def write(path: Path, data: object) -> Path:
     path.write_text(yaml.safe_dump(data, sort_keys=False) if not isinstance(data, str) else data)
     return path
@@ -76,13 +82,14 @@ def test_rows_are_the_same_in_process_on_a_pool_and_on_a_dask_cluster() -> None:
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
         dask = tiersim.sweep(SMALL, scheduler=cluster.scheduler_address)
     assert len(inline) == 32
-    pd.testing.assert_frame_equal(inline, pool)
-    pd.testing.assert_frame_equal(inline, dask)
-    # one row per run: factors, result fields, seed, version
+    pd.testing.assert_frame_equal(results(inline), results(pool))
+    pd.testing.assert_frame_equal(results(inline), results(dask))
+    # one row per run: factors, result fields, error, runtime, seed, version
     for column in ("point", "point_id", "model.layers", "hardware.nvme.count", "strategies.nvme.buffer_count",
-                   "strategy", "fits", "iteration_time_s", "peak_dram_bytes", "seed", "tiersim_version",
-                   "config_hash"):
+                   "strategy", "fits", "iteration_time_s", "peak_dram_bytes", "error", "runtime_s", "seed",
+                   "tiersim_version", "config_hash"):
         assert column in inline.columns
+    assert inline["error"].isna().all() and (inline["runtime_s"] > 0).all()
     assert (inline["tiersim_version"] == tiersim.__version__).all()
     assert list(inline["point"]) == sorted(inline["point"])
 
@@ -109,7 +116,7 @@ def test_killed_sweep_resumed_gives_the_same_file(tmp_path: Path) -> None:
     resumed = pd.read_parquet(out / "results.parquet")
     uninterrupted = pd.read_parquet(tmp_path / "full" / "results.parquet")
     assert len(resumed) == full.total == 60
-    pd.testing.assert_frame_equal(resumed, uninterrupted)
+    pd.testing.assert_frame_equal(results(resumed), results(uninterrupted))
 
 
 def test_ctrl_c_keeps_parts_exits_130_and_says_how_to_resume(tmp_path: Path) -> None:
@@ -131,16 +138,18 @@ def test_ctrl_c_keeps_parts_exits_130_and_says_how_to_resume(tmp_path: Path) -> 
     assert finished.resumed > 0 and finished.resumed + finished.computed == finished.total
 
 
-def test_resume_reruns_only_what_changed_and_refuses_to_mix(tmp_path: Path) -> None:
+def test_resume_reuses_this_sweeps_rows_and_refuses_another_sweeps_folder(tmp_path: Path) -> None:
     first = run_sweep(SMALL, out=tmp_path / "o")
     assert first.computed == 32
     again = run_sweep(SMALL, out=tmp_path / "o", resume=True)
     assert (again.resumed, again.computed) == (32, 0)
     pd.testing.assert_frame_equal(first.frame, again.frame)
-    changed = run_sweep(SMALL, out=tmp_path / "o", resume=True, overrides=["hardware.cxl.count=1"])
-    assert changed.computed == 32  # a different config hash: nothing reused
-    with pytest.raises(ConfigError, match="--resume"):
+    before = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "o").rglob("*")}
+    with pytest.raises(ConfigError, match="belongs to sweep 'small'.*nothing was changed"):
+        run_sweep(SMALL, out=tmp_path / "o", resume=True, overrides=["hardware.cxl.count=1"])
+    with pytest.raises(FolderInUse, match=r"already holds this sweep \(complete, 32 runs\)"):
         run_sweep(SMALL, out=tmp_path / "o")
+    assert {p.name: p.stat().st_mtime_ns for p in (tmp_path / "o").rglob("*")} == before  # nothing touched
 
 
 def test_points_strategy_factor_and_strategy_options(tmp_path: Path) -> None:

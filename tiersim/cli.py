@@ -44,6 +44,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"tiersim: error: {exc}", file=sys.stderr)
         return 2
+    except MemoryError:
+        print("tiersim: error: out of memory (the limits in tiersim.limits keep runs small; --force lifts them)",
+              file=sys.stderr)
+        return 1
     except BrokenPipeError:
         sys.stdout = None  # type: ignore[assignment]  # the reader left (e.g. `| head`): stop quietly
         return 0

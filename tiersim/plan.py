@@ -44,19 +44,20 @@ from __future__ import annotations
 import copy
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import pandas as pd
 
 from tiersim.errors import ConfigError
 from tiersim.hardware import Hardware
-from tiersim.profiles import read_yaml
 from tiersim.results import PHASES, Result
-from tiersim.scenario import RunConfig, apply_overrides, scenario_from_dict
+from tiersim.scenario import RunConfig, scenario_from_dict, with_overrides
 from tiersim.simulate import simulate
 from tiersim.workload import parameter_count
+from tiersim.yamlfile import read_yaml
 
 GIB = 2**30
 SECONDS_PER_YEAR = 365 * 24 * 3600
@@ -95,25 +96,27 @@ class Scenario:
     data: dict[str, Any]
     source: str
     search: tuple[Path, ...] = ()
+    force: bool = False
+    """Lift the work limit on each candidate (``tiersim.worksize``)."""
 
     def configs(self, data: dict[str, Any] | None = None, strategies: Sequence[str] = ()) -> list[RunConfig]:
         """Validate ``data`` (default: the scenario itself) into run configs."""
-        return scenario_from_dict(self.data if data is None else data, self.source, strategies, self.search)
+        return scenario_from_dict(self.data if data is None else data, self.source, strategies, self.search,
+                                  force=self.force)
 
     def strategies(self) -> list[str]:
         """Strategy names in scenario order."""
         return [c.strategy for c in self.configs()]
 
 
-def read_scenario(path: str | Path, overrides: Sequence[str] = ()) -> Scenario:
+def read_scenario(path: str | Path, overrides: Sequence[str] = (), force: bool = False) -> Scenario:
     """Read a scenario YAML and apply ``--set`` overrides (validated once here)."""
     path = Path(path)
     data = read_yaml(path)
     if not isinstance(data, dict):
         raise ConfigError(str(path), "", "a scenario must be a mapping")
-    scenario = Scenario(apply_overrides(data, overrides), str(path), (path.parent,))
-    scenario.configs()
-    return scenario
+    merged, _configs = with_overrides(data, overrides, str(path), (), (path.parent,), force)
+    return Scenario(merged, str(path), (path.parent,), force)
 
 
 # --------------------------------------------------------------------------------------------

@@ -16,10 +16,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Union
 
-import yaml
-
 from tiersim.errors import ConfigError
 from tiersim.schema import build, duration, flops, integer, number, rate, size
+from tiersim.yamlfile import read_yaml
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_PROFILE_DIR = PACKAGE_ROOT / "device_profiles"
@@ -198,21 +197,6 @@ def profile_dirs(extra: tuple[Path, ...] = ()) -> list[Path]:
     return unique
 
 
-def read_yaml(path: Path) -> object:
-    """Read a YAML file; a syntax error becomes a ConfigError naming the file and line."""
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(str(path), "", f"cannot read file ({exc.strerror})") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f"line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or "malformed YAML"
-        raise ConfigError(str(path), line, f"malformed YAML: {problem}") from None
-
-
 def load_profile_file(path: Path) -> Profile:
     """Load and validate one profile file (cached while the file is unchanged)."""
     try:
@@ -241,8 +225,9 @@ def _load_profile(path: Path) -> Profile:
     return profile
 
 
-def find_profile(name: str, kind: str, source: str, field_path: str, extra: tuple[Path, ...] = ()) -> Profile:
-    """Resolve a profile by name (or path) and check its kind; errors name the referring field."""
+def find_profile(name: str, kind: str | None, source: str, field_path: str, extra: tuple[Path, ...] = ()) -> Profile:
+    """Resolve a profile by name (or path) and check its kind (any kind when None); errors name
+    the referring field and, for an unknown name, the known ones."""
     candidate = Path(name)
     if candidate.suffix in (".yaml", ".yml"):
         for base in (Path.cwd(), *extra):
@@ -258,20 +243,22 @@ def find_profile(name: str, kind: str, source: str, field_path: str, extra: tupl
                 profile = load_profile_file(path)
                 break
         else:
-            known = ", ".join(_names_of_kind(kind, extra))
-            raise ConfigError(source, field_path, f"unknown {kind} profile {name!r} (known: {known})")
-    if profile.kind != kind:
+            known = ", ".join(_names_of_kind(kind, extra)) or "none on the search path"
+            what = f"{kind} profile" if kind else "profile"
+            raise ConfigError(source, field_path, f"unknown {what} {name!r} (known: {known})")
+    if kind is not None and profile.kind != kind:
         raise ConfigError(source, field_path, f"profile {name!r} is a {profile.kind} profile, expected {kind}")
     return profile
 
 
-def _names_of_kind(kind: str, extra: tuple[Path, ...]) -> list[str]:
-    """Names of the readable profiles of ``kind`` (for error messages; broken files skipped)."""
+def _names_of_kind(kind: str | None, extra: tuple[Path, ...]) -> list[str]:
+    """Names of the readable profiles of ``kind`` (any when None), for error messages; broken
+    files are skipped."""
     names: set[str] = set()
     for directory in profile_dirs(extra):
         for path in directory.glob("*.yaml"):
             try:
-                if load_profile_file(path).kind == kind:
+                if kind is None or load_profile_file(path).kind == kind:
                     names.add(path.stem)
             except ConfigError:
                 continue

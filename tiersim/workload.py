@@ -300,6 +300,30 @@ def _subgroups(rank_params: int, sub_group_size: int) -> tuple[SubGroup, ...]:
     return tuple(SubGroup(index, numel) for index, numel in enumerate(sizes))
 
 
+@dataclass(frozen=True)
+class StepShape:
+    """How many of each unit of work one rank's step has: GPU layers (embedding and head
+    included), micro-steps, optimizer sub-groups; what the task graph's size follows from."""
+
+    layers: int
+    micro_steps: int
+    subgroups: int
+    data_parallel: int
+    zero_stage: int
+
+
+def step_shape(model: ModelSpec, training: TrainingSpec) -> StepShape:
+    """The shape ``build_step`` would give, from arithmetic alone (cheap for any size)."""
+    rank = _rank_params(parameter_count(model), training)
+    return StepShape(
+        layers=model.layers + 2,
+        micro_steps=training.global_batch // (training.micro_batch * training.data_parallel),
+        subgroups=-(-rank // training.sub_group_size),
+        data_parallel=training.data_parallel,
+        zero_stage=training.zero_stage,
+    )
+
+
 @functools.lru_cache(maxsize=64)
 def build_step(model: ModelSpec, training: TrainingSpec) -> TrainingStep:
     """Count parameters, FLOPs and bytes of one optimizer step of ``model`` under ``training``.

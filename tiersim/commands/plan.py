@@ -59,12 +59,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         help="amortisation period for cost per iteration (default %(default)s)")
     parser.add_argument("--top", type=int, default=0, metavar="N", help="table: only the first N rows")
     parser.add_argument("--format", choices=("table", "json"), default="table")
+    parser.add_argument("--force", action="store_true", help="simulate candidates past the limit of tasks per run")
     parser.set_defaults(func=plan_command)
 
 
 def plan_command(args: argparse.Namespace) -> int:
     """Read the scenario, run the chosen planner, print a ranked table or JSON."""
-    scenario = plan.read_scenario(args.scenario, args.overrides)
+    scenario = plan.read_scenario(args.scenario, args.overrides, args.force)
     if args.objective == "largest-model":
         if args.budget is not None or args.max_iteration_time is not None:
             raise ConfigError("plan", "--budget/--max-iteration-time",

@@ -25,8 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 def profiles_command(args: argparse.Namespace) -> int:
     """List (optionally by kind) or show one profile with every figure and its source."""
     if args.name:
-        kinds = [args.kind] if args.kind else list(PROFILE_KINDS)
-        profile = _find_any(args.name, kinds)
+        profile = find_profile(args.name, args.kind, "tiersim profiles", "NAME")
         if args.format == "json":
             print(json.dumps(to_plain(profile), indent=2))
         else:
@@ -43,14 +42,6 @@ def profiles_command(args: argparse.Namespace) -> int:
 def _short(text: str, width: int = 90) -> str:
     """The first ``width`` characters of a description, with an ellipsis when cut."""
     return text if len(text) <= width else text[: width - 3].rstrip() + "..."
-
-
-def _find_any(name: str, kinds: list[str]) -> Profile:
-    """The profile called ``name`` of whichever kind it is (error lists the known names)."""
-    for profile in list_profiles():
-        if profile.name == name and profile.kind in kinds:
-            return profile
-    return find_profile(name, kinds[0], "tiersim profiles", "NAME")
 
 
 def show_profile(profile: Profile) -> str:

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from tiersim.errors import ConfigError
+from tiersim.limits import MAX_TASKS, NOTICE_TASKS
 from tiersim.report import csv_text, flat_row, results_table
 from tiersim.results import Result
 from tiersim.scenario import load_scenario
 from tiersim.simulate import simulate
 from tiersim.strategies import STRATEGIES
+from tiersim.worksize import describe, run_tasks
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -32,13 +35,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument("--plot", type=Path, metavar="OUT.html",
                         help="write a self-contained HTML report: phase bars, and per fitted strategy its "
                              "critical path, timeline (Gantt) and utilisation")
+    parser.add_argument("--force", action="store_true",
+                        help=f"run past the limit of {MAX_TASKS:,} tasks per run (see tiersim.limits)")
     parser.set_defaults(func=run_command)
 
 
 def run_command(args: argparse.Namespace) -> int:
     """Load, simulate each strategy, print in the chosen format, optionally write files."""
-    configs = load_scenario(args.scenario, args.overrides, args.strategy)
+    configs = load_scenario(args.scenario, args.overrides, args.strategy, args.force)
     scenario = configs[0].scenario
+    tasks = sum(run_tasks(config) for config in configs)
+    if tasks >= NOTICE_TASKS:
+        print(f"tiersim: {scenario}: {describe(len(configs), tasks)}", file=sys.stderr)
     results = [simulate(config) for config in configs]
     if args.out is not None:
         write_outputs(args.out, scenario, results, args.trace_format)

@@ -20,7 +20,7 @@ from tiersim.engine.graph import Usage
 from tiersim.hardware import TIERS, Hardware
 from tiersim.profiles import GPUProfile
 from tiersim.strategies.memory import HostMemory
-from tiersim.workload import LayerWork, TrainingStep
+from tiersim.workload import LayerWork, StepShape, TrainingStep
 
 LP_TO_FP32 = 4
 """Bytes per element of the fp32 gradient partition copied to the host (DeepSpeed ZeRO-3)."""
@@ -180,6 +180,24 @@ class Strategy(ABC):
     def optimizer_step(self, b: StepBuilder, begin: str) -> None:
         """Tasks of the optimizer step over all sub-groups, starting after ``begin``."""
 
+    @abstractmethod
+    def offload_task_count(self, shape: StepShape) -> int:
+        """Tasks ``offload_gradients`` adds over a whole step of ``shape``."""
+
+    @abstractmethod
+    def step_task_count(self, shape: StepShape, hw: Hardware) -> int:
+        """Tasks ``optimizer_step`` adds for a step of ``shape`` on ``hw``."""
+
+    def task_count(self, shape: StepShape, hw: Hardware) -> int:
+        """Tasks ``plan`` builds for a step of ``shape`` on ``hw`` (when it fits), counted
+        without building anything: what the work limits (``tiersim.limits``) are checked on."""
+        layers = shape.layers
+        gathers = layers if shape.zero_stage >= 3 and shape.data_parallel > 1 else 0
+        reduces = layers if shape.data_parallel > 1 else 0
+        per_micro = 2 + 2 * layers + 2 * gathers + reduces  # 2 markers, forward and backward layers
+        return (shape.micro_steps * per_micro + 1 + self.offload_task_count(shape)
+                + self.step_task_count(shape, hw))
+
     def check(self, hw: Hardware) -> str | None:
         """Why this strategy cannot run on ``hw`` at all (missing device), or None."""
         return None
@@ -282,6 +300,12 @@ def gradients_to_host(b: StepBuilder, memory: HostMemory, micro: int, index: int
         fetch = pcie_kind(b, "h2d", "backward", memory)
         deps = (b.add(fetch.task(f"{prefix}.grad_fetch", num_bytes, deps)),)
     return b.add(pcie_kind(b, "d2h", "backward", memory).task(f"{prefix}.d2h", num_bytes, deps))
+
+
+def gradient_offload_tasks(shape: StepShape) -> int:
+    """Tasks ``gradients_to_host`` makes over a step: a D2H per layer and micro-step, and a
+    fetch of the partial sum before each one after the first micro-step."""
+    return shape.layers * (2 * shape.micro_steps - 1)
 
 
 def params_kind(b: StepBuilder, memory: HostMemory) -> TaskKind | None:

@@ -17,11 +17,12 @@ from tiersim.strategies.base import (
     StepBuilder,
     Strategy,
     adam_kind,
+    gradient_offload_tasks,
     gradients_to_host,
     params_kind,
 )
 from tiersim.strategies.memory import HostMemory
-from tiersim.workload import LayerWork, TrainingStep
+from tiersim.workload import LayerWork, StepShape, TrainingStep
 
 
 class HostOffload(Strategy):
@@ -49,6 +50,12 @@ class HostOffload(Strategy):
 
     def offload_gradients(self, b: StepBuilder, micro: int, index: int, layer: LayerWork, ready: str) -> None:
         gradients_to_host(b, self.memory(b.hw), micro, index, layer, ready)
+
+    def offload_task_count(self, shape: StepShape) -> int:
+        return gradient_offload_tasks(shape)
+
+    def step_task_count(self, shape: StepShape, hw: Hardware) -> int:
+        return shape.subgroups * (2 if hw.has_gpu else 1)  # Adam, then H2D of the 16-bit params
 
     def optimizer_step(self, b: StepBuilder, begin: str) -> None:
         memory = self.memory(b.hw)

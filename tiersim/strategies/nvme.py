@@ -15,13 +15,14 @@ from tiersim.strategies.base import (
     Strategy,
     TaskKind,
     adam_kind,
+    gradient_offload_tasks,
     gradients_to_host,
     params_kind,
     partition,
 )
 from tiersim.strategies.memory import HostMemory
 from tiersim.strategies.swap import TENSORS_SWAPPED_IN, TENSORS_SWAPPED_OUT, SwapOptions, device_cost, stream_rate
-from tiersim.workload import LayerWork, TrainingStep
+from tiersim.workload import LayerWork, StepShape, TrainingStep
 
 
 class NVMeSwap(Strategy):
@@ -65,6 +66,12 @@ class NVMeSwap(Strategy):
             grad_bytes = partition(layer, b.dp) * LP_TO_FP32
             write = self._io_kind(b, "aio_write", "backward", True)
             b.add(write.task(f"m{micro}.bwd.{index}.grad_write", grad_bytes, (d2h,)))
+
+    def offload_task_count(self, shape: StepShape) -> int:
+        return gradient_offload_tasks(shape) + shape.layers  # and a write per layer in the last micro-step
+
+    def step_task_count(self, shape: StepShape, hw: Hardware) -> int:
+        return shape.subgroups * (4 if hw.has_gpu else 3)  # swap in, Adam, swap out, H2D
 
     def optimizer_step(self, b: StepBuilder, begin: str) -> None:
         opts = self.options
