@@ -138,6 +138,131 @@ def test_ctrl_c_keeps_parts_exits_130_and_says_how_to_resume(tmp_path: Path) -> 
     assert finished.resumed > 0 and finished.resumed + finished.computed == finished.total
 
 
+def _children(pid: int) -> set[int]:
+    proc = subprocess.run(["ps", "--ppid", str(pid), "-o", "pid="], capture_output=True, text=True)
+    return {int(p) for p in proc.stdout.split()}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _start_killable_sweep(tmp_path: Path, jobs: str) -> tuple[subprocess.Popen[str], Path, Path]:
+    sweep_file = write(tmp_path / "longer.yaml", LONGER)
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "tiersim", "sweep", str(sweep_file), "--jobs", jobs,
+                             "--chunk-size", "2", "--out", str(out), "--format", "none"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(list((out / "parts").glob("part-*.parquet"))) < 2:
+        time.sleep(0.01)
+    assert proc.poll() is None, "the sweep finished before it could be stopped"
+    return proc, sweep_file, out
+
+
+def test_sigterm_keeps_parts_says_how_many_runs_are_saved_and_exits_143(tmp_path: Path) -> None:
+    proc, sweep_file, out = _start_killable_sweep(tmp_path, "2")
+    workers = _children(proc.pid)
+    assert len(workers) >= 2
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    (line,) = err.strip().splitlines()
+    assert line.startswith("tiersim: terminated: ") and " of 60 runs saved in " in line and "--resume" in line
+    saved = int(line.split("terminated: ")[1].split(" of")[0])
+    assert not any(_alive(w) for w in workers)
+    finished = run_sweep(sweep_file, jobs=1, out=out, resume=True)
+    assert finished.resumed == saved and finished.resumed + finished.computed == 60
+
+
+def test_workers_die_with_their_parent_on_kill_9(tmp_path: Path) -> None:
+    proc, _sweep_file, _out = _start_killable_sweep(tmp_path, "2")
+    workers = _children(proc.pid)
+    assert len(workers) >= 2
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(w) for w in workers):
+        time.sleep(0.05)
+    assert not any(_alive(w) for w in workers)
+
+
+def test_a_failing_run_is_a_row_with_its_error_and_the_sweep_carries_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import tiersim.simulate as simulate_module
+
+    real = simulate_module.simulate
+
+    def flaky(config):  # type: ignore[no-untyped-def]
+        if config.model.layers == 4 and config.strategy == "nvme":
+            raise RuntimeError("engine fell over")
+        return real(config)
+
+    monkeypatch.setattr(simulate_module, "simulate", flaky)
+    sweep_file = write(tmp_path / "s.yaml", SMALL)
+    from tiersim import cli
+
+    assert cli.main(["sweep", str(sweep_file), "--jobs", "1", "--out", str(tmp_path / "o")]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.strip() == ("tiersim: 4 of 32 runs failed (their error column says why); "
+                                    "--resume reruns them")
+    assert "ERROR" in captured.out and "RuntimeError: engine fell over" in captured.out
+    frame = pd.read_parquet(tmp_path / "o" / "results.parquet")
+    failed = frame[frame["error"].notna()]
+    assert len(frame) == 32 and len(failed) == 4
+    assert set(failed["strategy"]) == {"nvme"} and set(failed["model.layers"]) == {4}
+    assert (failed["error"] == "RuntimeError: engine fell over").all() and failed["fits"].isna().all()
+    assert (frame["runtime_s"] > 0).all() and frame.loc[frame["error"].isna(), "fits"].notna().all()
+    monkeypatch.setattr(simulate_module, "simulate", real)
+    again = run_sweep(sweep_file, out=tmp_path / "o", resume=True)
+    assert (again.resumed, again.computed, again.failed) == (28, 4, 0)
+    assert again.frame["error"].isna().all()
+
+
+def test_running_a_finished_sweep_again_says_what_to_do_in_one_line(tmp_path: Path) -> None:
+    sweep_file = write(tmp_path / "s.yaml", SMALL)
+    first = tiersim_cli("sweep", str(sweep_file), "--jobs", "1", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    again = tiersim_cli("sweep", str(sweep_file), "--jobs", "1", cwd=tmp_path)
+    assert again.returncode == 2
+    (line,) = again.stderr.strip().splitlines()
+    command = f"tiersim sweep {sweep_file} --out out/sweep-small --jobs 1 --resume"
+    assert line == (f"tiersim: error: out/sweep-small: --out: already holds this sweep (complete, 32 runs); "
+                    f"to read its results again (nothing is rerun): {command}; to run it afresh: another --out, "
+                    f"or delete out/sweep-small")
+    resumed = tiersim_cli(*command.split()[1:], cwd=tmp_path)
+    assert resumed.returncode == 0 and "32 resumed, 0 computed" in resumed.stdout
+
+
+def test_resume_after_a_factor_changed_from_numbers_to_unit_strings_is_refused(tmp_path: Path) -> None:
+    numbers = {"base": str(QUICKSTART), "set": ["model.layers=2"],
+               "grid": {"strategy": ["dram"], "hardware.dram_capacity": [274877906944, 549755813888]}}
+    strings = {**numbers, "grid": {"strategy": ["dram"], "hardware.dram_capacity": ["256 GiB", "512 GiB"]}}
+    sweep_file = write(tmp_path / "s.yaml", numbers)
+    out = tmp_path / "o"
+    assert tiersim_cli("sweep", str(sweep_file), "--out", str(out), "--jobs", "1").returncode == 0
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
+    write(sweep_file, strings)
+    for _ in range(2):
+        proc = tiersim_cli("sweep", str(sweep_file), "--out", str(out), "--jobs", "1", "--resume")
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr
+        (line,) = proc.stderr.strip().splitlines()
+        assert "belongs to sweep 's'" in line and "nothing was changed" in line
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == before
+
+
+def test_a_folder_of_parts_without_a_sweep_record_is_refused(tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    run_sweep(SMALL, out=out)
+    (out / "sweep.json").unlink()
+    with pytest.raises(ConfigError, match="without a sweep.json"):
+        run_sweep(SMALL, out=out, resume=True)
+
+
 def test_resume_reuses_this_sweeps_rows_and_refuses_another_sweeps_folder(tmp_path: Path) -> None:
     first = run_sweep(SMALL, out=tmp_path / "o")
     assert first.computed == 32
