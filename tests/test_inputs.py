@@ -20,7 +20,7 @@ QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
 
 def tiersim(*args: str, cwd: Path = ROOT, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "tiersim", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120, env=env)
+                          timeout=120, env=env, check=False)
 
 
 def one_line_exit_2(proc: subprocess.CompletedProcess[str], *expected: str) -> str:

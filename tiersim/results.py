@@ -10,6 +10,7 @@ time in which neither the GPU nor the CPU computes (nothing but data movement is
 from __future__ import annotations
 
 import bisect
+import itertools
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -211,7 +212,7 @@ def utilisation_records(run: EngineRun, spans: dict[str, float],
     for link, intervals in link_spans.items():
         for k in chosen:
             phase, w_lo, w_hi = windows[k]
-            inside = [(a if a > w_lo else w_lo, b if b < w_hi else w_hi) for a, b in intervals if a < w_hi and b > w_lo]
+            inside = [(max(a, w_lo), min(b, w_hi)) for a, b in intervals if a < w_hi and b > w_lo]
             if inside:
                 busy[(link, phase)] = busy.get((link, phase), 0.0) + union_length(inside)
     rows: list[dict[str, Any]] = []
@@ -287,7 +288,7 @@ def _bytes_by_window(run: EngineRun, crossing: list[int], windows: list[tuple[st
         near = [i for i in by_first[:bisect.bisect_left(firsts, boundary)] if span[i][1] > lo]
         cuts = sorted({lo, boundary, *(t for i in near for t in span[i] if lo < t < boundary)})
         moved = dict.fromkeys(across, 0.0)
-        for t0, t1 in zip(cuts, cuts[1:]):
+        for t0, t1 in itertools.pairwise(cuts):
             active = [i for i in near if span[i][0] <= t0 < span[i][1]]
             live = [Flow(tasks[i].size, tasks[i].usage, tasks[i].rate_cap) for i in active]
             max_min_rates(live, capacity)
