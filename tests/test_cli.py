@@ -45,7 +45,9 @@ def test_run_table_csv_and_strategy_filter() -> None:
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
     assert lines[0] == "scenario: quickstart"
-    assert [line.split()[0] for line in lines[3:]] == ["dram", "nvme"]
+    assert [line.split()[0] for line in lines[3:] if not line.startswith(" ")] == ["dram", "nvme"]
+    assert [line.strip() for line in lines[3:] if line.startswith(" ")] == ["bottleneck / reason: cpu",
+                                                                             "bottleneck / reason: nvme"]
     csv_out = tiersim("run", str(QUICKSTART), "--format", "csv", "--strategy", "cxl")
     header, row = csv_out.stdout.strip().splitlines()
     assert header.startswith("scenario,strategy,fits,iteration_time_s")

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import textwrap
 from dataclasses import fields
 
 from tiersim.profiles import PROFILE_KINDS, Profile, find_profile, list_profiles
-from tiersim.report import format_table
+from tiersim.report import TABLE_WIDTH, format_table
 from tiersim.schema import to_plain
 
 _META = ("kind", "name", "description", "sources")
@@ -39,7 +40,7 @@ def profiles_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _short(text: str, width: int = 90) -> str:
+def _short(text: str, width: int = 70) -> str:
     """The first ``width`` characters of a description, with an ellipsis when cut."""
     return text if len(text) <= width else text[: width - 3].rstrip() + "..."
 
@@ -55,5 +56,5 @@ def show_profile(profile: Profile) -> str:
             value = f"{value:.6g}"
         source = profile.sources.get(f.name, "")
         rows.append([f.name, value, source])
-    head = f"{profile.kind} profile {profile.name}: {profile.description}"
+    head = textwrap.fill(f"{profile.kind} profile {profile.name}: {profile.description}", TABLE_WIDTH)
     return head + "\n" + format_table(["figure", "value (base units)", "source"], rows)

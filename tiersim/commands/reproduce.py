@@ -11,9 +11,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import textwrap
 from pathlib import Path
 
 from tiersim.errors import ConfigError
+from tiersim.report import TABLE_WIDTH
 from tiersim.reproduce import STUDIES, phase_figure, run_study, speedup_table, study_scenarios, study_table
 
 
@@ -67,10 +69,10 @@ def reproduce_command(args: argparse.Namespace) -> int:
         print(f"study: {args.study} ({len(paths)} scenarios)")
         print(study_table(df))
         print()
-        print("CXL vs NVMe per model: " + "; ".join(
+        print(textwrap.fill("CXL vs NVMe per model: " + "; ".join(
             f"{r.model} {r.cxl_vs_nvme_reduction_pct:.1f}% faster, {r.ordering}"
             for r in speed.itertuples() if r.cxl_vs_nvme_reduction_pct is not None
-            and not math.isnan(r.cxl_vs_nvme_reduction_pct)))
+            and not math.isnan(r.cxl_vs_nvme_reduction_pct)), TABLE_WIDTH))
         if args.out is not None and not args.no_figure:
             print(f"figure: {args.out / (args.study + '.html')}")
     return 0
