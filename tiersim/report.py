@@ -11,7 +11,6 @@ from typing import Any, Sequence
 from tiersim.hardware import TIERS
 from tiersim.results import PHASES, Result
 
-
 TABLE_WIDTH = 100
 """Columns a table may take (``format_table``)."""
 _NARROWEST = 6
