@@ -71,6 +71,20 @@ def test_run_out_dir_writes_summary_config_and_trace(tmp_path: Path) -> None:
     assert trace["end"].max() == pytest.approx(summary["results"][0]["iteration_time_s"])
 
 
+def test_out_and_plot_say_what_they_wrote(tmp_path: Path) -> None:
+    out, plot = tmp_path / "out", tmp_path / "report.html"
+    proc = tiersim("run", str(QUICKSTART), "--strategy", "gpu", "--strategy", "dram", "--out", str(out),
+                   "--plot", str(plot), "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    json.loads(proc.stdout)  # stdout stays the JSON; the notes go to stderr
+    wrote_out, wrote_plot = proc.stderr.strip().splitlines()
+    files = sorted(p.name for p in out.iterdir())
+    assert wrote_out.startswith(f"tiersim: wrote {len(files)} files to {out}: ")
+    assert sorted(wrote_out.split(": ", 2)[2].split(", ")) == files
+    assert wrote_plot == (f"tiersim: wrote {plot} (phase bars; critical path, timeline and utilisation of dram)")
+    assert plot.stat().st_size > 0
+
+
 def test_set_override_changes_the_run() -> None:
     base = json.loads(tiersim("run", str(QUICKSTART), "--strategy", "dram", "--format", "json").stdout)
     more = json.loads(tiersim("run", str(QUICKSTART), "--strategy", "dram", "--format", "json",

@@ -318,6 +318,37 @@ def rank_rows(rows: list[dict[str, Any]], objective: str, budget: float | None =
     return out[columns].astype({"rank": "object"})
 
 
+def nearest_miss(frame: pd.DataFrame, budget: float | None = None, max_iteration_time: float | None = None) -> str:
+    """The excluded candidate that came closest, and by how much it missed: among those that
+    fit, the one least over the limits (iteration time and cost, relative to each limit)."""
+    missed = [row for row in frame.to_dict(orient="records") if row["fits"] and row["rank"] is None]
+    if not missed:
+        return "no candidate fits at all (see the table's binding constraints)"
+
+    def overshoot(row: dict[str, Any]) -> float:
+        return max(_over(row, "iteration_time_s", max_iteration_time), _over(row, "cost_usd", budget))
+
+    best = min(missed, key=overshoot)
+    sizing = f"{best['dram_gib_per_socket']:g} GiB DRAM per socket"
+    if best["cxl_devices"]:
+        sizing += f", {best['cxl_devices']} CXL devices"
+    if best["nvme_drives"]:
+        sizing += f", {best['nvme_drives']} NVMe drive{'s' if best['nvme_drives'] != 1 else ''}"
+    cost = "" if best["cost_usd"] is None or pd.isna(best["cost_usd"]) else f", ${best['cost_usd']:,.0f}"
+    return (f"nearest: {best['strategy']} with {sizing}: {best['iteration_time_s']:.4g} s{cost} "
+            f"({best['excluded']})")
+
+
+def _over(row: dict[str, Any], column: str, limit: float | None) -> float:
+    """How far ``row[column]`` is over ``limit``, as a fraction of it (0 when within or unset)."""
+    value = row[column]
+    if limit is None:
+        return 0.0
+    if value is None or pd.isna(value):
+        return math.inf
+    return max(0.0, value / limit - 1.0)
+
+
 def plan_sizing(scenario: Scenario, objective: str, strategies: Sequence[str] = (),
                 dram_gib: Sequence[float] = DEFAULT_DRAM_GIB, cxl_counts: Sequence[int] = DEFAULT_CXL_COUNTS,
                 nvme_counts: Sequence[int] = DEFAULT_NVME_COUNTS, budget: float | None = None,
