@@ -178,3 +178,15 @@ def test_validate_bad_input_exits_2_with_one_line(args: list[str], message: str)
     proc = tiersim("validate", "--quick", "--as-calibrated", *args)
     assert proc.returncode == 2 and message in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("command", ["calibrate", "validate"])
+def test_calibrate_and_validate_without_torch_name_the_extra(command: str, tmp_path: Path) -> None:
+    code = ("import sys; sys.modules['torch'] = None; from tiersim.cli import main; "
+            f"sys.exit(main(['{command}', '--quick']))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith(f"tiersim: error: tiersim {command}: needs PyTorch") and "tiersim[torch]" in line
+    assert not list(tmp_path.iterdir())  # nothing was measured or written
