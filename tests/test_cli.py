@@ -99,7 +99,7 @@ def test_profiles_lists_and_shows() -> None:
     assert listing.returncode == 0
     assert {"a100-80gb", "h100-sxm", "h200"} <= {line.split()[1] for line in listing.stdout.splitlines()[2:]}
     shown = tiersim("profiles", "h200", "--format", "json")
-    assert json.loads(shown.stdout)["hbm_capacity"] == 141_000_000_000
+    assert json.loads(shown.stdout)["hbm_capacity"] == 143_771 * 2**20
 
 
 def _scenario(tmp_path: Path, edit: dict[str, object] | None = None, text: str | None = None) -> Path:
