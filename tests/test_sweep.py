@@ -345,3 +345,17 @@ def test_import_is_light_and_exports_the_api() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == tiersim.__version__
+
+
+@pytest.mark.parametrize("name", ["quickstart-nvme", "llama2-70b-tiers"])
+def test_every_factor_of_a_bundled_sweep_changes_a_result(name: str) -> None:
+    """A bundled sweep shows an effect of each factor: some two runs that differ only in it
+    differ in iteration time (or fit)."""
+    sweep = load_sweep(ROOT / "sweeps" / f"{name}.yaml")
+    frame = tiersim.sweep(ROOT / "sweeps" / f"{name}.yaml", jobs=1)
+    factors = [f for f in sweep.factors if f != "strategy"]
+    for factor in factors:
+        others = [f for f in factors if f != factor] + ["strategy"]
+        outcomes = frame.groupby(others, dropna=False).apply(
+            lambda g: g[["fits", "iteration_time_s"]].astype(str).drop_duplicates().shape[0], include_groups=False)
+        assert (outcomes > 1).any(), f"{factor} changes nothing in {name}"
