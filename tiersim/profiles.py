@@ -1,7 +1,8 @@
 """Device profiles: typed, validated descriptions of GPUs, links, host memory, CXL and NVMe.
 
-A profile is a YAML file in a profile directory (``device_profiles/`` of the checkout, the
-directories in ``TIERSIM_PROFILE_PATH``, or a path given directly). Each file has ``kind``,
+A profile is a YAML file in a profile directory (the bundled ones, ``tiersim.bundled``; the
+directories in ``TIERSIM_PROFILE_PATH`` or given with ``--profile-path``; ``./device_profiles``)
+or a path given directly. Each file has ``kind``,
 ``name``, ``description``, the figures of that kind (units allowed, see ``tiersim.units``) and
 ``sources``: one citation per figure. All values are stored in base units: bytes, bytes/s,
 FLOP/s, seconds.
@@ -16,12 +17,13 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Union
 
+from tiersim.bundled import bundled_dir
 from tiersim.errors import ConfigError
 from tiersim.schema import build, duration, flops, integer, number, rate, size
 from tiersim.yamlfile import read_yaml
 
-PACKAGE_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_PROFILE_DIR = PACKAGE_ROOT / "device_profiles"
+DEFAULT_PROFILE_DIR = bundled_dir("device_profiles")
+"""The bundled profiles (the checkout's ``device_profiles/`` in an editable install)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -178,7 +180,7 @@ PROFILE_KINDS: dict[str, type] = {
 
 def profile_dirs(extra: tuple[Path, ...] = ()) -> list[Path]:
     """Where profiles are looked up, first match wins: ``extra``, $TIERSIM_PROFILE_PATH,
-    ./device_profiles, then the checkout's device_profiles/."""
+    ./device_profiles, then the bundled profiles."""
     dirs = list(extra)
     env = os.environ.get("TIERSIM_PROFILE_PATH", "")
     dirs += [Path(p) for p in env.split(os.pathsep) if p]

@@ -15,6 +15,7 @@ from typing import Sequence
 
 import pandas as pd
 
+from tiersim.bundled import bundled_dir
 from tiersim.scenario import load_scenario
 from tiersim.simulate import simulate
 from tiersim.workload import build_step
@@ -25,8 +26,8 @@ STUDIES = {
 }
 """Bundled studies: name -> glob of their scenario files in ``scenarios/``."""
 
-SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
-"""The repository's ``scenarios/`` directory (editable install / source checkout)."""
+SCENARIO_DIR = bundled_dir("scenarios")
+"""The bundled scenarios (the checkout's ``scenarios/`` in an editable install)."""
 
 PHASE_COLUMNS = {"forward": "forward_s", "backward": "backward_s", "optimizer_step": "step_s"}
 STRATEGY_ORDER = ("gpu", "dram", "cxl", "nvme")

@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from tiersim import plan
+from tiersim.bundled import resolve
 from tiersim.errors import ConfigError
 from tiersim.report import format_table
 
@@ -37,7 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     """Add ``plan`` to the CLI."""
     parser = subparsers.add_parser("plan", help="largest model, fastest sizing or cheapest hardware",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("scenario", help="scenario YAML file")
+    parser.add_argument("scenario", help="scenario YAML file (or the name of a bundled one)")
     parser.add_argument("--objective", choices=plan.OBJECTIVES, required=True)
     parser.add_argument("--strategy", action="append", default=[], metavar="NAME",
                         help="only this strategy (repeatable); default: all in the scenario")
@@ -69,7 +70,7 @@ def plan_command(args: argparse.Namespace) -> int:
     the nearest miss) when no candidate meets the constraints."""
     if args.top is not None and args.top < 1:
         raise ConfigError("plan", "--top", f"must be at least 1, got {args.top}")
-    scenario = plan.read_scenario(args.scenario, args.overrides, args.force)
+    scenario = plan.read_scenario(resolve(args.scenario, "scenarios"), args.overrides, args.force)
     if args.objective == "largest-model":
         if args.budget is not None or args.max_iteration_time is not None:
             raise ConfigError("plan", "--budget/--max-iteration-time",

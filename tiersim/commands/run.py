@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from tiersim.bundled import resolve
 from tiersim.errors import ConfigError
 from tiersim.limits import MAX_TASKS, NOTICE_TASKS
 from tiersim.report import csv_text, flat_row, results_table
@@ -21,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     """Add ``run`` to the CLI."""
     parser = subparsers.add_parser("run", help="simulate a scenario under its strategies",
                                    description=__doc__)
-    parser.add_argument("scenario", help="scenario YAML file")
+    parser.add_argument("scenario", help="scenario YAML file (or the name of a bundled one, e.g. quickstart)")
     known = "; ".join(f"{name}: {cls.summary}" for name, cls in STRATEGIES.items())
     parser.add_argument("--strategy", action="append", default=[], metavar="NAME",
                         help=f"only this strategy (repeatable); default: all in the scenario ({known})")
@@ -42,7 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 def run_command(args: argparse.Namespace) -> int:
     """Load, simulate each strategy, print in the chosen format, optionally write files."""
-    configs = load_scenario(args.scenario, args.overrides, args.strategy, args.force)
+    configs = load_scenario(resolve(args.scenario, "scenarios"), args.overrides, args.strategy, args.force)
     scenario = configs[0].scenario
     tasks = sum(run_tasks(config) for config in configs)
     if tasks >= NOTICE_TASKS:

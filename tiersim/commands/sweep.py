@@ -27,7 +27,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     """Add ``sweep`` to the CLI."""
     parser = subparsers.add_parser("sweep", help="run a scenario over a grid or list of factor values",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("sweep_file", metavar="SWEEP.yaml", help="sweep file: base scenario plus grid or points")
+    parser.add_argument("sweep_file", metavar="SWEEP.yaml",
+                        help="sweep file: base scenario plus grid or points (or the name of a bundled one)")
     parser.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
                         help="local worker processes (default: one per CPU; 1 runs in this process)")
     parser.add_argument("--scheduler", metavar="ADDRESS", default=None,
@@ -50,11 +51,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 def sweep_command(args: argparse.Namespace) -> int:
     """Plan (validating every point), run, store, print a summary."""
+    from tiersim.bundled import resolve
     from tiersim.errors import ConfigError
     from tiersim.sweep_points import load_sweep
     from tiersim.sweep_store import FolderInUse
     from tiersim.sweeper import SweepInterrupted, run_sweep
 
+    args.sweep_file = resolve(args.sweep_file, "sweeps")
     out = args.out
     if out is None:
         out = Path("out") / f"sweep-{load_sweep(args.sweep_file, args.overrides, args.force).name}"
