@@ -24,7 +24,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
-BLOCKS = re.findall(r"^```(\w+)\n(.*?)^```", README, flags=re.S | re.M)
+BLOCKS = re.findall(r"^```(\w+)\n(.*?)^```", README, flags=re.DOTALL | re.MULTILINE)
 QUICKSTART = BLOCKS[0][1]
 BASH_LINES = [line for lang, body in BLOCKS[1:] if lang == "bash" for line in body.splitlines()
               if line.strip() and not line.lstrip().startswith("#")]
