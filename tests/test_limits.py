@@ -133,3 +133,18 @@ def test_out_of_memory_is_one_line(capsys: pytest.CaptureFixture[str], monkeypat
     assert main("run", str(QUICKSTART)) == 1
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and err.startswith("tiersim: error: out of memory")
+
+
+@pytest.mark.parametrize(("assignment", "message"), [
+    ("hardware.cxl.count=36028798", "hardware.cxl.count: gives the cxl tier 9.22e+18 bytes, more than 2^53"),
+    ("training.seq_len=1e15", "bytes of activations, more than 2^53"),
+    ("model.hidden=4e9", "bytes of state, more than 2^53"),
+])
+def test_a_run_whose_bytes_would_pass_2_53_is_refused(capsys: pytest.CaptureFixture[str], assignment: str,
+                                                     message: str) -> None:
+    """Every byte count of a result stays exact and fits a 64-bit Parquet column; --force does
+    not lift this (it is not work but representability)."""
+    assert main("run", str(QUICKSTART), "--set", assignment, "--set", "model.heads=1", "--set", "model.kv_heads=1",
+                "--force") == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"tiersim: error: --set: {assignment}: ") and message.split(": ")[-1] in err

@@ -223,6 +223,22 @@ def test_a_failing_run_is_a_row_with_its_error_and_the_sweep_carries_on(
     assert again.frame["error"].isna().all()
 
 
+def test_a_sweep_whose_runs_all_fail_still_prints_its_table(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import tiersim.simulate as simulate_module
+
+    def broken(config):  # type: ignore[no-untyped-def]
+        raise ValueError("no")
+
+    monkeypatch.setattr(simulate_module, "simulate", broken)
+    from tiersim import cli
+
+    sweep_file = write(tmp_path / "s.yaml", {"base": str(QUICKSTART), "grid": {"strategy": ["dram", "nvme"]}})
+    assert cli.main(["sweep", str(sweep_file), "--jobs", "1", "--out", str(tmp_path / "o")]) == 1
+    out = capsys.readouterr().out
+    assert out.count("ERROR") == 2 and "ValueError: no" in out
+
+
 def test_running_a_finished_sweep_again_says_what_to_do_in_one_line(tmp_path: Path) -> None:
     sweep_file = write(tmp_path / "s.yaml", SMALL)
     first = tiersim_cli("sweep", str(sweep_file), "--jobs", "1", cwd=tmp_path)

@@ -219,7 +219,7 @@ def _load_profile(path: Path) -> Profile:
     if not isinstance(data, dict):
         raise ConfigError(str(path), "", "a profile must be a mapping")
     kind = data.get("kind")
-    if kind not in PROFILE_KINDS:
+    if not isinstance(kind, str) or kind not in PROFILE_KINDS:
         raise ConfigError(str(path), "kind", f"must be one of {', '.join(PROFILE_KINDS)}; got {kind!r}")
     profile: Profile = build(PROFILE_KINDS[kind], data, str(path))
     if profile.name != path.stem:

@@ -20,7 +20,7 @@ from tiersim.limits import MAX_WHOLE
 from tiersim.schema import build, to_plain
 from tiersim.strategies import STRATEGIES
 from tiersim.workload import ModelSpec, TrainingSpec
-from tiersim.worksize import check_run
+from tiersim.worksize import check_bytes, check_run
 from tiersim.yamlfile import parse_value, read_yaml
 
 SECTIONS = ("name", "description", "seed", "model", "training", "hardware", "strategies")
@@ -206,6 +206,7 @@ def scenario_from_dict(
     ]
     for config in configs:
         check_run(config, source, force)
+        check_bytes(config, source)
     return configs
 
 
@@ -220,7 +221,7 @@ def _strategy_entries(raw: object, source: str) -> dict[str, Any]:
         if not isinstance(fields, dict) or "name" not in fields:
             raise ConfigError(source, where, "expected a strategy name or a mapping with 'name'")
         name = fields["name"]
-        if name not in STRATEGIES:
+        if not isinstance(name, str) or name not in STRATEGIES:
             raise ConfigError(source, f"{where}.name", f"unknown strategy {name!r} (known: {', '.join(STRATEGIES)})")
         if name in entries:
             raise ConfigError(source, f"{where}.name", f"strategy {name!r} listed twice")

@@ -1,10 +1,12 @@
-"""The size of the work a config asks for, counted before anything is built, and its limit.
+"""The size of the work a config asks for, counted before anything is built, and its limits.
 
 A run's size is the number of tasks its strategy would put in the task graph
 (``Strategy.task_count``, from the layers, micro-steps and optimizer sub-groups of the step);
 the engine handles at most two events per task (a delay, a flow's finish). Past
 ``limits.MAX_TASKS`` a config is refused, naming the setting that makes most of the work,
-unless ``force`` is given.
+unless ``force`` is given. The bytes a run places and a tier's capacity must stay within
+``limits.MAX_WHOLE`` (2^53, 8 PiB) so that every byte count of a result is exact and fits a
+64-bit column (``check_bytes``; no ``force``).
 """
 
 from __future__ import annotations
@@ -12,9 +14,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tiersim.errors import ConfigError
-from tiersim.limits import FORCE_HINT, MAX_TASKS
+from tiersim.limits import FORCE_HINT, MAX_TASKS, MAX_WHOLE
 from tiersim.strategies import STRATEGIES
-from tiersim.workload import step_shape
+from tiersim.workload import parameter_count, step_shape
 
 if TYPE_CHECKING:  # pragma: no cover
     from tiersim.scenario import RunConfig
@@ -48,6 +50,37 @@ def check_run(config: RunConfig, source: str, force: bool = False) -> int:
         why = f"{count(shape.layers)} layers in each of {count(shape.micro_steps)} micro-steps"
     raise ConfigError(source, field, f"{count(value)} gives {why}, {count(tasks)} tasks per run ({config.strategy}); "
                                      f"the limit is {MAX_TASKS:,} tasks ({FORCE_HINT})")
+
+
+def check_bytes(config: "RunConfig", source: str) -> None:
+    """A ConfigError when a tier's capacity, the model's state or its activations would be more
+    than ``MAX_WHOLE`` bytes (an upper bound of what the strategies place, from arithmetic)."""
+    hardware, model, training = config.hardware, config.model, config.training
+    for tier, field in (("hbm", "hardware.gpu"), ("dram", "hardware.dram_capacity"), ("cxl", "hardware.cxl.count"),
+                        ("nvme", "hardware.nvme.count")):
+        capacity = hardware.capacity(tier)
+        if capacity > MAX_WHOLE:
+            raise ConfigError(source, field, f"gives the {tier} tier {capacity:.3g} bytes, more than 2^53 "
+                                             f"({MAX_WHOLE:.3g}), the limit for a run's bytes")
+    state = parameter_count(model) * STATE_BYTES_PER_PARAM
+    tokens = training.seq_len * training.micro_batch
+    activations = ((model.layers + 2) * tokens * model.hidden * ACTIVATION_BYTES_PER_ELEMENT
+                   + tokens * model.vocab * LOGIT_BYTES)
+    widest = max(("model.hidden", model.hidden), ("model.ffn", model.ffn // 4), ("model.layers", model.layers),
+                 ("model.vocab", model.vocab // 1000), key=lambda item: item[1])[0]  # what makes most parameters
+    for what, field, num_bytes in (("state", widest, state), ("activations", "training.seq_len", activations)):
+        if num_bytes > MAX_WHOLE:
+            raise ConfigError(source, field, f"makes {num_bytes:.3g} bytes of {what}, more than 2^53 "
+                                             f"({MAX_WHOLE:.3g}), the limit for a run's bytes")
+
+
+STATE_BYTES_PER_PARAM = 20
+"""At most this many bytes a parameter places in all (16-bit weight and gradient, fp32 weight,
+gradient and two Adam moments)."""
+ACTIVATION_BYTES_PER_ELEMENT = 34
+"""Korthikanti et al.'s activation bytes per token x hidden, the most a layer keeps."""
+LOGIT_BYTES = 4
+"""The fp32 logits, per token x vocabulary entry."""
 
 
 def describe(runs: int, tasks: int) -> str:

@@ -95,11 +95,11 @@ def sweep_command(args: argparse.Namespace) -> int:
         rows = []
         for rec in frame.head(TABLE_ROWS).to_dict(orient="records"):
             error = _clean(rec.get("error"))
-            fits = bool(_clean(rec["fits"]))
+            fits = bool(_clean(rec.get("fits")))
             verdict = "ERROR" if error else "yes" if fits else "NO"
-            why = error or (rec["bottleneck"] if fits else rec["reason"])
+            why = error or (rec.get("bottleneck") if fits else rec.get("reason"))
             rows.append([rec["point"], rec["strategy"], *[_cell(rec[k]) for k in factors], verdict,
-                         seconds(_clean(rec["iteration_time_s"])), why])
+                         seconds(_clean(rec.get("iteration_time_s"))), why])
         print(format_table(headers, rows))
         if len(frame) > TABLE_ROWS:
             print(f"... {len(frame) - TABLE_ROWS} more rows in {outcome.results}")
