@@ -20,8 +20,9 @@ import itertools
 import json
 import os
 import signal
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import yaml

@@ -52,7 +52,7 @@ def check_run(config: RunConfig, source: str, force: bool = False) -> int:
                                      f"the limit is {MAX_TASKS:,} tasks ({FORCE_HINT})")
 
 
-def check_bytes(config: "RunConfig", source: str) -> None:
+def check_bytes(config: RunConfig, source: str) -> None:
     """A ConfigError when a tier's capacity, the model's state or its activations would be more
     than ``MAX_WHOLE`` bytes (an upper bound of what the strategies place, from arithmetic)."""
     hardware, model, training = config.hardware, config.model, config.training
