@@ -123,6 +123,11 @@ def test_planning_reports_progress_and_the_size_of_the_work() -> None:
     assert notices[0] == "sweep sweep: planning 2 points"
     assert notices[1].startswith("sweep sweep: 2 runs, ") and notices[1].endswith(" events")
     assert sum(r.tasks for r in runs) == 2500 * run_tasks(runs[0].config)
+    lines: list[str] = []
+    run_sweep(spec, notice=lines.append)  # no terminal: lines, not a bar
+    assert lines[0] == "sweep sweep: planning 2,500 points"
+    assert lines[1:3] == ["sweep sweep: planned 1,000 of 2,500 points", "sweep sweep: planned 2,000 of 2,500 points"]
+    assert lines[3].startswith("sweep sweep: 2,500 runs, ") and len(lines) == 4
 
 
 def test_out_of_memory_is_one_line(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:

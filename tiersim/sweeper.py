@@ -290,7 +290,8 @@ def run_sweep(
     """Plan, run and store a sweep; see the module docstring. Raises ``SweepInterrupted``
     (Ctrl-C or SIGTERM). ``force`` lifts the work limits (``tiersim.limits``); ``notice``
     is told the size of the work before planning and before running when ``progress`` is on or
-    the sweep has ``NOTICE_RUNS`` runs or more."""
+    the sweep has ``NOTICE_RUNS`` points or more (and, without a progress bar, how far the
+    planning of such a sweep has got, every tenth)."""
     started = time.perf_counter()
     if jobs is not None and (not isinstance(jobs, int) or jobs < 1):
         raise ConfigError("--jobs", "", f"must be a whole number of at least 1, got {jobs!r}")
@@ -302,8 +303,15 @@ def run_sweep(
     loud = progress or len(sweep.points) >= NOTICE_RUNS
     if notice is not None and loud:
         notice(f"sweep {sweep.name}: planning {len(sweep.points):,} points")
+    tenths = [0]
+
+    def report(done: int, total: int) -> None:  # without a bar, a line every tenth of a large sweep
+        if notice is not None and loud and not progress and done < total and done * 10 // total > tenths[0]:
+            tenths[0] = done * 10 // total
+            notice(f"sweep {sweep.name}: planned {done:,} of {total:,} points")
+
     with _progress_bar(progress, len(sweep.points), 0, f"plan {sweep.name}", "points") as planned:
-        runs = plan_sweep(sweep, force, lambda done, total: planned(done, absolute=True))
+        runs = plan_sweep(sweep, force, lambda done, total: (planned(done, absolute=True), report(done, total)))
     if notice is not None and (loud or len(runs) >= NOTICE_RUNS):
         notice(f"sweep {sweep.name}: {describe(len(runs), sum(r.tasks for r in runs))}")
     rows_table = RowTable(sweep, runs)
