@@ -303,15 +303,18 @@ def run_sweep(
     loud = progress or len(sweep.points) >= NOTICE_RUNS
     if notice is not None and loud:
         notice(f"sweep {sweep.name}: planning {len(sweep.points):,} points")
-    tenths = [0]
-
-    def report(done: int, total: int) -> None:  # without a bar, a line every tenth of a large sweep
-        if notice is not None and loud and not progress and done < total and done * 10 // total > tenths[0]:
-            tenths[0] = done * 10 // total
-            notice(f"sweep {sweep.name}: planned {done:,} of {total:,} points")
-
     with _progress_bar(progress, len(sweep.points), 0, f"plan {sweep.name}", "points") as planned:
-        runs = plan_sweep(sweep, force, lambda done, total: (planned(done, absolute=True), report(done, total)))
+        tenths = 0
+
+        def report(done: int, total: int) -> None:
+            """The bar, or without one a line every tenth of a large sweep."""
+            nonlocal tenths
+            planned(done, absolute=True)
+            if notice is not None and loud and not progress and done < total and done * 10 // total > tenths:
+                tenths = done * 10 // total
+                notice(f"sweep {sweep.name}: planned {done:,} of {total:,} points")
+
+        runs = plan_sweep(sweep, force, report)
     if notice is not None and (loud or len(runs) >= NOTICE_RUNS):
         notice(f"sweep {sweep.name}: {describe(len(runs), sum(r.tasks for r in runs))}")
     rows_table = RowTable(sweep, runs)
