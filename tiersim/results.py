@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 
 from tiersim.engine import TaskGraph
+from tiersim.engine.graph import Task
 from tiersim.engine.runner import EngineRun, TaskRecord
 from tiersim.scenario import RunConfig
 
@@ -163,8 +164,9 @@ def utilisation_records(run: EngineRun, spans: dict[str, float],
     tasks, start_at, end_at = run.tasks, run.start, run.end
     busy: dict[tuple[str, str], float] = {}  # (stream or link, phase) -> s
     moved: dict[tuple[str, str], float] = {}  # (stream or link, phase) -> bytes or link units
-    link_spans: dict[str, list[tuple[float, float]]] = {}
+    link_spans: dict[tuple[str, str], list[tuple[float, float]]] = {}  # (link, phase) -> flows' intervals
     whole: dict[str, list[float]] = {}  # stream -> [busy s, bytes] over the iteration
+    groups: dict[tuple[str, int, str], list[Any]] = {}  # tasks of a kind inside one window (most)
     crossing: list[int] = []  # tasks whose flow crosses a window's end
     right = bisect.bisect_right
     for i, task in enumerate(tasks):
@@ -178,43 +180,42 @@ def utilisation_records(run: EngineRun, spans: dict[str, float],
         if finish <= lo or begin >= hi:
             continue
         phase, _start, stop = windows[right(starts, begin) - 1]
-        size = task.size
-        if finish <= stop:  # most tasks: inside one window
-            key = (task.stream, phase)
-            busy[key] = busy.get(key, 0.0) + (finish - begin)
-        else:
-            for j, part in _overlaps(windows, starts, begin, finish):
-                key = (task.stream, windows[j][0])
-                busy[key] = busy.get(key, 0.0) + part
-            if size > 0:
-                phase, _start, stop = windows[right(starts, begin + task.delay) - 1]
-                if finish > stop:
-                    crossing.append(i)
-                    size = 0.0  # its bytes are split below
+        if finish <= stop:  # inside one window: summed per kind (stream and link usage) below
+            key = (task.stream, id(task.usage), phase)
+            group = groups.get(key)
+            if group is None:
+                group = groups[key] = [0.0, 0.0, task, []]
+            group[0] += finish - begin
+            if task.size > 0:
+                group[1] += task.size
+                group[3].append((begin + task.delay, finish))
+            continue
+        for j, part in _overlaps(windows, starts, begin, finish):
+            key2 = (task.stream, windows[j][0])
+            busy[key2] = busy.get(key2, 0.0) + part
         if task.size > 0:
-            span = (begin + task.delay, finish)
+            first = begin + task.delay
+            for j, _part in _overlaps(windows, starts, first, finish):
+                _phase, w_lo, w_hi = windows[j]
+                for link, _units in task.usage:
+                    link_spans.setdefault((link, _phase), []).append((max(first, w_lo), min(finish, w_hi)))
+            phase, _start, stop = windows[right(starts, first) - 1]
+            if finish > stop:
+                crossing.append(i)
+            else:
+                _add_moved(moved, task, phase, task.size)
+    for (stream, _usage, phase), (seconds, num_bytes, task, intervals) in groups.items():
+        busy[(stream, phase)] = busy.get((stream, phase), 0.0) + seconds
+        if num_bytes:
+            _add_moved(moved, task, phase, num_bytes)
             for link, _units in task.usage:
-                link_spans.setdefault(link, []).append(span)
-        if size > 0:
-            key = (task.stream, phase)
-            moved[key] = moved.get(key, 0.0) + size
-            for link, units in task.usage:
-                key = (link, phase)
-                moved[key] = moved.get(key, 0.0) + size * units
+                link_spans.setdefault((link, phase), []).extend(intervals)
     for i, parts in _bytes_by_window(run, crossing, windows, starts):
-        task = tasks[i]
         for k, num_bytes in parts:
-            phase = windows[k][0]
-            moved[(task.stream, phase)] = moved.get((task.stream, phase), 0.0) + num_bytes
-            for link, units in task.usage:
-                moved[(link, phase)] = moved.get((link, phase), 0.0) + num_bytes * units
+            _add_moved(moved, tasks[i], windows[k][0], num_bytes)
     streams = sorted(whole) if only is None else sorted({stream for stream, _phase in busy})
-    for link, intervals in link_spans.items():
-        for k in chosen:
-            phase, w_lo, w_hi = windows[k]
-            inside = [(max(a, w_lo), min(b, w_hi)) for a, b in intervals if a < w_hi and b > w_lo]
-            if inside:
-                busy[(link, phase)] = busy.get((link, phase), 0.0) + union_length(inside)
+    for key3, intervals in link_spans.items():
+        busy[key3] = union_length(intervals)
     rows: list[dict[str, Any]] = []
     phases = [p for p in PHASES if only is None or p == only]
     for stream in streams:
@@ -239,6 +240,15 @@ def utilisation_records(run: EngineRun, spans: dict[str, float],
                 rows.append({"resource": link, "kind": "link", "phase": phase, "busy_s": busy[(link, phase)],
                              "utilisation": _ratio(units_used, capacity * spans[phase]), "units_moved": units_used})
     return rows
+
+
+def _add_moved(moved: dict[tuple[str, str], float], task: Task, phase: str, num_bytes: float) -> None:
+    """Add ``num_bytes`` of ``task``'s flow to its stream's bytes and its links' units in ``phase``."""
+    key = (task.stream, phase)
+    moved[key] = moved.get(key, 0.0) + num_bytes
+    for link, units in task.usage:
+        key = (link, phase)
+        moved[key] = moved.get(key, 0.0) + num_bytes * units
 
 
 def _overlaps(windows: list[tuple[str, float, float]], starts: list[float], begin: float,
