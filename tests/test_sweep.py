@@ -191,6 +191,19 @@ def test_workers_die_with_their_parent_on_kill_9(tmp_path: Path) -> None:
     assert not any(_alive(w) for w in workers)
 
 
+def test_a_worker_killed_from_outside_stops_the_sweep_in_one_line_keeping_its_parts(tmp_path: Path) -> None:
+    proc, sweep_file, out = _start_killable_sweep(tmp_path, "2")
+    worker = min(_children(proc.pid))
+    os.kill(worker, signal.SIGKILL)  # as the out-of-memory killer would
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1, err
+    (line,) = err.strip().splitlines()
+    assert line.startswith("tiersim: error: sweep stopped: a worker process died") and "--resume" in line
+    saved = int(line.split("; ")[1].split(" of")[0])
+    finished = run_sweep(sweep_file, jobs=1, out=out, resume=True)
+    assert finished.resumed == saved and finished.resumed + finished.computed == 60
+
+
 def test_a_failing_run_is_a_row_with_its_error_and_the_sweep_carries_on(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     import tiersim.simulate as simulate_module

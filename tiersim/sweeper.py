@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import time
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
@@ -49,6 +50,18 @@ class SweepInterrupted(KeyboardInterrupt):
         self.total = total
         self.out = out
         self.signum = signum
+
+
+class SweepAborted(Exception):
+    """A sweep stopped by something other than the user (a worker process killed from outside,
+    e.g. by the out-of-memory killer): ``saved`` of ``total`` runs are stored under ``out``."""
+
+    def __init__(self, saved: int, total: int, out: Path | None, reason: str) -> None:
+        super().__init__(reason)
+        self.saved = saved
+        self.total = total
+        self.out = out
+        self.reason = reason
 
 
 class _Terminated(KeyboardInterrupt):
@@ -288,7 +301,7 @@ def run_sweep(
     notice: Callable[[str], None] | None = None,
 ) -> SweepOutcome:
     """Plan, run and store a sweep; see the module docstring. Raises ``SweepInterrupted``
-    (Ctrl-C or SIGTERM). ``force`` lifts the work limits (``tiersim.limits``); ``notice``
+    (Ctrl-C or SIGTERM) or ``SweepAborted`` (a worker died), having kept what was computed. ``force`` lifts the work limits (``tiersim.limits``); ``notice``
     is told the size of the work before planning and before running when ``progress`` is on or
     the sweep has ``NOTICE_RUNS`` points or more (and, without a progress bar, how far the
     planning of such a sweep has got, every tenth)."""
@@ -370,6 +383,9 @@ def run_sweep(
     except KeyboardInterrupt as exc:
         signum = signal.SIGTERM if isinstance(exc, _Terminated) else signal.SIGINT
         raise SweepInterrupted(resumed + computed, len(runs), out_dir, signum) from None
+    except BrokenProcessPool:
+        raise SweepAborted(resumed + computed, len(runs), out_dir,
+                           "a worker process died (killed from outside, e.g. by the out-of-memory killer)") from None
     finally:
         gc.unfreeze()
         if owned and backend is not None:
@@ -458,5 +474,5 @@ def _progress_bar(enabled: bool, total: int, done: int, label: str,
         yield advance
 
 
-__all__ = ["SweepInterrupted", "SweepOutcome", "run_batch", "run_sweep", "sweep", "results_frame", "default_jobs",
+__all__ = ["SweepAborted", "SweepInterrupted", "SweepOutcome", "run_batch", "run_sweep", "sweep", "results_frame", "default_jobs",
            "default_chunk_size"]

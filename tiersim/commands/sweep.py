@@ -55,7 +55,7 @@ def sweep_command(args: argparse.Namespace) -> int:
     from tiersim.errors import ConfigError
     from tiersim.sweep_points import load_sweep
     from tiersim.sweep_store import FolderInUse
-    from tiersim.sweeper import SweepInterrupted, run_sweep
+    from tiersim.sweeper import SweepAborted, SweepInterrupted, run_sweep
 
     args.sweep_file = resolve(args.sweep_file, "sweeps")
     out = args.out
@@ -76,6 +76,10 @@ def sweep_command(args: argparse.Namespace) -> int:
         print(f"tiersim: {how}: {exc.saved} of {exc.total} runs saved in {out / 'parts'}; "
               f"continue with: {_again(args, out)}", file=sys.stderr)
         return 128 + int(exc.signum)
+    except SweepAborted as exc:
+        print(f"tiersim: error: sweep stopped: {exc.reason}; {exc.saved} of {exc.total} runs saved in "
+              f"{out / 'parts'}; continue with: {_again(args, out)}", file=sys.stderr)
+        return 1
     frame = outcome.frame
     line = (f"sweep: {outcome.sweep.name}: {outcome.total} runs ({outcome.resumed} resumed, "
             f"{outcome.computed} computed {outcome.where}) in {outcome.seconds:.1f} s -> {outcome.results}")
