@@ -45,7 +45,9 @@ def test_run_table_csv_and_strategy_filter() -> None:
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
     assert lines[0] == "scenario: quickstart"
-    assert [line.split()[0] for line in lines[3:]] == ["dram", "nvme"]
+    assert [line.split()[0] for line in lines[3:] if not line.startswith(" ")] == ["dram", "nvme"]
+    assert [line.strip() for line in lines[3:] if line.startswith(" ")] == ["bottleneck / reason: cpu",
+                                                                             "bottleneck / reason: nvme"]
     csv_out = tiersim("run", str(QUICKSTART), "--format", "csv", "--strategy", "cxl")
     header, row = csv_out.stdout.strip().splitlines()
     assert header.startswith("scenario,strategy,fits,iteration_time_s")
@@ -69,6 +71,20 @@ def test_run_out_dir_writes_summary_config_and_trace(tmp_path: Path) -> None:
     assert trace["end"].max() == pytest.approx(summary["results"][0]["iteration_time_s"])
 
 
+def test_out_and_plot_say_what_they_wrote(tmp_path: Path) -> None:
+    out, plot = tmp_path / "out", tmp_path / "report.html"
+    proc = tiersim("run", str(QUICKSTART), "--strategy", "gpu", "--strategy", "dram", "--out", str(out),
+                   "--plot", str(plot), "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    json.loads(proc.stdout)  # stdout stays the JSON; the notes go to stderr
+    wrote_out, wrote_plot = proc.stderr.strip().splitlines()
+    files = sorted(p.name for p in out.iterdir())
+    assert wrote_out.startswith(f"tiersim: wrote {len(files)} files to {out}: ")
+    assert sorted(wrote_out.split(": ", 2)[2].split(", ")) == files
+    assert wrote_plot == (f"tiersim: wrote {plot} (phase bars; critical path, timeline and utilisation of dram)")
+    assert plot.stat().st_size > 0
+
+
 def test_set_override_changes_the_run() -> None:
     base = json.loads(tiersim("run", str(QUICKSTART), "--strategy", "dram", "--format", "json").stdout)
     more = json.loads(tiersim("run", str(QUICKSTART), "--strategy", "dram", "--format", "json",
@@ -83,7 +99,7 @@ def test_profiles_lists_and_shows() -> None:
     assert listing.returncode == 0
     assert {"a100-80gb", "h100-sxm", "h200"} <= {line.split()[1] for line in listing.stdout.splitlines()[2:]}
     shown = tiersim("profiles", "h200", "--format", "json")
-    assert json.loads(shown.stdout)["hbm_capacity"] == 141_000_000_000
+    assert json.loads(shown.stdout)["hbm_capacity"] == 143_771 * 2**20
 
 
 def _scenario(tmp_path: Path, edit: dict[str, object] | None = None, text: str | None = None) -> Path:
@@ -162,3 +178,15 @@ def test_validate_bad_input_exits_2_with_one_line(args: list[str], message: str)
     proc = tiersim("validate", "--quick", "--as-calibrated", *args)
     assert proc.returncode == 2 and message in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("command", ["calibrate", "validate"])
+def test_calibrate_and_validate_without_torch_name_the_extra(command: str, tmp_path: Path) -> None:
+    code = ("import sys; sys.modules['torch'] = None; from tiersim.cli import main; "
+            f"sys.exit(main(['{command}', '--quick']))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith(f"tiersim: error: tiersim {command}: needs PyTorch") and "tiersim[torch]" in line
+    assert not list(tmp_path.iterdir())  # nothing was measured or written

@@ -243,3 +243,34 @@ def test_plan_bad_input_exits_2_with_one_line(small: Path, args: list[str]) -> N
     proc = tiersim("plan", str(small), *args)
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     assert len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith("tiersim: error: ")
+
+
+@pytest.mark.parametrize("top", ["0", "-1"])
+def test_plan_top_below_one_is_refused(small: Path, top: str) -> None:
+    proc = tiersim("plan", str(small), "--objective", "fastest", "--top", top)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"tiersim: error: plan: --top: must be at least 1, got {top}"
+
+
+def test_plan_top_shows_the_first_rows(small: Path) -> None:
+    proc = tiersim("plan", str(small), "--objective", "fastest", "--dram-gib", "96,192", "--cxl-counts", "2",
+                   "--nvme-counts", "1", "--top", "2")
+    assert proc.returncode == 0, proc.stderr
+    ranks = [line.split()[0] for line in proc.stdout.splitlines()[3:] if not line.startswith(" ")]
+    assert ranks == ["1", "2"]
+
+
+def test_plan_without_an_answer_exits_1_naming_the_nearest_miss(small: Path) -> None:
+    args = ["plan", str(small), "--objective", "cheapest", "--dram-gib", "96,192", "--cxl-counts", "2",
+            "--nvme-counts", "1", "--format", "json"]
+    rows = json.loads(tiersim(*args).stdout)["rows"]
+    fastest = min((r for r in rows if r["fits"]), key=lambda r: r["iteration_time_s"])
+    limit = fastest["iteration_time_s"] * 0.99
+    proc = tiersim(*args[:-2], "--max-iteration-time", f"{limit:.6g}")
+    assert proc.returncode == 1, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("tiersim: no answer: no candidate meets the constraints; nearest: "
+                           f"{fastest['strategy']} with ")
+    assert f"{fastest['iteration_time_s']:.4g} s" in line and f"(slower than {limit:.6g} s)" in line
+    answered = tiersim(*args[:-2], "--max-iteration-time", f"{fastest['iteration_time_s'] * 1.01:.6g}")
+    assert answered.returncode == 0 and answered.stderr == ""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import fields
 from pathlib import Path
 
@@ -85,15 +86,16 @@ def test_gpu_host_link_resolves(name: str) -> None:
 
 def test_gpu_values_in_base_units() -> None:
     h100 = _find("h100-sxm", "gpu")
-    assert h100.hbm_capacity == 80_000_000_000
+    assert h100.hbm_capacity == 81_559 * 2**20  # what nvidia-smi reports, not the datasheet's rounded 80 GB
     assert h100.hbm_bandwidth == pytest.approx(3.35e12)
     assert h100.bf16_flops == pytest.approx(989e12)
     assert h100.host_link == "pcie-gen5-x16"
     h200 = _find("h200", "gpu")
-    assert h200.hbm_capacity == 141_000_000_000
+    assert h200.hbm_capacity == 143_771 * 2**20
     assert 0.75 <= h200.compute_efficiency <= 0.82
     assert h200.memory_efficiency == pytest.approx(4.3 / 4.8, abs=0.01)
     a100 = _find("a100-80gb", "gpu")
+    assert a100.hbm_capacity == 81_920 * 2**20
     assert a100.host_link == "pcie-gen4-x16"
     assert a100.nvlink_bandwidth == pytest.approx(300e9)
     assert h200.nvlink_bandwidth == pytest.approx(450e9)
@@ -309,3 +311,17 @@ def test_measured_adam_rates_must_be_positive(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(ConfigError, match=r"adam_params_per_s\[1\]: must be greater than 0"):
         load_profile_file(path)
+
+
+@pytest.mark.parametrize("path", BUNDLED_FILES, ids=lambda p: p.stem)
+def test_citations_name_public_sources_not_local_files(path: Path) -> None:
+    """A source is the public document itself, never a file outside the repository."""
+    for figure, source in load_profile_file(path).sources.items():
+        assert not re.search(r"/work/|shared/|\.\./|\b[\w-]+\.md\b", source), (figure, source)
+
+
+def test_gpu_capacity_is_what_the_device_reports() -> None:
+    """HBM capacity in MiB as nvidia-smi prints it (a decimal "80 GB" would be 74.5 GiB)."""
+    for name in ("a100-80gb", "h100-sxm", "h200"):
+        gpu = _find(name, "gpu")
+        assert gpu.hbm_capacity % 2**20 == 0 and "nvidia-smi" in gpu.sources["hbm_capacity"]

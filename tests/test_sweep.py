@@ -17,6 +17,7 @@ import yaml
 import tiersim
 from tiersim.errors import ConfigError
 from tiersim.sweep_points import load_sweep, plan_sweep
+from tiersim.sweep_store import FolderInUse
 from tiersim.sweeper import run_sweep
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,6 +53,11 @@ def tiersim_cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str
                           timeout=120)
 
 
+def results(frame: pd.DataFrame) -> pd.DataFrame:
+    """A sweep's rows without ``runtime_s`` (the seconds each run took, which vary)."""
+    return frame.drop(columns="runtime_s")
+
+
 def write(path: Path, data: object) -> Path:
     path.write_text(yaml.safe_dump(data, sort_keys=False) if not isinstance(data, str) else data)
     return path
@@ -76,13 +82,14 @@ def test_rows_are_the_same_in_process_on_a_pool_and_on_a_dask_cluster() -> None:
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
         dask = tiersim.sweep(SMALL, scheduler=cluster.scheduler_address)
     assert len(inline) == 32
-    pd.testing.assert_frame_equal(inline, pool)
-    pd.testing.assert_frame_equal(inline, dask)
-    # one row per run: factors, result fields, seed, version
+    pd.testing.assert_frame_equal(results(inline), results(pool))
+    pd.testing.assert_frame_equal(results(inline), results(dask))
+    # one row per run: factors, result fields, error, runtime, seed, version
     for column in ("point", "point_id", "model.layers", "hardware.nvme.count", "strategies.nvme.buffer_count",
-                   "strategy", "fits", "iteration_time_s", "peak_dram_bytes", "seed", "tiersim_version",
-                   "config_hash"):
+                   "strategy", "fits", "iteration_time_s", "peak_dram_bytes", "error", "runtime_s", "seed",
+                   "tiersim_version", "config_hash"):
         assert column in inline.columns
+    assert inline["error"].isna().all() and (inline["runtime_s"] > 0).all()
     assert (inline["tiersim_version"] == tiersim.__version__).all()
     assert list(inline["point"]) == sorted(inline["point"])
 
@@ -109,7 +116,7 @@ def test_killed_sweep_resumed_gives_the_same_file(tmp_path: Path) -> None:
     resumed = pd.read_parquet(out / "results.parquet")
     uninterrupted = pd.read_parquet(tmp_path / "full" / "results.parquet")
     assert len(resumed) == full.total == 60
-    pd.testing.assert_frame_equal(resumed, uninterrupted)
+    pd.testing.assert_frame_equal(results(resumed), results(uninterrupted))
 
 
 def test_ctrl_c_keeps_parts_exits_130_and_says_how_to_resume(tmp_path: Path) -> None:
@@ -131,16 +138,172 @@ def test_ctrl_c_keeps_parts_exits_130_and_says_how_to_resume(tmp_path: Path) -> 
     assert finished.resumed > 0 and finished.resumed + finished.computed == finished.total
 
 
-def test_resume_reruns_only_what_changed_and_refuses_to_mix(tmp_path: Path) -> None:
+def _children(pid: int) -> set[int]:
+    proc = subprocess.run(["ps", "--ppid", str(pid), "-o", "pid="], capture_output=True, text=True, check=False)
+    return {int(p) for p in proc.stdout.split()}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _start_killable_sweep(tmp_path: Path, jobs: str) -> tuple[subprocess.Popen[str], Path, Path]:
+    sweep_file = write(tmp_path / "longer.yaml", LONGER)
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "tiersim", "sweep", str(sweep_file), "--jobs", jobs,
+                             "--chunk-size", "2", "--out", str(out), "--format", "none"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(list((out / "parts").glob("part-*.parquet"))) < 2:
+        time.sleep(0.01)
+    assert proc.poll() is None, "the sweep finished before it could be stopped"
+    return proc, sweep_file, out
+
+
+def test_sigterm_keeps_parts_says_how_many_runs_are_saved_and_exits_143(tmp_path: Path) -> None:
+    proc, sweep_file, out = _start_killable_sweep(tmp_path, "2")
+    workers = _children(proc.pid)
+    assert len(workers) >= 2
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    (line,) = err.strip().splitlines()
+    assert line.startswith("tiersim: terminated: ") and " of 60 runs saved in " in line and "--resume" in line
+    saved = int(line.split("terminated: ")[1].split(" of")[0])
+    assert not any(_alive(w) for w in workers)
+    finished = run_sweep(sweep_file, jobs=1, out=out, resume=True)
+    assert finished.resumed == saved and finished.resumed + finished.computed == 60
+
+
+def test_workers_die_with_their_parent_on_kill_9(tmp_path: Path) -> None:
+    proc, _sweep_file, _out = _start_killable_sweep(tmp_path, "2")
+    workers = _children(proc.pid)
+    assert len(workers) >= 2
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(w) for w in workers):
+        time.sleep(0.05)
+    assert not any(_alive(w) for w in workers)
+
+
+def test_a_worker_killed_from_outside_stops_the_sweep_in_one_line_keeping_its_parts(tmp_path: Path) -> None:
+    proc, sweep_file, out = _start_killable_sweep(tmp_path, "2")
+    worker = min(_children(proc.pid))
+    os.kill(worker, signal.SIGKILL)  # as the out-of-memory killer would
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1, err
+    (line,) = err.strip().splitlines()
+    assert line.startswith("tiersim: error: sweep stopped: a worker process died") and "--resume" in line
+    saved = int(line.split("; ")[1].split(" of")[0])
+    finished = run_sweep(sweep_file, jobs=1, out=out, resume=True)
+    assert finished.resumed == saved and finished.resumed + finished.computed == 60
+
+
+def test_a_failing_run_is_a_row_with_its_error_and_the_sweep_carries_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import tiersim.simulate as simulate_module
+
+    real = simulate_module.simulate
+
+    def flaky(config):  # type: ignore[no-untyped-def]
+        if config.model.layers == 4 and config.strategy == "nvme":
+            raise RuntimeError("engine fell over")
+        return real(config)
+
+    monkeypatch.setattr(simulate_module, "simulate", flaky)
+    sweep_file = write(tmp_path / "s.yaml", SMALL)
+    from tiersim import cli
+
+    assert cli.main(["sweep", str(sweep_file), "--jobs", "1", "--out", str(tmp_path / "o")]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.strip() == ("tiersim: 4 of 32 runs failed (their error column says why); "
+                                    "--resume reruns them")
+    assert "ERROR" in captured.out and "RuntimeError: engine fell over" in captured.out
+    frame = pd.read_parquet(tmp_path / "o" / "results.parquet")
+    failed = frame[frame["error"].notna()]
+    assert len(frame) == 32 and len(failed) == 4
+    assert set(failed["strategy"]) == {"nvme"} and set(failed["model.layers"]) == {4}
+    assert (failed["error"] == "RuntimeError: engine fell over").all() and failed["fits"].isna().all()
+    assert (frame["runtime_s"] > 0).all() and frame.loc[frame["error"].isna(), "fits"].notna().all()
+    monkeypatch.setattr(simulate_module, "simulate", real)
+    again = run_sweep(sweep_file, out=tmp_path / "o", resume=True)
+    assert (again.resumed, again.computed, again.failed) == (28, 4, 0)
+    assert again.frame["error"].isna().all()
+
+
+def test_a_sweep_whose_runs_all_fail_still_prints_its_table(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import tiersim.simulate as simulate_module
+
+    def broken(config):  # type: ignore[no-untyped-def]
+        raise ValueError("no")
+
+    monkeypatch.setattr(simulate_module, "simulate", broken)
+    from tiersim import cli
+
+    sweep_file = write(tmp_path / "s.yaml", {"base": str(QUICKSTART), "grid": {"strategy": ["dram", "nvme"]}})
+    assert cli.main(["sweep", str(sweep_file), "--jobs", "1", "--out", str(tmp_path / "o")]) == 1
+    out = capsys.readouterr().out
+    assert out.count("ERROR") == 2 and "ValueError: no" in out
+
+
+def test_running_a_finished_sweep_again_says_what_to_do_in_one_line(tmp_path: Path) -> None:
+    sweep_file = write(tmp_path / "s.yaml", SMALL)
+    first = tiersim_cli("sweep", str(sweep_file), "--jobs", "1", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    again = tiersim_cli("sweep", str(sweep_file), "--jobs", "1", cwd=tmp_path)
+    assert again.returncode == 2
+    (line,) = again.stderr.strip().splitlines()
+    command = f"tiersim sweep {sweep_file} --out out/sweep-small --jobs 1 --resume"
+    assert line == (f"tiersim: error: out/sweep-small: --out: already holds this sweep (complete, 32 runs); "
+                    f"to read its results again (nothing is rerun): {command}; to run it afresh: another --out, "
+                    f"or delete out/sweep-small")
+    resumed = tiersim_cli(*command.split()[1:], cwd=tmp_path)
+    assert resumed.returncode == 0 and "32 resumed, 0 computed" in resumed.stdout
+
+
+def test_resume_after_a_factor_changed_from_numbers_to_unit_strings_is_refused(tmp_path: Path) -> None:
+    numbers = {"base": str(QUICKSTART), "set": ["model.layers=2"],
+               "grid": {"strategy": ["dram"], "hardware.dram_capacity": [274877906944, 549755813888]}}
+    strings = {**numbers, "grid": {"strategy": ["dram"], "hardware.dram_capacity": ["256 GiB", "512 GiB"]}}
+    sweep_file = write(tmp_path / "s.yaml", numbers)
+    out = tmp_path / "o"
+    assert tiersim_cli("sweep", str(sweep_file), "--out", str(out), "--jobs", "1").returncode == 0
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
+    write(sweep_file, strings)
+    for _ in range(2):
+        proc = tiersim_cli("sweep", str(sweep_file), "--out", str(out), "--jobs", "1", "--resume")
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr
+        (line,) = proc.stderr.strip().splitlines()
+        assert "belongs to sweep 's'" in line and "nothing was changed" in line
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == before
+
+
+def test_a_folder_of_parts_without_a_sweep_record_is_refused(tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    run_sweep(SMALL, out=out)
+    (out / "sweep.json").unlink()
+    with pytest.raises(ConfigError, match="without a sweep.json"):
+        run_sweep(SMALL, out=out, resume=True)
+
+
+def test_resume_reuses_this_sweeps_rows_and_refuses_another_sweeps_folder(tmp_path: Path) -> None:
     first = run_sweep(SMALL, out=tmp_path / "o")
     assert first.computed == 32
     again = run_sweep(SMALL, out=tmp_path / "o", resume=True)
     assert (again.resumed, again.computed) == (32, 0)
     pd.testing.assert_frame_equal(first.frame, again.frame)
-    changed = run_sweep(SMALL, out=tmp_path / "o", resume=True, overrides=["hardware.cxl.count=1"])
-    assert changed.computed == 32  # a different config hash: nothing reused
-    with pytest.raises(ConfigError, match="--resume"):
+    before = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "o").rglob("*")}
+    with pytest.raises(ConfigError, match="belongs to sweep 'small'.*nothing was changed"):
+        run_sweep(SMALL, out=tmp_path / "o", resume=True, overrides=["hardware.cxl.count=1"])
+    with pytest.raises(FolderInUse, match=r"already holds this sweep \(complete, 32 runs\)"):
         run_sweep(SMALL, out=tmp_path / "o")
+    assert {p.name: p.stat().st_mtime_ns for p in (tmp_path / "o").rglob("*")} == before  # nothing touched
 
 
 def test_points_strategy_factor_and_strategy_options(tmp_path: Path) -> None:
@@ -211,3 +374,17 @@ def test_import_is_light_and_exports_the_api() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == tiersim.__version__
+
+
+@pytest.mark.parametrize("name", ["quickstart-nvme", "llama2-70b-tiers"])
+def test_every_factor_of_a_bundled_sweep_changes_a_result(name: str) -> None:
+    """A bundled sweep shows an effect of each factor: some two runs that differ only in it
+    differ in iteration time (or fit)."""
+    sweep = load_sweep(ROOT / "sweeps" / f"{name}.yaml")
+    frame = tiersim.sweep(ROOT / "sweeps" / f"{name}.yaml", jobs=1)
+    factors = [f for f in sweep.factors if f != "strategy"]
+    for factor in factors:
+        others = [f for f in factors if f != factor] + ["strategy"]
+        outcomes = frame.groupby(others, dropna=False).apply(
+            lambda g: g[["fits", "iteration_time_s"]].astype(str).drop_duplicates().shape[0], include_groups=False)
+        assert (outcomes > 1).any(), f"{factor} changes nothing in {name}"

@@ -125,6 +125,7 @@ def test_mape_math_on_hand_made_cases() -> None:
                                "error_pct": pytest.approx(50.0)}
     text = render_table(rs)
     assert "MAPE dram: 15.0%" in text and "MAPE overall: 26.7%" in text
+    assert max(len(line) for line in text.splitlines()) <= 100
 
 
 def test_validation_sizes_differ_from_calibration_sizes() -> None:

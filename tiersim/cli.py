@@ -8,10 +8,12 @@ Every command module exposes ``register(subparsers)``, which adds its parser and
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import os
 import sys
 import warnings
-from typing import Sequence
+from collections.abc import Iterator, Sequence
 
 from tiersim import __version__
 from tiersim.errors import ConfigError
@@ -33,7 +35,28 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             raise
         module.register(subparsers)
+    for command in subparsers.choices.values():
+        command.add_argument("--profile-path", action="append", default=[], metavar="DIR",
+                             help="also look for device profiles in DIR (repeatable; before $TIERSIM_PROFILE_PATH, "
+                                  "./device_profiles and the bundled ones)")
     return parser
+
+
+@contextlib.contextmanager
+def _profile_path(dirs: Sequence[str]) -> Iterator[None]:
+    """``--profile-path`` folders in front of ``$TIERSIM_PROFILE_PATH`` while a command runs."""
+    if not dirs:
+        yield
+        return
+    before = os.environ.get("TIERSIM_PROFILE_PATH")
+    os.environ["TIERSIM_PROFILE_PATH"] = os.pathsep.join([*dirs, *([before] if before else [])])
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["TIERSIM_PROFILE_PATH"]
+        else:
+            os.environ["TIERSIM_PROFILE_PATH"] = before
 
 
 
@@ -49,10 +72,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args))
+        with _profile_path(args.profile_path):
+            return int(args.func(args))
     except ConfigError as exc:
         print(f"tiersim: error: {exc}", file=sys.stderr)
         return 2
+    except MemoryError:
+        print("tiersim: error: out of memory (the limits in tiersim.limits keep runs small; --force lifts them)",
+              file=sys.stderr)
+        return 1
     except BrokenPipeError:
         sys.stdout = None  # type: ignore[assignment]  # the reader left (e.g. `| head`): stop quietly
         return 0

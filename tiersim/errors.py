@@ -17,4 +17,10 @@ class ConfigError(Exception):
 
     def __str__(self) -> str:
         where = f"{self.source}: {self.field}" if self.field else self.source
-        return f"{where}: {self.message}"
+        return one_line(f"{where}: {self.message}")
+
+
+def one_line(text: str) -> str:
+    """``text`` with every character that is not printable (line breaks, control characters)
+    written as its escape, so that an error about any input is one line."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)

@@ -8,6 +8,9 @@ or the latest-finishing dependency (the task waited for data or a result from el
 chain's segments ``[start, end]`` tile ``[0, iteration time]`` exactly, so its time per resource
 says which resource the iteration is bounded by.
 
+The breakdown counts each segment in the phase whose time windows it runs in, so a phase's
+seconds on the path are the phase's length (``Result.phases``).
+
 Each segment is labelled with its ``resource`` (``gpu compute``, ``cpu adam``, ``d2h``, ``h2d``,
 ``nvme_read``, ``nvme_write``, ``allgather``, ``reduce_scatter``; see ``resource_label``) and its
 ``limit``: for a flow, the link that caps it when it runs alone (the one with the least
@@ -25,7 +28,7 @@ import pandas as pd
 from tiersim.engine import TaskGraph
 from tiersim.engine.graph import Task
 from tiersim.errors import ConfigError
-from tiersim.results import COMPUTE_CATEGORIES, PHASES, Result
+from tiersim.results import COMPUTE_CATEGORIES, PHASES, Result, phase_windows
 
 SEGMENT_COLUMNS = ["name", "stream", "phase", "category", "resource", "limit", "via", "start", "end", "seconds"]
 
@@ -106,11 +109,21 @@ def critical_path(result: Result) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=SEGMENT_COLUMNS)
 
 
-def path_breakdown(path: pd.DataFrame) -> pd.DataFrame:
-    """Critical-path seconds per (phase, resource, limit), with each one's share of its phase."""
-    work = path[path["seconds"] > 0]
+def path_breakdown(path: pd.DataFrame, windows: list[tuple[str, float, float]]) -> pd.DataFrame:
+    """Critical-path seconds per (phase, resource, limit), with each one's share of its phase.
+
+    A segment counts in the phase whose time windows (``phase_windows``) it runs in, split
+    where it crosses from one into the next (a copy that backward starts and the next forward
+    finishes), so each phase's seconds on the path are the phase's length."""
+    pieces = []
+    for seg in path[path["seconds"] > 0].itertuples(index=False):
+        for phase, lo, hi in windows:
+            part = min(seg.end, hi) - max(seg.start, lo)
+            if part > 0:
+                pieces.append((phase, seg.resource, seg.limit, part))
+    work = pd.DataFrame(pieces, columns=["phase", "resource", "limit", "seconds"])
     grouped = work.groupby(["phase", "resource", "limit"], sort=False)["seconds"].sum().reset_index()
-    totals = path.groupby("phase")["seconds"].sum()
+    totals = work.groupby("phase")["seconds"].sum()
     grouped["share_of_phase"] = [s / totals[p] if totals[p] > 0 else 0.0
                                  for p, s in zip(grouped["phase"], grouped["seconds"])]
     grouped["share_of_iteration"] = grouped["seconds"] / path["seconds"].sum()
@@ -140,7 +153,7 @@ class Explanation:
             part = self.breakdown[self.breakdown["phase"] == phase]
             if part.empty:
                 continue
-            seconds = float(self.path.loc[self.path["phase"] == phase, "seconds"].sum())
+            seconds = float(part["seconds"].sum())
             items = ", ".join(f"{r.resource} {r.share_of_phase:.0%}" for r in part.head(4).itertuples())
             out.append(f"  {phase} ({seconds:.4g} s on the path): {items}")
         return out
@@ -164,7 +177,8 @@ class Explanation:
 def explain(result: Result) -> Explanation:
     """Critical path of ``result`` and the resource holding the largest share of it."""
     path = critical_path(result)
-    breakdown = path_breakdown(path)
+    assert result.run is not None
+    breakdown = path_breakdown(path, phase_windows(result.run))
     per_resource = breakdown.groupby("resource", sort=False)["seconds"].sum().sort_values(ascending=False,
                                                                                           kind="stable")
     bound = str(per_resource.index[0]) if len(per_resource) else "-"

@@ -44,19 +44,20 @@ from __future__ import annotations
 import copy
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import pandas as pd
 
 from tiersim.errors import ConfigError
 from tiersim.hardware import TIERS, Hardware
-from tiersim.profiles import read_yaml
 from tiersim.results import PHASES, Result
-from tiersim.scenario import RunConfig, apply_overrides, scenario_from_dict
+from tiersim.scenario import RunConfig, scenario_from_dict, with_overrides
 from tiersim.simulate import simulate
 from tiersim.workload import parameter_count
+from tiersim.yamlfile import read_yaml
 
 GIB = 2**30
 SECONDS_PER_YEAR = 365 * 24 * 3600
@@ -95,25 +96,27 @@ class Scenario:
     data: dict[str, Any]
     source: str
     search: tuple[Path, ...] = ()
+    force: bool = False
+    """Lift the work limit on each candidate (``tiersim.worksize``)."""
 
     def configs(self, data: dict[str, Any] | None = None, strategies: Sequence[str] = ()) -> list[RunConfig]:
         """Validate ``data`` (default: the scenario itself) into run configs."""
-        return scenario_from_dict(self.data if data is None else data, self.source, strategies, self.search)
+        return scenario_from_dict(self.data if data is None else data, self.source, strategies, self.search,
+                                  force=self.force)
 
     def strategies(self) -> list[str]:
         """Strategy names in scenario order."""
         return [c.strategy for c in self.configs()]
 
 
-def read_scenario(path: str | Path, overrides: Sequence[str] = ()) -> Scenario:
+def read_scenario(path: str | Path, overrides: Sequence[str] = (), force: bool = False) -> Scenario:
     """Read a scenario YAML and apply ``--set`` overrides (validated once here)."""
     path = Path(path)
     data = read_yaml(path)
     if not isinstance(data, dict):
         raise ConfigError(str(path), "", "a scenario must be a mapping")
-    scenario = Scenario(apply_overrides(data, overrides), str(path), (path.parent,))
-    scenario.configs()
-    return scenario
+    merged, _configs = with_overrides(data, overrides, str(path), (), (path.parent,), force)
+    return Scenario(merged, str(path), (path.parent,), force)
 
 
 # --------------------------------------------------------------------------------------------
@@ -313,6 +316,37 @@ def rank_rows(rows: list[dict[str, Any]], objective: str, budget: float | None =
     out = pd.concat([eligible, rest], ignore_index=True) if len(rest) else eligible.reset_index(drop=True)
     columns = ["rank"] + [c for c in out.columns if c not in ("rank", "order")]
     return out[columns].astype({"rank": "object"})
+
+
+def nearest_miss(frame: pd.DataFrame, budget: float | None = None, max_iteration_time: float | None = None) -> str:
+    """The excluded candidate that came closest, and by how much it missed: among those that
+    fit, the one least over the limits (iteration time and cost, relative to each limit)."""
+    missed = [row for row in frame.to_dict(orient="records") if row["fits"] and row["rank"] is None]
+    if not missed:
+        return "no candidate fits at all (see the table's binding constraints)"
+
+    def overshoot(row: dict[str, Any]) -> float:
+        return max(_over(row, "iteration_time_s", max_iteration_time), _over(row, "cost_usd", budget))
+
+    best = min(missed, key=overshoot)
+    sizing = f"{best['dram_gib_per_socket']:g} GiB DRAM per socket"
+    if best["cxl_devices"]:
+        sizing += f", {best['cxl_devices']} CXL devices"
+    if best["nvme_drives"]:
+        sizing += f", {best['nvme_drives']} NVMe drive{'s' if best['nvme_drives'] != 1 else ''}"
+    cost = "" if best["cost_usd"] is None or pd.isna(best["cost_usd"]) else f", ${best['cost_usd']:,.0f}"
+    return (f"nearest: {best['strategy']} with {sizing}: {best['iteration_time_s']:.4g} s{cost} "
+            f"({best['excluded']})")
+
+
+def _over(row: dict[str, Any], column: str, limit: float | None) -> float:
+    """How far ``row[column]`` is over ``limit``, as a fraction of it (0 when within or unset)."""
+    value = row[column]
+    if limit is None:
+        return 0.0
+    if value is None or pd.isna(value):
+        return math.inf
+    return max(0.0, value / limit - 1.0)
 
 
 def plan_sizing(scenario: Scenario, objective: str, strategies: Sequence[str] = (),

@@ -1,7 +1,8 @@
 """Device profiles: typed, validated descriptions of GPUs, links, host memory, CXL and NVMe.
 
-A profile is a YAML file in a profile directory (``device_profiles/`` of the checkout, the
-directories in ``TIERSIM_PROFILE_PATH``, or a path given directly). Each file has ``kind``,
+A profile is a YAML file in a profile directory (the bundled ones, ``tiersim.bundled``; the
+directories in ``TIERSIM_PROFILE_PATH`` or given with ``--profile-path``; ``./device_profiles``)
+or a path given directly. Each file has ``kind``,
 ``name``, ``description``, the figures of that kind (units allowed, see ``tiersim.units``) and
 ``sources``: one citation per figure. All values are stored in base units: bytes, bytes/s,
 FLOP/s, seconds.
@@ -14,15 +15,15 @@ import os
 import stat
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TypeVar, Union
+from typing import TypeVar, Union, overload
 
-import yaml
-
+from tiersim.bundled import bundled_dir
 from tiersim.errors import ConfigError
 from tiersim.schema import build, duration, flops, integer, number, rate, size
+from tiersim.yamlfile import read_yaml
 
-PACKAGE_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_PROFILE_DIR = PACKAGE_ROOT / "device_profiles"
+DEFAULT_PROFILE_DIR = bundled_dir("device_profiles")
+"""The bundled profiles (the checkout's ``device_profiles/`` in an editable install)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -199,7 +200,7 @@ PROFILE_KINDS: dict[str, type] = {
 
 def profile_dirs(extra: tuple[Path, ...] = ()) -> list[Path]:
     """Where profiles are looked up, first match wins: ``extra``, $TIERSIM_PROFILE_PATH,
-    ./device_profiles, then the checkout's device_profiles/."""
+    ./device_profiles, then the bundled profiles."""
     dirs = list(extra)
     env = os.environ.get("TIERSIM_PROFILE_PATH", "")
     dirs += [Path(p) for p in env.split(os.pathsep) if p]
@@ -216,21 +217,6 @@ def profile_dirs(extra: tuple[Path, ...] = ()) -> list[Path]:
             seen.add(identity)
             unique.append(d)
     return unique
-
-
-def read_yaml(path: Path) -> object:
-    """Read a YAML file; a syntax error becomes a ConfigError naming the file and line."""
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(str(path), "", f"cannot read file ({exc.strerror})") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f"line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or "malformed YAML"
-        raise ConfigError(str(path), line, f"malformed YAML: {problem}") from None
 
 
 def load_profile_file(path: Path) -> Profile:
@@ -253,7 +239,7 @@ def _load_profile(path: Path) -> Profile:
     if not isinstance(data, dict):
         raise ConfigError(str(path), "", "a profile must be a mapping")
     kind = data.get("kind")
-    if kind not in PROFILE_KINDS:
+    if not isinstance(kind, str) or kind not in PROFILE_KINDS:
         raise ConfigError(str(path), "kind", f"must be one of {', '.join(PROFILE_KINDS)}; got {kind!r}")
     profile: Profile = build(PROFILE_KINDS[kind], data, str(path))
     if profile.name != path.stem:
@@ -269,9 +255,19 @@ def kind_name(kind: type[_ProfileBase]) -> str:
     return next(name for name, cls in PROFILE_KINDS.items() if cls is kind)
 
 
-def find_profile(name: str, kind: type[P], source: str, field_path: str, extra: tuple[Path, ...] = ()) -> P:
-    """Resolve a profile of class ``kind`` by name (or path); errors name the referring field."""
-    kind_text = kind_name(kind)
+@overload
+def find_profile(name: str, kind: type[P], source: str, field_path: str, extra: tuple[Path, ...] = ()) -> P: ...
+
+
+@overload
+def find_profile(name: str, kind: None, source: str, field_path: str, extra: tuple[Path, ...] = ()) -> Profile: ...
+
+
+def find_profile(name: str, kind: type[_ProfileBase] | None, source: str, field_path: str,
+                 extra: tuple[Path, ...] = ()) -> _ProfileBase:
+    """Resolve a profile of class ``kind`` (any kind when None) by name (or path); errors name
+    the referring field and, for an unknown name, the known ones."""
+    kind_text = kind_name(kind) if kind is not None else None
     candidate = Path(name)
     if candidate.suffix in (".yaml", ".yml"):
         for base in (Path.cwd(), *extra):
@@ -287,20 +283,22 @@ def find_profile(name: str, kind: type[P], source: str, field_path: str, extra: 
                 profile = load_profile_file(path)
                 break
         else:
-            known = ", ".join(_names_of_kind(kind_text, extra))
-            raise ConfigError(source, field_path, f"unknown {kind_text} profile {name!r} (known: {known})")
-    if not isinstance(profile, kind):
+            known = ", ".join(_names_of_kind(kind_text, extra)) or "none on the search path"
+            what = f"{kind_text} profile" if kind_text else "profile"
+            raise ConfigError(source, field_path, f"unknown {what} {name!r} (known: {known})")
+    if kind is not None and not isinstance(profile, kind):
         raise ConfigError(source, field_path, f"profile {name!r} is a {profile.kind} profile, expected {kind_text}")
     return profile
 
 
-def _names_of_kind(kind: str, extra: tuple[Path, ...]) -> list[str]:
-    """Names of the readable profiles of ``kind`` (for error messages; broken files skipped)."""
+def _names_of_kind(kind: str | None, extra: tuple[Path, ...]) -> list[str]:
+    """Names of the readable profiles of ``kind`` (any when None), for error messages; broken
+    files are skipped."""
     names: set[str] = set()
     for directory in profile_dirs(extra):
         for path in directory.glob("*.yaml"):
             try:
-                if load_profile_file(path).kind == kind:
+                if kind is None or load_profile_file(path).kind == kind:
                     names.add(path.stem)
             except ConfigError:
                 continue

@@ -4,19 +4,105 @@ from __future__ import annotations
 
 import csv
 import io
+import re
+import textwrap
 from typing import Any, Sequence
 
 from tiersim.hardware import TIERS
 from tiersim.results import PHASES, Result
 
+TABLE_WIDTH = 100
+"""Columns a table may take (``format_table``)."""
+_NARROWEST = 6
+"""A wrapped column keeps at least this many characters."""
+_TEXT = 24
+"""A column of text (cells with spaces) wider than this may go under its row (as may the last)."""
 
-def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """Left-aligned text columns separated by two spaces, with a rule under the header."""
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], width: int = TABLE_WIDTH) -> str:
+    """Left-aligned text columns separated by two spaces, with a rule under the header, at most
+    ``width`` characters wide. A table too wide moves its last column and its text columns,
+    rightmost first, onto indented ``header: value`` lines under each row when that is enough;
+    otherwise its headers wrap (after a space, dot, underscore or slash), then, if need be,
+    those columns move and the widest column is narrowed and its cells wrap too."""
     cells = [[str(h) for h in headers]] + [["" if v is None else str(v) for v in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+    floors = [max([len(row[i]) for row in cells[1:]] + [len(p) for p in _pieces(cells[0][i])])
+              for i in range(len(headers))]
+    movable = [i for i in reversed(range(1, len(widths)))
+               if i == len(widths) - 1 or (widths[i] > _TEXT and any(" " in row[i] for row in cells[1:]))]
+    below = _moved(widths, movable, width)
+    if _total(widths, below) > width:
+        below = [] if _total(floors, []) <= width else _moved(floors, movable, width)
+    kept = [i for i in range(len(widths)) if i not in below]
+    shown = [widths[i] for i in kept]
+    floor = [floors[i] for i in kept]
+    shown = _capped(shown, floor, width)  # wrap headers first
+    shown = _capped(shown, [_NARROWEST] * len(shown), width)  # then cells
+    indent = " " * (shown[0] + 2 if shown else 0)
+    lines = []
+    for n, row in enumerate(cells):
+        wrapped = [_wrap(row[i], w) for i, w in zip(kept, shown)]
+        for depth in range(max(len(parts) for parts in wrapped)):
+            parts = [p[depth] if depth < len(p) else "" for p in wrapped]
+            lines.append("  ".join(c.ljust(w) for c, w in zip(parts, shown)).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in shown))
+            continue
+        for i in sorted(below):
+            if row[i] not in ("", "-"):
+                lines.append(textwrap.fill(f"{cells[0][i]}: {row[i]}", width, initial_indent=indent,
+                                           subsequent_indent=indent + "  "))
     return "\n".join(lines)
+
+
+def _capped(widths: list[int], floors: Sequence[int], width: int) -> list[int]:
+    """Column widths capped at the largest common cap that makes the table fit ``width``; no
+    column goes below its floor (or grows), so a table may stay too wide."""
+    least = [min(w, f) for w, f in zip(widths, floors)]
+    capped = list(widths)
+    cap = max(widths, default=0)
+    while _total(capped, []) > width and capped != least:
+        cap -= 1
+        capped = [min(w, max(f, cap)) for w, f in zip(widths, floors)]
+    return capped
+
+
+def _moved(widths: Sequence[int], movable: Sequence[int], width: int) -> list[int]:
+    """The fewest of ``movable`` (in order) to take out so that the rest fit in ``width``."""
+    below: list[int] = []
+    for i in movable:
+        if _total(widths, below) <= width:
+            break
+        below.append(i)
+    return below
+
+
+def _total(widths: Sequence[int], left_out: Sequence[int]) -> int:
+    """Characters of a table row with these column widths (but those left out)."""
+    kept = [w for i, w in enumerate(widths) if i not in left_out]
+    return sum(kept) + 2 * max(0, len(kept) - 1)
+
+
+def _pieces(text: str) -> list[str]:
+    """``text`` cut after each space, dot, underscore or slash (where a line may break)."""
+    return [p for p in re.split(r"(?<=[ ._/])", text) if p]
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    """``text`` in lines of at most ``width`` characters, broken after a space, dot, underscore
+    or slash where it can be (one empty line for no text)."""
+    lines = [""]
+    for piece in _pieces(text):
+        while len(piece) > width:  # a piece longer than a line is cut
+            room = width - len(lines[-1])
+            lines[-1] += piece[:room]
+            lines.append("")
+            piece = piece[room:]
+        if len((lines[-1] + piece).rstrip()) > width:
+            lines.append("")
+        lines[-1] += piece if lines[-1] or not piece.isspace() else ""
+    return [line.rstrip() for line in lines if line.strip()] or [""]
 
 
 def seconds(value: float | None) -> str:
@@ -32,7 +118,7 @@ def gigabytes(num_bytes: int) -> str:
 def results_table(results: Sequence[Result]) -> str:
     """One row per strategy: times (s), GB each tier holds (reserved: what decides the fit), and
     the bottleneck or why it does not fit."""
-    headers = ["strategy", "fits", "iteration_s", "forward_s", "backward_s", "step_s", "exposed_s",
+    headers = ["strategy", "fits", "iter_s", "forward_s", "backward_s", "step_s", "exposed_s",
                *[f"{tier}_GB" for tier in TIERS], "bottleneck / reason"]
     rows = []
     for r in results:

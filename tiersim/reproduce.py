@@ -16,6 +16,7 @@ from typing import Sequence
 
 import pandas as pd
 
+from tiersim.bundled import bundled_dir
 from tiersim.scenario import load_scenario
 from tiersim.simulate import simulate
 from tiersim.workload import build_step
@@ -26,12 +27,11 @@ STUDIES = {
 }
 """Bundled studies: name -> glob of their scenario files in ``scenarios/``."""
 
-SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
-"""The repository's ``scenarios/`` directory (editable install / source checkout)."""
+SCENARIO_DIR = bundled_dir("scenarios")
+"""The bundled scenarios (the checkout's ``scenarios/`` in an editable install)."""
 MEASURED_DIR = SCENARIO_DIR / "measured"
 """Measured runs as ``tiersim import-log --out`` writes them (NAME.yaml, NAME.measured.csv):
-the seed study's own 70B logs (shared/reference/seed-logs/)."""
-
+the seed study's own 70B logs."""
 PHASE_COLUMNS = {"forward": "forward_s", "backward": "backward_s", "optimizer_step": "step_s"}
 STRATEGY_ORDER = ("gpu", "dram", "cxl", "nvme")
 COLUMNS = ["scenario", "model", "params_b", "strategy", "global_batch", "fits", "reason", "forward_s",

@@ -10,18 +10,20 @@ from __future__ import annotations
 
 import copy
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Sequence
-
-import yaml
+from typing import Any
 
 from tiersim.errors import ConfigError
 from tiersim.hardware import Hardware, HardwareSpec, resolve_hardware
-from tiersim.profiles import HostProfile, read_yaml
+from tiersim.limits import MAX_WHOLE
+from tiersim.profiles import HostProfile
 from tiersim.schema import build, to_plain
 from tiersim.strategies import STRATEGIES
 from tiersim.workload import ModelSpec, TrainingSpec
+from tiersim.worksize import check_bytes, check_run
+from tiersim.yamlfile import parse_value, read_yaml
 
 SECTIONS = ("name", "description", "seed", "model", "training", "hardware", "strategies")
 
@@ -69,10 +71,7 @@ def parse_assignment(item: str, source: str, where: str) -> tuple[str, Any]:
     key, sep, raw = item.partition("=")
     if not sep or not key:
         raise ConfigError(source, where, "expected KEY=VALUE, e.g. training.global_batch=64")
-    try:
-        return key, yaml.safe_load(raw)
-    except yaml.YAMLError:
-        return key, raw
+    return key, parse_value(raw, source, where)
 
 
 def assign(data: dict[str, Any], key: str, value: Any, source: str, label: str) -> None:
@@ -116,14 +115,13 @@ class NotModeledWarning(UserWarning):
 
 
 def load_scenario(
-    path: str | Path, overrides: Sequence[str] = (), strategies: Sequence[str] = (),
+    path: str | Path, overrides: Sequence[str] = (), strategies: Sequence[str] = (), force: bool = False,
     ds_config: str | Path | None = None,
 ) -> list[RunConfig]:
     """Read, override and validate a scenario; one ``RunConfig`` per (selected) strategy.
-
-    ``ds_config``: a DeepSpeed JSON whose ZeRO, offload, aio, batch and precision settings
-    replace the scenario's (``--set`` still wins); the keys tiersim does not model are named in
-    one ``NotModeledWarning``."""
+    ``force`` lifts the work limit (``tiersim.worksize``). ``ds_config``: a DeepSpeed JSON whose
+    ZeRO, offload, aio, batch and precision settings replace the scenario's (``--set`` still
+    wins); the keys tiersim does not model are named in one ``NotModeledWarning``."""
     path = Path(path)
     data = read_yaml(path)
     if not isinstance(data, dict):
@@ -135,17 +133,56 @@ def load_scenario(
         if unmodeled:
             warnings.warn(NotModeledWarning(f"{ds_config}: not modeled, read past: {', '.join(unmodeled)}"),
                           stacklevel=2)
-    return scenario_from_dict(apply_overrides(data, overrides), str(path), strategies, (path.parent,))
+    return with_overrides(data, overrides, str(path), strategies, (path.parent,), force)[1]
+
+
+def with_overrides(
+    data: dict[str, Any], overrides: Sequence[str], source: str, strategies: Sequence[str] = (),
+    search: tuple[Path, ...] = (), force: bool = False,
+) -> tuple[dict[str, Any], list[RunConfig]]:
+    """A copy of scenario mapping ``data`` with ``--set`` overrides applied, and its run
+    configs; an error in a value that an override gave is blamed on that ``--set``."""
+    merged = apply_overrides(data, overrides)
+    try:
+        return merged, scenario_from_dict(merged, source, strategies, search, force=force)
+    except ConfigError as exc:
+        if exc.source == source:
+            field = named_field(exc.field, merged)
+            for item in reversed(overrides):
+                if touches(item.partition("=")[0], field):
+                    raise ConfigError("--set", item, exc.message) from None
+        raise
+
+
+def named_field(field: str, data: dict[str, Any]) -> str:
+    """An error's dotted field with ``strategies[i].x`` written ``strategies.NAME.x`` (as
+    overrides and sweep factors name strategy options)."""
+    if not field.startswith("strategies["):
+        return field
+    close = field.find("]")
+    try:
+        entry = data["strategies"][int(field[len("strategies["):close])]
+    except (ValueError, IndexError, KeyError, TypeError):
+        return field
+    name = entry if isinstance(entry, str) else entry.get("name") if isinstance(entry, dict) else None
+    rest = field[close + 1:].removeprefix(".")
+    return f"strategies.{name}.{rest}" if isinstance(name, str) and rest and rest != "name" else field
+
+
+def touches(key: str, field: str) -> bool:
+    """Whether setting dotted ``key`` sets ``field`` (or a part of it, or a mapping around it)."""
+    return bool(field) and (field == key or field.startswith((key + ".", key + "[")) or key.startswith(field + "."))
 
 
 def scenario_from_dict(
     data: dict[str, Any], source: str, strategies: Sequence[str] = (), search: tuple[Path, ...] = (),
-    resolved: dict[tuple[HardwareSpec, tuple[Path, ...]], Hardware] | None = None,
+    resolved: dict[tuple[HardwareSpec, tuple[Path, ...]], Hardware] | None = None, force: bool = False,
     host: HostProfile | None = None,
 ) -> list[RunConfig]:
     """Validate a scenario mapping (as read from YAML) into run configs. ``resolved`` keeps the
     hardware already resolved from a spec (a sweep's points share a few), so that its profiles
-    are looked up once; ``host`` is a host profile object to use for ``hardware.host``."""
+    are looked up once; ``host`` is a host profile object to use for ``hardware.host``. A run
+    over the work limit is refused unless ``force``."""
     for key in data:
         if key not in SECTIONS:
             raise ConfigError(source, str(key), f"unknown field (known: {', '.join(SECTIONS)})")
@@ -154,8 +191,8 @@ def scenario_from_dict(
             raise ConfigError(source, key, "required field is missing")
     name = data.get("name", Path(source).stem)
     seed = data.get("seed", 0)
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise ConfigError(source, "seed", f"expected an integer, got {seed!r}")
+    if not isinstance(seed, int) or isinstance(seed, bool) or abs(seed) > MAX_WHOLE:
+        raise ConfigError(source, "seed", f"expected an integer of at most 2^53, got {seed!r}")
     model = build(ModelSpec, data["model"], source, "model")
     hardware_spec = build(HardwareSpec, data["hardware"], source, "hardware")
     training_data = dict(data["training"]) if isinstance(data["training"], dict) else data["training"]
@@ -181,10 +218,14 @@ def scenario_from_dict(
             raise ConfigError(source, "strategies",
                               f"--strategy {unknown[0]!r} is not in this scenario (has: {', '.join(entries)})")
         entries = {name: entries[name] for name in strategies}
-    return [
+    configs = [
         RunConfig(str(name), seed, model, training, hardware, strategy, options)
         for strategy, options in entries.items()
     ]
+    for config in configs:
+        check_run(config, source, force)
+        check_bytes(config, source)
+    return configs
 
 
 def _strategy_entries(raw: object, source: str) -> dict[str, Any]:
@@ -198,7 +239,7 @@ def _strategy_entries(raw: object, source: str) -> dict[str, Any]:
         if not isinstance(fields, dict) or "name" not in fields:
             raise ConfigError(source, where, "expected a strategy name or a mapping with 'name'")
         name = fields["name"]
-        if name not in STRATEGIES:
+        if not isinstance(name, str) or name not in STRATEGIES:
             raise ConfigError(source, f"{where}.name", f"unknown strategy {name!r} (known: {', '.join(STRATEGIES)})")
         if name in entries:
             raise ConfigError(source, f"{where}.name", f"strategy {name!r} listed twice")

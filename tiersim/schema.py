@@ -15,7 +15,7 @@ import typing
 from typing import Any, Callable, TypeVar
 
 from tiersim.errors import ConfigError
-from tiersim.units import Where, parse_bytes, parse_count, parse_flops, parse_rate, parse_time
+from tiersim.units import Where, parse_bytes, parse_count, parse_flops, parse_rate, parse_time, whole
 
 T = TypeVar("T")
 
@@ -32,10 +32,7 @@ def _plain_number(value: object, where: Where) -> float:
 
 
 def _integer(value: object, where: Where) -> int:
-    number = parse_count(value, where)
-    if number != int(number):
-        raise ConfigError(*where, f"expected a whole number, got {value!r}")
-    return int(number)
+    return whole(parse_count(value, where), value, where)
 
 
 def _spec(

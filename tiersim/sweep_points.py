@@ -43,12 +43,15 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from tiersim import __version__
 from tiersim.errors import ConfigError
+from tiersim.limits import FORCE_HINT, MAX_SWEEP_RUNS, MAX_SWEEP_TASKS
 
 if TYPE_CHECKING:  # pragma: no cover
     from tiersim.scenario import RunConfig
@@ -106,12 +109,15 @@ class PlannedRun:
     strategy: str
     point_id: str
     config_hash: str
-    config: "RunConfig"
+    config: RunConfig
+    tasks: int = 0
+    """Tasks its run builds (``tiersim.worksize.run_tasks``)."""
 
 
-def load_sweep(spec: str | Path | Mapping[str, Any], overrides: Sequence[str] = ()) -> Sweep:
-    """Read and check a sweep file (or mapping); ``overrides`` are ``--set`` style KEY=VALUE."""
-    from tiersim.profiles import read_yaml
+def load_sweep(spec: str | Path | Mapping[str, Any], overrides: Sequence[str] = (), force: bool = False) -> Sweep:
+    """Read and check a sweep file (or mapping); ``overrides`` are ``--set`` style KEY=VALUE.
+    More than ``MAX_SWEEP_RUNS`` runs is refused before any point is made, unless ``force``."""
+    from tiersim.yamlfile import read_yaml
 
     if isinstance(spec, Mapping):
         source, data, here = "<sweep>", dict(spec), Path.cwd()
@@ -130,10 +136,23 @@ def load_sweep(spec: str | Path | Mapping[str, Any], overrides: Sequence[str] = 
     if ("grid" in data) == ("points" in data):
         raise ConfigError(source, "grid", "give exactly one of 'grid' (a cartesian product) or 'points' (a list)")
     kind = "grid" if "grid" in data else "points"
-    points = _grid_points(data["grid"], source) if kind == "grid" else _list_points(data["points"], source)
-    factors: list[str] = []
-    for point in points:
-        factors.extend(k for k in point if k not in factors)
+    if kind == "grid":
+        axes = _grid_axes(data["grid"], source)
+        factors = [key for key, _values in axes]
+        count = math.prod(len(values) for _key, values in axes)
+    else:
+        points = _list_points(data["points"], source)
+        factors = []
+        for point in points:
+            factors.extend(k for k in point if k not in factors)
+        count = len(points)
+    per_point = 1 if STRATEGY_FACTOR in factors else max(1, _strategy_count(base))
+    if count * per_point > MAX_SWEEP_RUNS and not force:
+        raise ConfigError(source, kind, f"{count:,} points x {per_point} strategies = {count * per_point:,} runs; "
+                                        f"the limit is {MAX_SWEEP_RUNS:,} runs per sweep ({FORCE_HINT})")
+    if kind == "grid":
+        keys = [key for key, _values in axes]
+        points = [dict(zip(keys, combo)) for combo in itertools.product(*(values for _key, values in axes))]
     for setting in settings:
         if setting.source == "--set" and setting.key in factors:
             raise ConfigError("--set", setting.key, "is a factor of this sweep; change its values in the sweep file")
@@ -145,8 +164,8 @@ def load_sweep(spec: str | Path | Mapping[str, Any], overrides: Sequence[str] = 
 
 
 def _read_base(raw: object, source: str, here: Path) -> tuple[dict[str, Any], str, tuple[Path, ...]]:
-    from tiersim.profiles import read_yaml
     from tiersim.scenario import copy_plain
+    from tiersim.yamlfile import read_yaml
 
     if isinstance(raw, Mapping):
         return copy_plain(dict(raw)), f"{source}: base", (here,)
@@ -192,7 +211,13 @@ def _check_key(key: object, source: str, where: str) -> None:
         raise ConfigError(source, where, f"expected a dotted field path, got {key!r}")
 
 
-def _grid_points(grid: object, source: str) -> list[dict[str, Any]]:
+def _strategy_count(base: dict[str, Any]) -> int:
+    """How many strategies the base scenario lists (each is a run of every point)."""
+    strategies = base.get("strategies")
+    return len(strategies) if isinstance(strategies, list) else 1
+
+
+def _grid_axes(grid: object, source: str) -> list[tuple[str, list[Any]]]:
     if not isinstance(grid, Mapping):
         raise ConfigError(source, "grid", "expected a mapping of dotted field path -> list of values")
     if not grid:
@@ -210,8 +235,7 @@ def _grid_points(grid: object, source: str) -> list[dict[str, Any]]:
                 raise ConfigError(source, where, f"value {show_value(value)} is listed twice")
             seen.add(canon)
         axes.append((str(key), list(values)))
-    keys = [k for k, _ in axes]
-    return [dict(zip(keys, combo)) for combo in itertools.product(*(v for _, v in axes))]
+    return axes
 
 
 def _list_points(points: object, source: str) -> list[dict[str, Any]]:
@@ -245,13 +269,29 @@ def show_value(value: Any) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def plan_sweep(sweep: Sweep) -> list[PlannedRun]:
-    """Every run of the sweep in point order (strategies in base order within a point)."""
+PROGRESS_EVERY = 1000
+"""``plan_sweep`` reports its progress every this many points."""
+
+
+def plan_sweep(sweep: Sweep, force: bool = False,
+               on_progress: Callable[[int, int], None] | None = None) -> list[PlannedRun]:
+    """Every run of the sweep in point order (strategies in base order within a point).
+
+    Each run is checked against the work limit and the sweep's runs against
+    ``MAX_SWEEP_TASKS`` tasks in all (unless ``force``); ``on_progress(points done, points)``
+    is called every ``PROGRESS_EVERY`` points and at the end."""
+    from tiersim.worksize import run_tasks
+
     runs: list[PlannedRun] = []
     hardware_digests: dict[int, tuple[Any, str]] = {}
     resolved: dict[Any, Any] = {}
+    total_tasks = 0
     for index, point in enumerate(sweep.points):
-        for config in resolve_point(sweep, index, resolved):
+        if on_progress is not None and index % PROGRESS_EVERY == 0 and index:
+            on_progress(index, len(sweep.points))
+        for config in resolve_point(sweep, index, resolved, force):
+            tasks = run_tasks(config)
+            total_tasks += tasks
             ident = {"point": {k: v for k, v in point.items() if k != STRATEGY_FACTOR},
                      "strategy": config.strategy}
             runs.append(PlannedRun(
@@ -261,11 +301,24 @@ def plan_sweep(sweep: Sweep) -> list[PlannedRun]:
                 point_id=_digest(_canon(ident)),
                 config_hash=config_hash(config, hardware_digests),
                 config=config,
+                tasks=tasks,
             ))
+        if total_tasks > MAX_SWEEP_TASKS and not force:
+            raise ConfigError(sweep.source, sweep.kind,
+                              f"the runs of its first {index + 1:,} of {len(sweep.points):,} points already have "
+                              f"{total_tasks:,} tasks; the limit is {MAX_SWEEP_TASKS:,} tasks per sweep ({FORCE_HINT})")
+    if on_progress is not None:
+        on_progress(len(sweep.points), len(sweep.points))
     return runs
 
 
-def config_hash(config: "RunConfig", memo: dict[int, tuple[Any, str]] | None = None) -> str:
+def plan_digest(runs: Sequence[PlannedRun]) -> str:
+    """A hash of the resolved plan: every run's identity and config hash, in order. A sweep's
+    output folder records it, so that another sweep is never resumed into that folder."""
+    return _digest("\n".join(f"{r.point_id} {r.config_hash}" for r in runs))
+
+
+def config_hash(config: RunConfig, memo: dict[int, tuple[Any, str]] | None = None) -> str:
     """A short hash of the resolved config (profile figures included) and the tiersim version.
 
     ``memo`` (id of a Hardware object -> (object, digest)) saves re-encoding hardware shared by
@@ -291,9 +344,11 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def resolve_point(sweep: Sweep, index: int, resolved: dict[Any, Any] | None = None) -> list["RunConfig"]:
+def resolve_point(sweep: Sweep, index: int, resolved: dict[Any, Any] | None = None,
+                  force: bool = False) -> list[RunConfig]:
     """The run configs of one point; errors name the sweep file and the factor. ``resolved``:
-    hardware resolved for earlier points (see ``scenario_from_dict``)."""
+    hardware resolved for earlier points (see ``scenario_from_dict``); ``force`` lifts the
+    work limit of a run."""
     from tiersim.scenario import copy_plain, scenario_from_dict
     from tiersim.strategies import STRATEGIES
 
@@ -340,7 +395,7 @@ def resolve_point(sweep: Sweep, index: int, resolved: dict[Any, Any] | None = No
         entries[name][option] = setting.value
         data["strategies"] = list(entries.values())
     try:
-        return scenario_from_dict(data, sweep.base_source, (), sweep.search, resolved)
+        return scenario_from_dict(data, sweep.base_source, (), sweep.search, resolved, force)
     except ConfigError as exc:
         raise _attribute(exc, data, assignments, sweep, index) from None
 
@@ -375,22 +430,12 @@ def _assign(data: dict[str, Any], setting: Setting) -> None:
 def _attribute(exc: ConfigError, data: dict[str, Any], assignments: list[Setting], sweep: Sweep,
                index: int) -> ConfigError:
     """Name the factor (or setting) an error in the resolved scenario comes from."""
-    fld = exc.field
-    if fld.startswith("strategies["):
-        close = fld.find("]")
-        try:
-            entry = data["strategies"][int(fld[len("strategies["):close])]
-            name = entry if isinstance(entry, str) else entry.get("name")
-            rest = fld[close + 1:]
-            rest = rest[1:] if rest.startswith(".") else rest
-            if name is not None and rest and rest != "name":
-                fld = f"strategies.{name}.{rest}"
-        except (ValueError, IndexError, KeyError, TypeError, AttributeError):
-            pass
-    if fld and exc.source == sweep.base_source:
+    from tiersim.scenario import named_field, touches
+
+    fld = named_field(exc.field, data)
+    if exc.source == sweep.base_source:
         for setting in reversed(assignments):
-            key = setting.key
-            if fld == key or fld.startswith(key + ".") or fld.startswith(key + "[") or key.startswith(fld + "."):
+            if touches(setting.key, fld):
                 return ConfigError(setting.source, setting.label, f"{exc.message} (value {show_value(setting.value)})")
     if STRATEGY_FACTOR in sweep.points[index] and (fld.startswith("strategies") or fld == ""):
         return ConfigError(sweep.source, sweep.point_label(index, STRATEGY_FACTOR), str(exc))

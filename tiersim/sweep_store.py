@@ -1,6 +1,11 @@
 """A sweep's rows on disk: Arrow tables with fixed column types, Parquet part files written
 atomically under ``OUT/parts/``, and their consolidation, in run order, into
-``OUT/results.parquet`` (see ``tiersim.sweep_points`` for what a row holds)."""
+``OUT/results.parquet`` (see ``tiersim.sweep_points`` for what a row holds).
+
+``OUT/sweep.json`` names the sweep a folder belongs to (its name, files and the hash of its
+resolved plan, ``plan_digest``); it is written before the first part. ``open_folder`` refuses,
+before touching anything, a folder that holds another sweep (or rows without that record),
+and without ``resume`` one that already holds this sweep."""
 
 from __future__ import annotations
 
@@ -10,19 +15,28 @@ import os
 import sys
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from tiersim import __version__
+from tiersim.errors import ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
     import pyarrow as pa
 
-from tiersim.sweep_points import STRATEGY_FACTOR, PlannedRun, Sweep, show_value
+from tiersim.sweep_points import (
+    STRATEGY_FACTOR,
+    PlannedRun,
+    Sweep,
+    plan_digest,
+    show_value,
+)
 
 RESULTS_FILE = "results.parquet"
 PARTS_DIR = "parts"
+SWEEP_FILE = "sweep.json"
 ROW_PREFIX = ("point", "point_id")
 ROW_SUFFIX = ("seed", "tiersim_version", "config_hash")
 
@@ -54,7 +68,7 @@ class RowTable:
                 self.types[key] = pa.string()
             else:
                 self.types[key] = inferred
-        for name in ("scenario", "strategy", "bottleneck", "reason", "tiersim_version"):
+        for name in ("scenario", "strategy", "bottleneck", "reason", "error", "tiersim_version"):
             self.types.setdefault(name, pa.string())
         self.float_suffix = "_s"
 
@@ -82,7 +96,7 @@ class RowTable:
         row["config_hash"] = run.config_hash
         return row
 
-    def table(self, rows: Sequence[dict[str, Any]]) -> "pa.Table":
+    def table(self, rows: Sequence[dict[str, Any]]) -> pa.Table:
         import pyarrow as pa
 
         columns: list[str] = []
@@ -92,7 +106,7 @@ class RowTable:
         return pa.Table.from_arrays(arrays, names=columns)
 
 
-def write_part(parts: Path, table: "pa.Table") -> Path:
+def write_part(parts: Path, table: pa.Table) -> Path:
     """Write one part atomically: a hidden temp file in the same folder, then rename."""
     import pyarrow.parquet as pq
 
@@ -103,15 +117,15 @@ def write_part(parts: Path, table: "pa.Table") -> Path:
     return parts / name
 
 
-def read_parts(parts: Path) -> list["pa.Table"]:
-    """Every complete part (leftover temp files of a killed sweep are removed)."""
+def read_parts(parts: Path, clean: bool = True) -> list[pa.Table]:
+    """Every complete part (with ``clean``, leftover temp files of a killed sweep are removed)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    tables = []
+    tables: list[pa.Table] = []
     if not parts.is_dir():
         return tables
-    for tmp in parts.glob(".part-*.tmp"):
+    for tmp in parts.glob(".part-*.tmp") if clean else ():
         with contextlib.suppress(OSError):
             tmp.unlink()
     for path in sorted(parts.glob("part-*.parquet")):
@@ -122,30 +136,104 @@ def read_parts(parts: Path) -> list["pa.Table"]:
     return tables
 
 
-def concat_tables(tables: Sequence["pa.Table"]) -> "pa.Table | None":
+def concat_tables(tables: Sequence[pa.Table], where: Path | None = None) -> pa.Table | None:
+    """The tables as one (column types promoted); parts that cannot be merged are a ConfigError
+    naming the folder ``where``."""
     import pyarrow as pa
 
     if not tables:
         return None
-    return pa.concat_tables(tables, promote_options="permissive")
+    try:
+        return pa.concat_tables(tables, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise ConfigError(str(where or "sweep"), PARTS_DIR, f"parts that cannot be merged ({exc})") from None
 
 
-def stored_rows(table: "pa.Table | None", runs: Sequence[PlannedRun]) -> dict[int, int]:
-    """{run index: row in ``table``} for stored rows that still belong to this sweep."""
+def stored_rows(table: pa.Table | None, runs: Sequence[PlannedRun], failed: bool = True) -> dict[int, int]:
+    """{run index: row in ``table``} for stored rows that still belong to this sweep: a run's
+    first row without an ``error``, else (when ``failed``) its last failed one."""
     if table is None or table.num_rows == 0 or "point_id" not in table.column_names:
         return {}
     by_id = {r.point_id: r for r in runs}
     ids = table.column("point_id").to_pylist()
-    hashes = table.column("config_hash").to_pylist() if "config_hash" in table.column_names else [None] * len(ids)
+    none = [None] * len(ids)
+    hashes = table.column("config_hash").to_pylist() if "config_hash" in table.column_names else none
+    errors = table.column("error").to_pylist() if "error" in table.column_names else none
     found: dict[int, int] = {}
-    for row, (pid, chash) in enumerate(zip(ids, hashes)):
+    failures: dict[int, int] = {}
+    for row, (pid, chash, error) in enumerate(zip(ids, hashes, errors)):
         run = by_id.get(pid)
-        if run is not None and run.config_hash == chash and run.index not in found:
+        if run is None or run.config_hash != chash:
+            continue
+        if error is not None:
+            failures[run.index] = row
+        elif run.index not in found:
             found[run.index] = row
+    if failed:
+        for index, row in failures.items():
+            found.setdefault(index, row)
     return found
 
 
-def final_table(table: "pa.Table", found: dict[int, int], sweep: Sweep, overrides: Sequence[str]) -> "pa.Table":
+class FolderInUse(ConfigError):
+    """The output folder already holds this sweep (``stored`` of ``total`` runs) and no
+    ``resume`` was asked for."""
+
+    def __init__(self, out: Path, stored: int, total: int) -> None:
+        self.out, self.stored, self.total = out, stored, total
+        state = f"complete, {total:,} runs" if stored == total else f"{stored:,} of {total:,} runs"
+        super().__init__(str(out), "--out", f"already holds this sweep ({state})")
+
+
+def open_folder(out: Path, sweep: Sweep, runs: Sequence[PlannedRun], resume: bool) -> list[pa.Table]:
+    """The stored parts of this sweep in ``out``, after checking (before touching anything)
+    that the folder is new or this sweep's and, without ``resume``, new; the folder and its
+    ``sweep.json`` are created when missing."""
+    parts = out / PARTS_DIR
+    record_path = out / SWEEP_FILE
+    digest = plan_digest(runs)
+    record = _read_record(record_path)
+    if record is None:
+        if (out / RESULTS_FILE).exists() or any(parts.glob("part-*.parquet")):
+            raise ConfigError(str(out), "--out", f"holds sweep results without a {SWEEP_FILE} (another tool's or an "
+                                                 "older tiersim's); nothing was changed: choose another --out")
+    elif record.get("plan") != digest:
+        raise ConfigError(str(out), "--out", f"belongs to sweep {record.get('name')!r} ({record.get('runs')} runs, "
+                                             f"plan {record.get('plan')}), not to this one ({sweep.name!r}, "
+                                             f"{len(runs)} runs, plan {digest}); nothing was changed: "
+                                             f"choose another --out")
+    elif not resume:
+        stored = stored_rows(concat_tables(read_parts(parts, clean=False), out), runs, failed=False)
+        raise FolderInUse(out, len(stored), len(runs))
+    tables = read_parts(parts)
+    try:
+        parts.mkdir(parents=True, exist_ok=True)
+        if record is None:
+            meta = {"name": sweep.name, "source": sweep.source, "base": sweep.base_source, "plan": digest,
+                    "runs": len(runs), "points": len(sweep.points), "factors": sweep.factors,
+                    "tiersim_version": __version__}
+            tmp = out / f".{SWEEP_FILE}.tmp"
+            tmp.write_text(json.dumps(meta, indent=2, default=str) + "\n")
+            os.replace(tmp, record_path)
+    except OSError as exc:
+        raise ConfigError(str(out), "--out", f"cannot write there ({exc.strerror})") from None
+    return tables
+
+
+def _read_record(path: Path) -> dict[str, Any] | None:
+    """A folder's ``sweep.json`` (None when there is none)."""
+    if not path.exists():
+        return None
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        record = None
+    if not isinstance(record, dict):
+        raise ConfigError(str(path), "", "is not a sweep record written by tiersim; choose another --out")
+    return record
+
+
+def final_table(table: pa.Table, found: dict[int, int], sweep: Sweep, overrides: Sequence[str]) -> pa.Table:
     """The stored rows of this sweep in run order, with provenance in the schema metadata."""
     import pyarrow as pa
 
@@ -162,7 +250,7 @@ def final_table(table: "pa.Table", found: dict[int, int], sweep: Sweep, override
     return final.replace_schema_metadata({b"tiersim.sweep": json.dumps(meta, default=str).encode()})
 
 
-def results_frame(out: str | Path) -> "pd.DataFrame":
+def results_frame(out: str | Path) -> pd.DataFrame:
     """Read a finished sweep's ``results.parquet`` (a folder or the file) as a DataFrame."""
     import pandas as pd
 

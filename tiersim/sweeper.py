@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import time
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
@@ -31,6 +32,7 @@ from tiersim.sweep_store import (
     RowTable,
     concat_tables,
     final_table,
+    open_folder,
     read_parts,
     results_frame,
     stored_rows,
@@ -39,13 +41,49 @@ from tiersim.sweep_store import (
 
 
 class SweepInterrupted(KeyboardInterrupt):
-    """Ctrl-C during a sweep: ``saved`` of ``total`` runs are stored under ``out`` (if any)."""
+    """Ctrl-C (or SIGTERM, ``signum``) during a sweep: ``saved`` of ``total`` runs are stored
+    under ``out`` (if any)."""
 
-    def __init__(self, saved: int, total: int, out: Path | None) -> None:
+    def __init__(self, saved: int, total: int, out: Path | None, signum: int = signal.SIGINT) -> None:
         super().__init__(f"{saved} of {total} runs saved")
         self.saved = saved
         self.total = total
         self.out = out
+        self.signum = signum
+
+
+class SweepAborted(Exception):
+    """A sweep stopped by something other than the user (a worker process killed from outside,
+    e.g. by the out-of-memory killer): ``saved`` of ``total`` runs are stored under ``out``."""
+
+    def __init__(self, saved: int, total: int, out: Path | None, reason: str) -> None:
+        super().__init__(reason)
+        self.saved = saved
+        self.total = total
+        self.out = out
+        self.reason = reason
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread so that it stops a sweep as Ctrl-C does."""
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """While a sweep runs, SIGTERM (``kill PID``) interrupts it as Ctrl-C does (outside the
+    main thread signals cannot be handled, and nothing changes)."""
+    def interrupt(signum: int, frame: object) -> None:
+        raise _Terminated()
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 # --------------------------------------------------------------------------------------------
@@ -53,15 +91,33 @@ class SweepInterrupted(KeyboardInterrupt):
 # --------------------------------------------------------------------------------------------
 
 
+INT64_MAX = 2**63 - 1
+
+
 def run_batch(batch: Sequence[tuple[int, "RunConfig"]]) -> list[tuple[int, dict[str, Any]]]:
-    """Simulate each ``(run index, config)``; return ``(run index, flat row)`` pairs (plain dicts)."""
+    """Simulate each ``(run index, config)``; return ``(run index, flat row)`` pairs (plain dicts).
+
+    Every row has ``runtime_s`` (seconds the run took here) and ``error`` (None). A run that
+    raises becomes a row of its scenario and strategy with ``error`` naming the exception, and
+    the batch carries on; so does a run whose result has a whole number the Parquet row cannot
+    hold (over 2^63)."""
     from tiersim.report import flat_row
     from tiersim.simulate import simulate
 
     out: list[tuple[int, dict[str, Any]]] = []
     with _collector_paused():
         for index, config in batch:
-            row = flat_row(config.scenario, simulate(config))
+            began = time.perf_counter()
+            try:
+                row = flat_row(config.scenario, simulate(config))
+                too_large = [k for k, v in row.items() if isinstance(v, int) and abs(v) > INT64_MAX]
+                if too_large:
+                    raise OverflowError(f"{too_large[0]} = {row[too_large[0]]:.3g} does not fit a 64-bit column")
+                row["error"] = None
+            except Exception as exc:  # noqa: BLE001 - a failing run is recorded, not fatal to the sweep
+                row = {"scenario": config.scenario, "strategy": config.strategy,
+                       "error": f"{type(exc).__name__}: {exc}"}
+            row["runtime_s"] = time.perf_counter() - began
             row["seed"] = config.seed
             row["tiersim_version"] = __version__
             out.append((index, row))
@@ -87,9 +143,20 @@ def _noop(_: int) -> None:
     """Starts the pool's workers."""
 
 
-def _ignore_sigint() -> None:
-    """Pool worker initialiser: Ctrl-C is the parent's to handle (it stops submitting)."""
+def _worker_init(parent: int) -> None:
+    """Pool worker initialiser: Ctrl-C and SIGTERM are the parent's to handle (it stops
+    submitting and lets running batches finish); the worker dies with its parent, even when
+    the parent is killed outright (``kill -9``: Linux's parent-death signal)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+        if os.getppid() != parent:  # forked by the parent, which died before the signal was armed
+            os._exit(1)
 
 
 # --------------------------------------------------------------------------------------------
@@ -132,7 +199,8 @@ def _start_pool(jobs: int) -> Any:
     # started here, before the progress bar's thread exists, and only ever run simulate().
     method = "fork" if sys.platform.startswith("linux") else None
     context = multiprocessing.get_context(method)
-    executor = ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_ignore_sigint)
+    executor = ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_worker_init,
+                                   initargs=(os.getpid(),))
     if method == "fork":
         list(executor.map(_noop, range(jobs)))
     return executor
@@ -212,6 +280,12 @@ class SweepOutcome:
     workers: int = 1
     where: str = "in-process"
     runs: list[PlannedRun] = field(repr=False, default_factory=list)
+    failed: int = 0
+    """Rows whose run raised (their ``error`` column says what)."""
+
+
+NOTICE_RUNS = 1000
+"""A sweep of at least this many runs says how large it is even without a progress bar."""
 
 
 def run_sweep(
@@ -223,32 +297,46 @@ def run_sweep(
     overrides: Sequence[str] = (),
     progress: bool = False,
     chunk_size: int | None = None,
+    force: bool = False,
+    notice: Callable[[str], None] | None = None,
 ) -> SweepOutcome:
-    """Plan, run and store a sweep; see the module docstring. Raises ``SweepInterrupted``."""
+    """Plan, run and store a sweep; see the module docstring. Raises ``SweepInterrupted``
+    (Ctrl-C or SIGTERM) or ``SweepAborted`` (a worker died), having kept what was computed. ``force`` lifts the work limits (``tiersim.limits``); ``notice``
+    is told the size of the work before planning and before running when ``progress`` is on or
+    the sweep has ``NOTICE_RUNS`` points or more (and, without a progress bar, how far the
+    planning of such a sweep has got, every tenth)."""
     started = time.perf_counter()
     if jobs is not None and (not isinstance(jobs, int) or jobs < 1):
         raise ConfigError("--jobs", "", f"must be a whole number of at least 1, got {jobs!r}")
     if chunk_size is not None and (not isinstance(chunk_size, int) or chunk_size < 1):
         raise ConfigError("--chunk-size", "", f"must be a whole number of at least 1, got {chunk_size!r}")
-    sweep = load_sweep(spec, overrides)
-    runs = plan_sweep(sweep)
+    from tiersim.worksize import describe
+
+    sweep = load_sweep(spec, overrides, force)
+    loud = progress or len(sweep.points) >= NOTICE_RUNS
+    if notice is not None and loud:
+        notice(f"sweep {sweep.name}: planning {len(sweep.points):,} points")
+    with _progress_bar(progress, len(sweep.points), 0, f"plan {sweep.name}", "points") as planned:
+        tenths = 0
+
+        def report(done: int, total: int) -> None:
+            """The bar, or without one a line every tenth of a large sweep."""
+            nonlocal tenths
+            planned(done, absolute=True)
+            if notice is not None and loud and not progress and done < total and done * 10 // total > tenths:
+                tenths = done * 10 // total
+                notice(f"sweep {sweep.name}: planned {done:,} of {total:,} points")
+
+        runs = plan_sweep(sweep, force, report)
+    if notice is not None and (loud or len(runs) >= NOTICE_RUNS):
+        notice(f"sweep {sweep.name}: {describe(len(runs), sum(r.tasks for r in runs))}")
     rows_table = RowTable(sweep, runs)
     out_dir = Path(out) if out is not None else None
     parts = out_dir / PARTS_DIR if out_dir is not None else None
 
-    stored: list[Any] = []
     found: dict[int, int] = {}
-    if parts is not None:
-        existing = read_parts(parts) if parts.is_dir() else []
-        if existing and not resume:
-            raise ConfigError(str(out_dir), "--out",
-                              "already holds results of a sweep; pass --resume to continue it, or choose another --out")
-        stored = existing
-        found = stored_rows(concat_tables(stored), runs)
-        try:
-            parts.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ConfigError(str(out_dir), "--out", f"cannot create directory ({exc.strerror})") from None
+    if out_dir is not None:
+        found = stored_rows(concat_tables(open_folder(out_dir, sweep, runs, resume), out_dir), runs, failed=False)
     todo = [r for r in runs if r.index not in found]
     resumed = len(runs) - len(todo)
     memory_tables: list[Any] = []
@@ -265,34 +353,39 @@ def run_sweep(
     # also copy); see gc.freeze.
     gc.freeze()
     try:
-        if batches and scheduler is not None:
-            backend, owned = _dask_client(scheduler)
-        elif batches and workers > 1:
-            backend, owned = _start_pool(workers), True
-        with _progress_bar(progress, len(runs), resumed, sweep.name) as advance:
+        with _sigterm_interrupts():
+            if batches and scheduler is not None:
+                backend, owned = _dask_client(scheduler)
+            elif batches and workers > 1:
+                backend, owned = _start_pool(workers), True
+            with _progress_bar(progress, len(runs), resumed, f"sweep {sweep.name}", "runs") as advance:
 
-            def sink(results: list[tuple[int, dict[str, Any]]]) -> None:
-                nonlocal computed
-                if not results:
-                    return
-                table = rows_table.table([rows_table.row(runs[i], row) for i, row in results])
-                if parts is not None:
-                    write_part(parts, table)
+                def sink(results: list[tuple[int, dict[str, Any]]]) -> None:
+                    nonlocal computed
+                    if not results:
+                        return
+                    table = rows_table.table([rows_table.row(runs[i], row) for i, row in results])
+                    if parts is not None:
+                        write_part(parts, table)
+                    else:
+                        memory_tables.append(table)
+                    computed += len(results)
+                    advance(len(results))
+
+                if not batches:
+                    pass
+                elif scheduler is not None:
+                    _run_dask(backend, batches, sink)
+                elif workers == 1:
+                    _run_inline(batches, sink)
                 else:
-                    memory_tables.append(table)
-                computed += len(results)
-                advance(len(results))
-
-            if not batches:
-                pass
-            elif scheduler is not None:
-                _run_dask(backend, batches, sink)
-            elif workers == 1:
-                _run_inline(batches, sink)
-            else:
-                _run_pool(backend, batches, sink)
-    except KeyboardInterrupt:
-        raise SweepInterrupted(resumed + computed, len(runs), out_dir) from None
+                    _run_pool(backend, batches, sink)
+    except KeyboardInterrupt as exc:
+        signum = signal.SIGTERM if isinstance(exc, _Terminated) else signal.SIGINT
+        raise SweepInterrupted(resumed + computed, len(runs), out_dir, signum) from None
+    except BrokenProcessPool:
+        raise SweepAborted(resumed + computed, len(runs), out_dir,
+                           "a worker process died (killed from outside, e.g. by the out-of-memory killer)") from None
     finally:
         gc.unfreeze()
         if owned and backend is not None:
@@ -302,7 +395,7 @@ def run_sweep(
                 backend.shutdown(wait=True, cancel_futures=True)
 
     if parts is not None:
-        table = concat_tables(read_parts(parts))
+        table = concat_tables(read_parts(parts), out_dir)
     else:
         table = concat_tables(memory_tables)
     found = stored_rows(table, runs)
@@ -320,10 +413,11 @@ def run_sweep(
         pq.write_table(final, tmp)
         os.replace(tmp, results_path)
     frame = final.to_pandas()
+    failed = int(frame["error"].notna().sum()) if "error" in frame.columns else 0
     where = f"on Dask scheduler {scheduler}" if scheduler is not None else (
         "in-process" if workers == 1 else f"on {workers} worker processes")
     return SweepOutcome(frame, len(runs), resumed, computed, time.perf_counter() - started, results_path, sweep,
-                        workers, where, runs)
+                        workers, where, runs, failed)
 
 
 def sweep(
@@ -335,6 +429,7 @@ def sweep(
     overrides: Sequence[str] = (),
     progress: bool = False,
     chunk_size: int | None = None,
+    force: bool = False,
 ) -> "pd.DataFrame":
     """Run a sweep and return its rows as a DataFrame (one row per run, in point order).
 
@@ -343,15 +438,19 @@ def sweep(
     runs then go to that cluster instead. ``out``: a folder for ``parts/`` and
     ``results.parquet`` (``resume=True`` continues an interrupted sweep there).
     ``overrides``: ``KEY=VALUE`` strings applied to the base scenario, as ``--set``.
+    ``force``: lift the limits on the work (``tiersim.limits``). A run that raises is a row
+    with its ``error``; the others carry on.
     """
-    return run_sweep(sweep_file_or_dict, jobs, scheduler, out, resume, overrides, progress, chunk_size).frame
+    return run_sweep(sweep_file_or_dict, jobs, scheduler, out, resume, overrides, progress, chunk_size, force).frame
 
 
 @contextlib.contextmanager
-def _progress_bar(enabled: bool, total: int, done: int, name: str) -> Iterator[Callable[[int], None]]:
-    """A rich progress bar with ETA on stderr; a no-op when disabled."""
+def _progress_bar(enabled: bool, total: int, done: int, label: str,
+                  unit: str) -> Iterator[Callable[..., None]]:
+    """A rich progress bar with rate and ETA on stderr (a no-op when disabled); the callback
+    advances it by ``n`` ``unit``, or sets it to ``n`` done with ``absolute=True``."""
     if not enabled:
-        yield lambda n: None
+        yield lambda n, absolute=False: None
         return
     from rich.console import Console
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn,
@@ -361,18 +460,19 @@ def _progress_bar(enabled: bool, total: int, done: int, name: str) -> Iterator[C
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TaskProgressColumn(),
                   TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TextColumn("ETA"),
                   TimeRemainingColumn(), console=console, transient=False) as bar:
-        task = bar.add_task(f"sweep {name}", total=total, completed=done, rate="")
+        task = bar.add_task(label, total=total, completed=done, rate="")
         start, count = time.perf_counter(), 0
 
-        def advance(n: int) -> None:
+        def advance(n: int, absolute: bool = False) -> None:
             nonlocal count
-            count += n
+            step = n - count if absolute else n
+            count += step
             elapsed = time.perf_counter() - start
-            rate = f"{count / elapsed:.1f} runs/s" if elapsed > 0 else ""
-            bar.update(task, advance=n, rate=rate)
+            rate = f"{count / elapsed:.1f} {unit}/s" if elapsed > 0 else ""
+            bar.update(task, advance=step, rate=rate)
 
         yield advance
 
 
-__all__ = ["SweepInterrupted", "SweepOutcome", "run_batch", "run_sweep", "sweep", "results_frame", "default_jobs",
+__all__ = ["SweepAborted", "SweepInterrupted", "SweepOutcome", "run_batch", "run_sweep", "sweep", "results_frame", "default_jobs",
            "default_chunk_size"]

@@ -12,6 +12,7 @@ import math
 import re
 
 from tiersim.errors import ConfigError
+from tiersim.limits import MAX_WHOLE
 
 _DECIMAL = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
 _BINARY = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50}
@@ -60,9 +61,18 @@ def _scaled(value: object, where: Where, suffixes: tuple[str, ...], what: str) -
     raise ConfigError(*where, f"expected {what}, got {value!r}")
 
 
+def whole(number: float, value: object, where: Where) -> int:
+    """``number`` as an int when it is whole and at most ``MAX_WHOLE`` in size."""
+    if number != int(number):
+        raise ConfigError(*where, f"expected a whole number, got {value!r}")
+    if abs(number) > MAX_WHOLE:
+        raise ConfigError(*where, f"{value!r} is larger than 2^53 ({MAX_WHOLE:,}), the limit for a whole number")
+    return int(number)
+
+
 def parse_bytes(value: object, where: Where) -> int:
-    """"80 GiB", "2 TB", "1 MiB", 4096 -> bytes (int)."""
-    return int(round(_scaled(value, where, ("B",), "a size such as '80 GiB'")))
+    """"80 GiB", "2 TB", "1 MiB", 4096 -> bytes (int, at most ``MAX_WHOLE``)."""
+    return whole(round(_scaled(value, where, ("B",), "a size such as '80 GiB'")), value, where)
 
 
 def parse_rate(value: object, where: Where) -> float:

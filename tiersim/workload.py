@@ -351,6 +351,73 @@ def _subgroups(partitions: list[int], sub_group_size: int, zero_stage: int) -> t
     return tuple(SubGroup(index, numel) for index, numel in enumerate(sizes))
 
 
+@dataclass(frozen=True)
+class StepShape:
+    """How many of each unit of work one rank's step has: GPU layers (embedding and head
+    included), checkpointed ones among them, micro-steps, optimizer sub-groups; what the task
+    graph's size follows from."""
+
+    layers: int
+    checkpointed: int
+    micro_steps: int
+    subgroups: int
+    data_parallel: int
+    zero_stage: int
+
+
+def step_shape(model: ModelSpec, training: TrainingSpec) -> StepShape:
+    """The shape ``build_step`` would give, from arithmetic alone (cheap for any size)."""
+    return StepShape(
+        layers=model.layers + 2,
+        checkpointed=model.layers if training.activation_checkpointing else 0,
+        micro_steps=training.global_batch // (training.micro_batch * training.data_parallel),
+        subgroups=subgroup_count(model, training),
+        data_parallel=training.data_parallel,
+        zero_stage=training.zero_stage,
+    )
+
+
+def subgroup_count(model: ModelSpec, training: TrainingSpec) -> int:
+    """How many optimizer sub-groups ``build_step`` makes, without listing them: the ZeRO-3 rule
+    of ``_subgroups`` runs over the identical decoder layers until its carry-over at a layer
+    boundary repeats, then advances over the repeats in one step."""
+    dp = training.data_parallel
+    layer = [math.ceil(n / dp) for n in _layer_tensors(model)]
+    first = [math.ceil(_embedding_params(model) / dp)]
+    last = [math.ceil(n / dp) for n in _head_tensors(model)]
+    size = training.sub_group_size
+    if training.zero_stage < 3:
+        total = parameter_count(model)
+        owned = math.ceil(total / dp) if training.zero_stage >= 1 else total
+        return -(-owned // size)
+    count, carry = 0, 0
+
+    def feed(tensors: list[int]) -> None:
+        nonlocal count, carry
+        for numel in tensors:
+            carry += numel
+            if carry >= size:
+                count, carry = count + 1, 0
+
+    feed(first)
+    seen: dict[int, tuple[int, int]] = {}
+    done = 0
+    while done < model.layers:
+        if carry in seen:
+            at, counted = seen[carry]
+            repeats = (model.layers - done) // (done - at)
+            count += repeats * (count - counted)
+            done += repeats * (done - at)
+            seen = {}
+            if done >= model.layers:
+                break
+        seen[carry] = (done, count)
+        feed(layer)
+        done += 1
+    feed(last)
+    return count + (1 if carry else 0)
+
+
 @functools.lru_cache(maxsize=64)
 def build_step(model: ModelSpec, training: TrainingSpec) -> TrainingStep:
     """Count parameters, FLOPs and bytes of one optimizer step of ``model`` under ``training``.

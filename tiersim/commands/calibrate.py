@@ -9,6 +9,17 @@ from pathlib import Path
 from tiersim.errors import ConfigError
 
 
+def require_torch(command: str) -> None:
+    """Calibration and validation run torch's CPU Adam and tensors: without torch, one line
+    naming the extra to install."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise ConfigError(f"tiersim {command}", "", "needs PyTorch, which is not installed: pip install "
+                                                     "'tiersim[torch]' (a GPU machine installs a CUDA build of "
+                                                     "torch first; see the README)") from None
+
+
 def default_out() -> Path:
     return Path("device_profiles") / f"host-{socket.gethostname()}.yaml"
 
@@ -49,6 +60,7 @@ def run_with_progress(plan: object, out: Path, nvme_dir: Path | None, quiet: boo
 
 
 def handler(args: argparse.Namespace) -> int:
+    require_torch("calibrate")
     from tiersim.calibration.runner import full_plan, quick_plan
 
     out = args.out or default_out()

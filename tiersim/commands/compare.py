@@ -4,8 +4,9 @@ Each file has one row per run as ``tiersim sweep`` writes it: factor columns nam
 path (``training.global_batch``, ``hardware.nvme.count``), ``strategy``, ``fits``,
 ``iteration_time_s``, phase seconds and peak/capacity bytes per tier. Rows are matched on the
 factor columns both files share plus ``strategy`` (or on ``--on`` columns); factors only one
-file has are shown beside. Each matched row gives both iteration times, B - A and B / A; the
-summary counts matched and unmatched rows and the geometric mean of B / A where both fit.
+file has are shown beside. Each matched row gives both iteration times, B - A and B / A (and,
+in JSON and CSV, both times of each phase); the summary counts matched and unmatched rows and
+the geometric mean of B / A where both fit.
 """
 
 from __future__ import annotations
@@ -13,13 +14,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import textwrap
 from pathlib import Path
 from typing import Any, Sequence
 
 import pandas as pd
 
 from tiersim.errors import ConfigError
-from tiersim.report import format_table
+from tiersim.report import TABLE_WIDTH, format_table
 
 METRICS = ("fits", "iteration_time_s", "forward_s", "backward_s", "optimizer_step_s")
 
@@ -114,13 +116,15 @@ def compare_command(args: argparse.Namespace) -> int:
         print(frame.to_csv(index=False), end="")
         return 0
     print(f"A: {args.a}\nB: {args.b}\nmatched on: {', '.join(summary['keys'])}")
-    headers = list(frame.columns)
-    short = [h.replace("iteration_time_s", "iter_s").replace("optimizer_step_s", "step_s") for h in headers]
-    print(format_table(short, [[_cell(v) for v in row] for row in frame.itertuples(index=False)]))
+    phase_columns = [f"{p} {n}" for p in ("forward_s", "backward_s", "optimizer_step_s") for n in ("A", "B")]
+    table = frame.drop(columns=[c for c in phase_columns if c in frame.columns])  # in --format json/csv
+    short = [h.replace("iteration_time_s", "iter_s") for h in table.columns]
+    print(format_table(short, [[_cell(v) for v in row] for row in table.itertuples(index=False)]))
     geo = summary["geomean_ratio"]
-    print(f"{summary['matched_rows']} matched ({summary['both_fit']} fit in both, {summary['fits_changed']} "
-          f"change fit), {summary['only_in_a_rows']} only in A, {summary['only_in_b_rows']} only in B; "
-          f"geometric mean B/A {'-' if geo is None else f'{geo:.4g}'}")
+    print(textwrap.fill(f"{summary['matched_rows']} matched ({summary['both_fit']} fit in both, "
+                        f"{summary['fits_changed']} change fit), {summary['only_in_a_rows']} only in A, "
+                        f"{summary['only_in_b_rows']} only in B; geometric mean B/A "
+                        f"{'-' if geo is None else f'{geo:.4g}'}", TABLE_WIDTH))
     return 0
 
 

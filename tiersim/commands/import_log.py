@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 from pathlib import Path
 
 import yaml
@@ -14,7 +15,7 @@ import yaml
 from tiersim.errors import ConfigError
 from tiersim.ingest.log_scenario import PHASES, log_scenario, measured_table
 from tiersim.ingest.training_log import read_log
-from tiersim.report import format_table
+from tiersim.report import TABLE_WIDTH, format_table
 
 _HEADER = """\
 # Imported by `tiersim import-log` from {log}.
@@ -57,7 +58,7 @@ def import_log_command(args: argparse.Namespace) -> int:
         return 0
     for log, scenario, table in imported:
         print(f"log: {log.path}")
-        print(_summary(scenario))
+        print(textwrap.fill(_summary(scenario), TABLE_WIDTH))
         print(_phase_table(table))
         print(_memory_line(table))
         print()
@@ -76,15 +77,17 @@ def _summary(scenario: dict[str, object]) -> str:
 
 
 def _phase_table(table: "object") -> str:
+    """A row per timed quantity (the phases first), a column per iteration and the steady state."""
     import pandas as pd
 
     assert isinstance(table, pd.DataFrame)
     times = table[table["unit"] == "s"]
-    wide = times.pivot_table(index="iteration", columns="quantity", values="value", aggfunc="first", sort=False)
-    columns = ["iteration", *PHASES, *[c for c in wide.columns if c not in ("iteration", *PHASES)]]
-    rows = [[str(index), *[_seconds(wide.loc[index].get(c)) for c in columns]] for index in wide.index]
-    return format_table(["iter", *[c.removeprefix("ds:") + ("_s" if c in ("iteration", *PHASES) else "")
-                                   for c in columns]], rows)
+    wide = times.pivot_table(index="quantity", columns="iteration", values="value", aggfunc="first", sort=False)
+    order = [q for q in ("iteration", *PHASES) if q in wide.index] + [q for q in wide.index
+                                                                        if q not in ("iteration", *PHASES)]
+    labels = {"iteration": "iteration_s", **{p: f"{p}_s" for p in PHASES}}
+    rows = [[labels.get(q, q), *[_seconds(wide.loc[q].get(c)) for c in wide.columns]] for q in order]
+    return format_table(["seconds", *[str(c) for c in wide.columns]], rows)
 
 
 def _memory_line(table: "object") -> str:

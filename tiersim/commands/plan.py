@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 import pandas as pd
 
 from tiersim import plan
+from tiersim.bundled import resolve
 from tiersim.errors import ConfigError
 from tiersim.figure_export import add_plot_arguments, check_target, write_figure
 from tiersim.report import format_table
@@ -42,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     """Add ``plan`` to the CLI."""
     parser = subparsers.add_parser("plan", help="largest model, fastest sizing or cheapest hardware",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("scenario", help="scenario YAML file")
+    parser.add_argument("scenario", help="scenario YAML file (or the name of a bundled one)")
     parser.add_argument("--objective", choices=plan.OBJECTIVES, required=True)
     parser.add_argument("--strategy", action="append", default=[], metavar="NAME",
                         help="only this strategy (repeatable); default: all in the scenario")
@@ -63,15 +65,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         help="largest-model --scale layers: stop searching here (default %(default)s)")
     parser.add_argument("--lifetime-years", type=float, default=plan.DEFAULT_LIFETIME_YEARS,
                         help="amortisation period for cost per iteration (default %(default)s)")
-    parser.add_argument("--top", type=int, default=0, metavar="N", help="table: only the first N rows")
+    parser.add_argument("--top", type=int, default=None, metavar="N", help="table: only the first N rows")
     parser.add_argument("--format", choices=("table", "json"), default="table")
     add_plot_arguments(parser, "a picture of the answer (see above)")
+    parser.add_argument("--force", action="store_true", help="simulate candidates past the limit of tasks per run")
     parser.set_defaults(func=plan_command)
 
 
 def plan_command(args: argparse.Namespace) -> int:
-    """Read the scenario, run the chosen planner, print a ranked table or JSON."""
-    scenario = plan.read_scenario(args.scenario, args.overrides)
+    """Read the scenario, run the chosen planner, print a ranked table or JSON (and the picture
+    with --plot); exit 1 (naming the nearest miss) when no candidate meets the constraints."""
+    if args.top is not None and args.top < 1:
+        raise ConfigError("plan", "--top", f"must be at least 1, got {args.top}")
+    scenario = plan.read_scenario(resolve(args.scenario, "scenarios"), args.overrides, args.force)
     check_target(args.plot)
     if args.objective == "largest-model":
         if args.budget is not None or args.max_iteration_time is not None:
@@ -89,19 +95,27 @@ def plan_command(args: argparse.Namespace) -> int:
         columns = SIZING_COLUMNS
     name = str(scenario.data.get("name", scenario.source))
     if args.plot is not None:
-        write_figure(plan_figure(scenario, frame, args), args.plot, args.plotlyjs)
+        path = write_figure(plan_figure(scenario, frame, args), args.plot, args.plotlyjs)
+        print(f"tiersim: wrote {path}", file=sys.stderr)
+    answered = not frame["fits"].eq(False).all() if args.objective == "largest-model" else \
+        not frame["rank"].isna().all()
     if args.format == "json":
         print(json.dumps({"scenario": name, "objective": args.objective, "lifetime_years": args.lifetime_years,
                           "budget_usd": args.budget, "max_iteration_time_s": args.max_iteration_time,
                           "rows": plan.records(frame)}, indent=2))
+    else:
+        shown = frame.head(args.top) if args.top is not None else frame
+        print(f"scenario: {name}  objective: {args.objective}")
+        print(format_table([h for _c, h in columns], [[_cell(c, row[c]) for c, _h in columns]
+                                                      for row in shown.to_dict(orient="records")]))
+    if answered:
         return 0
-    shown = frame.head(args.top) if args.top > 0 else frame
-    print(f"scenario: {name}  objective: {args.objective}")
-    print(format_table([h for _c, h in columns], [[_cell(c, row[c]) for c, _h in columns]
-                                                  for row in shown.to_dict(orient="records")]))
-    if args.objective != "largest-model" and frame["rank"].isna().all():
-        print("no candidate meets the constraints")
-    return 0
+    if args.objective == "largest-model":
+        print("tiersim: no answer: no strategy fits even one layer on this hardware", file=sys.stderr)
+    else:
+        print(f"tiersim: no answer: no candidate meets the constraints; {plan.nearest_miss(frame, args.budget, args.max_iteration_time)}",
+              file=sys.stderr)
+    return 1
 
 
 def plan_figure(scenario: plan.Scenario, frame: pd.DataFrame, args: argparse.Namespace):  # -> go.Figure

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import textwrap
 from dataclasses import fields
 
 from tiersim.profiles import PROFILE_KINDS, Profile, find_profile, list_profiles
-from tiersim.report import format_table
+from tiersim.report import TABLE_WIDTH, format_table
 from tiersim.schema import to_plain
 
 _META = ("kind", "name", "description", "sources")
@@ -25,8 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 def profiles_command(args: argparse.Namespace) -> int:
     """List (optionally by kind) or show one profile with every figure and its source."""
     if args.name:
-        kinds = [args.kind] if args.kind else list(PROFILE_KINDS)
-        profile = _find_any(args.name, kinds)
+        profile = find_profile(args.name, PROFILE_KINDS[args.kind] if args.kind else None, "tiersim profiles", "NAME")
         if args.format == "json":
             print(json.dumps(to_plain(profile), indent=2))
         else:
@@ -40,17 +40,9 @@ def profiles_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _short(text: str, width: int = 90) -> str:
+def _short(text: str, width: int = 70) -> str:
     """The first ``width`` characters of a description, with an ellipsis when cut."""
     return text if len(text) <= width else text[: width - 3].rstrip() + "..."
-
-
-def _find_any(name: str, kinds: list[str]) -> Profile:
-    """The profile called ``name`` of whichever kind it is (error lists the known names)."""
-    for profile in list_profiles():
-        if profile.name == name and profile.kind in kinds:
-            return profile
-    return find_profile(name, PROFILE_KINDS[kinds[0]], "tiersim profiles", "NAME")
 
 
 def show_profile(profile: Profile) -> str:
@@ -64,5 +56,5 @@ def show_profile(profile: Profile) -> str:
             value = f"{value:.6g}"
         source = profile.sources.get(f.name, "")
         rows.append([f.name, value, source])
-    head = f"{profile.kind} profile {profile.name}: {profile.description}"
+    head = textwrap.fill(f"{profile.kind} profile {profile.name}: {profile.description}", TABLE_WIDTH)
     return head + "\n" + format_table(["figure", "value (base units)", "source"], rows)

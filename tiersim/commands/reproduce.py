@@ -12,10 +12,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import textwrap
 from pathlib import Path
 
 from tiersim.errors import ConfigError
 from tiersim.figure_export import add_plot_arguments, check_target, write_figure
+from tiersim.report import TABLE_WIDTH
 from tiersim.reproduce import (
     MEASURED_DIR,
     STUDIES,
@@ -93,10 +95,10 @@ def reproduce_command(args: argparse.Namespace) -> int:
             print(f"measured (steady state, {args.measured}) against predicted:")
             print(comparison_table(comparison))
         print()
-        print("CXL vs NVMe per model: " + "; ".join(
+        print(textwrap.fill("CXL vs NVMe per model: " + "; ".join(
             f"{r.model} {r.cxl_vs_nvme_reduction_pct:.1f}% faster, {r.ordering}"
             for r in speed.itertuples() if r.cxl_vs_nvme_reduction_pct is not None
-            and not math.isnan(r.cxl_vs_nvme_reduction_pct)))
+            and not math.isnan(r.cxl_vs_nvme_reduction_pct)), TABLE_WIDTH))
         if figure is not None:
             print(f"figure: {figure}")
     return 0

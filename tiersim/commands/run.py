@@ -4,22 +4,26 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
+from tiersim.bundled import resolve
 from tiersim.errors import ConfigError
 from tiersim.figure_export import add_plot_arguments, check_target
+from tiersim.limits import MAX_TASKS, NOTICE_TASKS
 from tiersim.report import csv_text, flat_row, results_table
 from tiersim.results import Result
 from tiersim.scenario import load_scenario
 from tiersim.simulate import simulate
 from tiersim.strategies import STRATEGIES
+from tiersim.worksize import describe, run_tasks
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add ``run`` to the CLI."""
     parser = subparsers.add_parser("run", help="simulate a scenario under its strategies",
                                    description=__doc__)
-    parser.add_argument("scenario", help="scenario YAML file")
+    parser.add_argument("scenario", help="scenario YAML file (or the name of a bundled one, e.g. quickstart)")
     known = "; ".join(f"{name}: {cls.summary}" for name, cls in STRATEGIES.items())
     parser.add_argument("--strategy", action="append", default=[], metavar="NAME",
                         help=f"only this strategy (repeatable); default: all in the scenario ({known})")
@@ -35,21 +39,32 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         help="file format of traces written with --out")
     add_plot_arguments(parser, "a report: phase bars, and per fitted strategy its critical path (HTML only), "
                                "timeline (Gantt) and utilisation")
+    parser.add_argument("--force", action="store_true",
+                        help=f"run past the limit of {MAX_TASKS:,} tasks per run (see tiersim.limits)")
     parser.set_defaults(func=run_command)
 
 
 def run_command(args: argparse.Namespace) -> int:
     """Load, simulate each strategy, print in the chosen format, optionally write files."""
-    configs = load_scenario(args.scenario, args.overrides, args.strategy, args.ds_config)
+    configs = load_scenario(resolve(args.scenario, "scenarios"), args.overrides, args.strategy, args.force,
+                            args.ds_config)
     check_target(args.plot)
     scenario = configs[0].scenario
+    tasks = sum(run_tasks(config) for config in configs)
+    if tasks >= NOTICE_TASKS:
+        print(f"tiersim: {scenario}: {describe(len(configs), tasks)}", file=sys.stderr)
     results = [simulate(config) for config in configs]
     if args.out is not None:
-        write_outputs(args.out, scenario, results, args.trace_format)
+        written = write_outputs(args.out, scenario, results, args.trace_format)
+        print(f"tiersim: wrote {len(written)} files to {args.out}: {', '.join(p.name for p in written)}",
+              file=sys.stderr)
     if args.plot is not None:
         from tiersim.plots import write_report
 
-        write_report(results, args.plot, plotlyjs=args.plotlyjs)
+        fitted = [r.strategy for r in results if r.fits]
+        path = write_report(results, args.plot, plotlyjs=args.plotlyjs)
+        print(f"tiersim: wrote {path} (phase bars; critical path, timeline and utilisation of "
+              f"{', '.join(fitted)})", file=sys.stderr)
     if args.format == "json":
         print(json.dumps({"scenario": scenario, "results": [r.summary() for r in results]}, indent=2))
     elif args.format == "csv":
@@ -60,23 +75,29 @@ def run_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def write_outputs(out: Path, scenario: str, results: list[Result], trace_format: str) -> None:
-    """summary.json, summary.csv, and per strategy config, trace, utilisation and placement."""
+def write_outputs(out: Path, scenario: str, results: list[Result], trace_format: str) -> list[Path]:
+    """summary.json, summary.csv, and per strategy config, trace, utilisation and placement;
+    returns the files written."""
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(str(out), "--out", f"cannot create directory ({exc.strerror})") from None
-    (out / "summary.json").write_text(json.dumps({"scenario": scenario, "results": [r.summary() for r in results]},
-                                                 indent=2))
-    (out / "summary.csv").write_text(csv_text([flat_row(scenario, r) for r in results]))
+    written = [out / "summary.json", out / "summary.csv"]
+    written[0].write_text(json.dumps({"scenario": scenario, "results": [r.summary() for r in results]}, indent=2))
+    written[1].write_text(csv_text([flat_row(scenario, r) for r in results]))
     for r in results:
         stem = r.strategy
-        (out / f"config-{stem}.json").write_text(json.dumps(r.config.to_dict(), indent=2))
-        r.placement.to_csv(out / f"placement-{stem}.csv", index=False)
+        written.append(out / f"config-{stem}.json")
+        written[-1].write_text(json.dumps(r.config.to_dict(), indent=2))
+        written.append(out / f"placement-{stem}.csv")
+        r.placement.to_csv(written[-1], index=False)
         if not r.fits:
             continue
-        r.utilisation.to_csv(out / f"utilisation-{stem}.csv", index=False)
+        written.append(out / f"utilisation-{stem}.csv")
+        r.utilisation.to_csv(written[-1], index=False)
+        written.append(out / f"trace-{stem}.{trace_format}")
         if trace_format == "parquet":
-            r.trace.to_parquet(out / f"trace-{stem}.parquet", index=False)
+            r.trace.to_parquet(written[-1], index=False)
         else:
-            r.trace.to_csv(out / f"trace-{stem}.csv", index=False)
+            r.trace.to_csv(written[-1], index=False)
+    return written

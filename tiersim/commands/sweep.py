@@ -2,8 +2,11 @@
 
 Runs on a local process pool (``--jobs N``; 1 = in this process) or on an existing Dask
 cluster (``--scheduler tcp://HOST:8786``). Rows stream into DIR/parts/*.parquet as runs finish
-and end up, in point order, in DIR/results.parquet; after Ctrl-C (exit 130) or a crash,
-``--resume`` runs only what is missing. See ``tiersim.sweep_points`` for the sweep file format.
+and end up, in point order, in DIR/results.parquet; after Ctrl-C (exit 130), SIGTERM (exit
+143) or a crash, ``--resume`` runs only what is missing. DIR/sweep.json names the sweep the
+folder belongs to: another sweep is never resumed there. A run that fails is a row with its
+``error`` and the sweep carries on (exit 1 at the end). See ``tiersim.sweep_points`` for the
+sweep file format and ``tiersim.limits`` for the limits ``--force`` lifts.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import signal
 import sys
 from pathlib import Path
 
@@ -23,7 +27,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     """Add ``sweep`` to the CLI."""
     parser = subparsers.add_parser("sweep", help="run a scenario over a grid or list of factor values",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("sweep_file", metavar="SWEEP.yaml", help="sweep file: base scenario plus grid or points")
+    parser.add_argument("sweep_file", metavar="SWEEP.yaml",
+                        help="sweep file: base scenario plus grid or points (or the name of a bundled one)")
     parser.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
                         help="local worker processes (default: one per CPU; 1 runs in this process)")
     parser.add_argument("--scheduler", metavar="ADDRESS", default=None,
@@ -39,28 +44,42 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     parser.add_argument("--chunk-size", type=int, default=None, metavar="RUNS",
                         help="runs per worker task and per part file (default: automatic, at most 32)")
+    parser.add_argument("--force", action="store_true",
+                        help="run past the limits on runs per sweep and tasks per run and per sweep")
     parser.set_defaults(func=sweep_command)
 
 
 def sweep_command(args: argparse.Namespace) -> int:
     """Plan (validating every point), run, store, print a summary."""
+    from tiersim.bundled import resolve
+    from tiersim.errors import ConfigError
     from tiersim.sweep_points import load_sweep
-    from tiersim.sweeper import SweepInterrupted, run_sweep
+    from tiersim.sweep_store import FolderInUse
+    from tiersim.sweeper import SweepAborted, SweepInterrupted, run_sweep
 
+    args.sweep_file = resolve(args.sweep_file, "sweeps")
     out = args.out
     if out is None:
-        out = Path("out") / f"sweep-{load_sweep(args.sweep_file, args.overrides).name}"
+        out = Path("out") / f"sweep-{load_sweep(args.sweep_file, args.overrides, args.force).name}"
     progress = not args.quiet and sys.stderr.isatty()
     try:
         outcome = run_sweep(args.sweep_file, jobs=args.jobs, scheduler=args.scheduler, out=out,
                             resume=args.resume, overrides=args.overrides, progress=progress,
-                            chunk_size=args.chunk_size)
+                            chunk_size=args.chunk_size, force=args.force,
+                            notice=lambda line: print(f"tiersim: {line}", file=sys.stderr))
+    except FolderInUse as exc:
+        what = "read its results again (nothing is rerun)" if exc.stored == exc.total else "continue it"
+        raise ConfigError(exc.source, exc.field, f"{exc.message}; to {what}: {_again(args, out)}; to run it "
+                                                 f"afresh: another --out, or delete {out}") from None
     except SweepInterrupted as exc:
-        again = " ".join(["tiersim", "sweep", args.sweep_file, "--out", str(out), "--resume",
-                          *[f"--set {o}" for o in args.overrides]])
-        print(f"tiersim: interrupted: {exc.saved} of {exc.total} runs saved in {out / 'parts'}; "
-              f"continue with: {again}", file=sys.stderr)
-        return 130
+        how = "terminated" if exc.signum == signal.SIGTERM else "interrupted"
+        print(f"tiersim: {how}: {exc.saved} of {exc.total} runs saved in {out / 'parts'}; "
+              f"continue with: {_again(args, out)}", file=sys.stderr)
+        return 128 + int(exc.signum)
+    except SweepAborted as exc:
+        print(f"tiersim: error: sweep stopped: {exc.reason}; {exc.saved} of {exc.total} runs saved in "
+              f"{out / 'parts'}; continue with: {_again(args, out)}", file=sys.stderr)
+        return 1
     frame = outcome.frame
     line = (f"sweep: {outcome.sweep.name}: {outcome.total} runs ({outcome.resumed} resumed, "
             f"{outcome.computed} computed {outcome.where}) in {outcome.seconds:.1f} s -> {outcome.results}")
@@ -79,13 +98,27 @@ def sweep_command(args: argparse.Namespace) -> int:
         headers = ["point", "strategy", *factors, "fits", "iteration_s", "bottleneck / reason"]
         rows = []
         for rec in frame.head(TABLE_ROWS).to_dict(orient="records"):
-            fits = bool(rec["fits"])
-            rows.append([rec["point"], rec["strategy"], *[_cell(rec[k]) for k in factors], "yes" if fits else "NO",
-                         seconds(_clean(rec["iteration_time_s"])), rec["bottleneck"] if fits else rec["reason"]])
+            error = _clean(rec.get("error"))
+            fits = bool(_clean(rec.get("fits")))
+            verdict = "ERROR" if error else "yes" if fits else "NO"
+            why = error or (rec.get("bottleneck") if fits else rec.get("reason"))
+            rows.append([rec["point"], rec["strategy"], *[_cell(rec[k]) for k in factors], verdict,
+                         seconds(_clean(rec.get("iteration_time_s"))), why])
         print(format_table(headers, rows))
         if len(frame) > TABLE_ROWS:
             print(f"... {len(frame) - TABLE_ROWS} more rows in {outcome.results}")
+    if outcome.failed:
+        print(f"tiersim: {outcome.failed} of {outcome.total} runs failed (their error column says why); "
+              f"--resume reruns them", file=sys.stderr)
+        return 1
     return 0
+
+
+def _again(args: argparse.Namespace, out: Path) -> str:
+    """The command that resumes this sweep in ``out``."""
+    jobs = [] if args.jobs is None else ["--jobs", str(args.jobs)]
+    return " ".join(["tiersim", "sweep", args.sweep_file, "--out", str(out), *jobs, "--resume",
+                     *[f"--set {o}" for o in args.overrides], *(["--force"] if args.force else [])])
 
 
 def _clean(value: object) -> object:

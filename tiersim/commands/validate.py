@@ -40,6 +40,10 @@ def newest_host_profile(directory: Path = Path("device_profiles")) -> Path | Non
 def handler(args: argparse.Namespace) -> int:
     import os
 
+    from tiersim.commands.calibrate import require_torch
+
+    require_torch("validate")
+
     from tiersim.calibration import microbench
     from tiersim.profiles import HostProfile, load_profile_file
     from tiersim.validation.cases import full_cases, quick_cases

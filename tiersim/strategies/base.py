@@ -21,7 +21,7 @@ from tiersim.hardware import TIERS, Hardware
 from tiersim.profiles import GPUProfile
 from tiersim.strategies import footprint
 from tiersim.strategies.memory import HostMemory
-from tiersim.workload import LayerWork, SubGroup, TrainingStep
+from tiersim.workload import LayerWork, StepShape, SubGroup, TrainingStep
 
 FP32_BYTES = 4
 """Bytes per element of fp32 master weights, Adam moments and the optimizer's gradients."""
@@ -231,6 +231,27 @@ class Strategy(ABC):
         """Why this strategy cannot run on ``hw`` at all (missing device), or None."""
         return None
 
+    @abstractmethod
+    def offload_task_count(self, shape: StepShape) -> int:
+        """Tasks ``offload_gradients`` makes over a step of ``shape``."""
+
+    @abstractmethod
+    def step_task_count(self, shape: StepShape, hw: Hardware) -> int:
+        """Tasks ``optimizer_step`` makes for a step of ``shape`` on ``hw``."""
+
+    def task_count(self, shape: StepShape, hw: Hardware) -> int:
+        """Tasks ``plan`` builds for a step of ``shape`` on ``hw`` (when it fits), counted
+        without building anything: what the work limits (``tiersim.limits``) are checked on.
+        Per micro-step: two markers, a forward per layer and a backward per layer (twice for a
+        checkpointed one, which also recomputes), a gather before each of those under ZeRO-3,
+        and a reduce-scatter per layer; then the step's marker and the strategy's own tasks."""
+        passes = shape.layers + (shape.layers + shape.checkpointed)
+        gathers = passes if shape.zero_stage >= 3 and shape.data_parallel > 1 else 0
+        reduces = shape.layers if shape.data_parallel > 1 else 0
+        per_micro = 2 + passes + gathers + reduces
+        return (shape.micro_steps * per_micro + 1 + self.offload_task_count(shape)
+                + self.step_task_count(shape, hw))
+
     def gradient_conversion_bytes(self, step: TrainingStep) -> int:
         """Peak bytes of fp32 gradient partitions this strategy converts on the GPU in backward."""
         return 0
@@ -370,6 +391,11 @@ def gradients_to_host(b: StepBuilder, memory: HostMemory, micro: int, index: int
     first, second = ("d2h", "h2d") if micro == 0 else ("h2d", "d2h")
     there = b.add(pcie_kind(b, first, "backward", memory).task(f"{prefix}.grad_{first}", num_bytes, (ready,)))
     return b.add(pcie_kind(b, second, "backward", memory).task(f"{prefix}.grad_{second}", num_bytes, (there,)))
+
+
+def gradient_offload_tasks(shape: StepShape) -> int:
+    """Tasks ``gradients_to_host`` makes over a step: two copies per layer and micro-step."""
+    return 2 * shape.layers * shape.micro_steps
 
 
 def fp32_gradients_d2h(b: StepBuilder, memory: HostMemory, index: int, layer: LayerWork, ready: str) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from tiersim.engine import Task
 from tiersim.hardware import Hardware
 from tiersim.strategies.base import ADAM_READ_BYTES, ADAM_WRITE_BYTES, Placement, StepBuilder, Strategy
-from tiersim.workload import LayerWork, TrainingStep
+from tiersim.workload import LayerWork, StepShape, TrainingStep
 
 
 class GPUResident(Strategy):
@@ -23,6 +23,12 @@ class GPUResident(Strategy):
     def offload_gradients(self, b: StepBuilder, micro: int, index: int, layer: LayerWork, ready: str) -> None:
         """Gradients stay in HBM: nothing to move, nothing blocks."""
         return None
+
+    def offload_task_count(self, shape: StepShape) -> int:
+        return 0
+
+    def step_task_count(self, shape: StepShape, hw: Hardware) -> int:
+        return shape.subgroups
 
     def optimizer_step(self, b: StepBuilder, begin: str) -> None:
         per_element = ADAM_READ_BYTES + ADAM_WRITE_BYTES + b.step.lp_bytes

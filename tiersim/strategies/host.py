@@ -30,6 +30,7 @@ from tiersim.strategies.base import (
     Strategy,
     adam_kind,
     fp32_gradients_d2h,
+    gradient_offload_tasks,
     gradients_to_host,
     host_copy_kind,
     largest_partition,
@@ -38,7 +39,7 @@ from tiersim.strategies.base import (
 )
 from tiersim.strategies.footprint import pinned
 from tiersim.strategies.memory import HostMemory
-from tiersim.workload import LayerWork, TrainingStep
+from tiersim.workload import LayerWork, StepShape, TrainingStep
 
 GRADIENT_HOOK_THREADS = 1
 """Threads of the boundary gradient copy. It runs inside a backward hook, and the study's node
@@ -102,6 +103,12 @@ class HostOffload(Strategy):
         staged = fp32_gradients_d2h(b, memory, index, layer, kept)
         copy = host_copy_kind(b, "backward", "grad_copy", memory, FP32_BYTES, FP32_BYTES, GRADIENT_HOOK_THREADS)
         return b.add(copy.task(f"m{micro}.bwd.{index}.grad_copy", partition(layer, b.dp), (staged,)))
+
+    def offload_task_count(self, shape: StepShape) -> int:
+        return gradient_offload_tasks(shape) + 2 * shape.layers  # the boundary's fp32 D2H and CPU copy
+
+    def step_task_count(self, shape: StepShape, hw: Hardware) -> int:
+        return shape.subgroups * (3 if hw.has_gpu else 1)  # Adam, then the conversion and H2D
 
     def optimizer_step(self, b: StepBuilder, begin: str) -> None:
         memory = self.memory(b.hw)

@@ -21,6 +21,7 @@ from tiersim.strategies.base import (
     TaskKind,
     adam_kind,
     fp32_gradients_d2h,
+    gradient_offload_tasks,
     gradients_to_host,
     largest_partition,
     params_to_gpu,
@@ -29,7 +30,7 @@ from tiersim.strategies.base import (
 from tiersim.strategies.footprint import pinned
 from tiersim.strategies.memory import HostMemory
 from tiersim.strategies.swap import TENSORS_SWAPPED_IN, TENSORS_SWAPPED_OUT, SwapOptions, device_cost, stream_rate
-from tiersim.workload import LayerWork, TrainingStep
+from tiersim.workload import LayerWork, StepShape, TrainingStep
 
 
 class NVMeSwap(Strategy):
@@ -99,6 +100,12 @@ class NVMeSwap(Strategy):
             b.background.add(write.stream)
             b.add(write.task(f"m{micro}.bwd.{index}.grad_write", partition(layer, b.dp) * FP32_BYTES, (staged,)))
         return None
+
+    def offload_task_count(self, shape: StepShape) -> int:
+        return gradient_offload_tasks(shape) + 2 * shape.layers  # the boundary's fp32 D2H and NVMe write
+
+    def step_task_count(self, shape: StepShape, hw: Hardware) -> int:
+        return shape.subgroups * (5 if hw.has_gpu else 3)  # swap in, Adam, conversion, H2D, swap out
 
     def optimizer_step(self, b: StepBuilder, begin: str) -> None:
         opts = self.options

@@ -7,6 +7,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Sequence
 
+from tiersim.report import TABLE_WIDTH
+
 
 @dataclass(frozen=True)
 class CaseResult:
@@ -97,7 +99,7 @@ def render_table(results: Sequence[CaseResult], title: str = "tiersim validate",
             row += [f"{r.other_s * 1e3:.1f} ms" if r.other_s is not None else "-",
                     f"{err:+.1f}" if err is not None else "-"]
         table.add_row(*row)
-    console = Console(width=140, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console = Console(width=TABLE_WIDTH, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
     console.print(table)
     lines = [console.export_text()]
     for strategy, value in mape_by_strategy(results).items():

@@ -1,0 +1,1 @@
+"""The bundled device profiles: package data of tiersim (``tiersim.device_profiles``), found with ``tiersim.bundled``."""

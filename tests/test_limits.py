@@ -1,0 +1,157 @@
+"""Work limits: a run's tasks are counted before anything is built (exactly what the strategy
+then builds), a run or sweep past its limit is refused with one line naming the field, the
+value and the limit unless ``--force``, and the size of large work is said before it runs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tiersim import cli, limits
+from tiersim.errors import ConfigError
+from tiersim.scenario import load_scenario
+from tiersim.simulate import simulate
+from tiersim.sweep_points import load_sweep, plan_sweep
+from tiersim.sweeper import run_sweep
+from tiersim.worksize import run_tasks
+
+ROOT = Path(__file__).resolve().parent.parent
+QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
+SEVENTY_B = ROOT / "scenarios" / "llama2-70b-offload.yaml"
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    scenario=st.sampled_from([QUICKSTART, SEVENTY_B]),
+    layers=st.integers(1, 6),
+    micro_steps=st.integers(1, 4),
+    gpus=st.sampled_from([1, 2, 4]),
+    zero_stage=st.integers(0, 3),
+    sub_group=st.sampled_from(["1e7", "3e7", "1e8", "1e9"]),
+)
+def test_task_count_is_exactly_the_graph_the_strategy_builds(scenario: Path, layers: int, micro_steps: int,
+                                                             gpus: int, zero_stage: int, sub_group: str) -> None:
+    overrides = [f"model.layers={layers}", f"hardware.gpus={gpus}", "hardware.sockets=2",
+                 "hardware.cores_per_rank=4", f"training.global_batch={gpus * micro_steps}",
+                 f"training.zero_stage={zero_stage}", f"training.sub_group_size={sub_group}",
+                 "hardware.gpu=h200"]
+    for config in load_scenario(scenario, overrides):
+        result = simulate(config)
+        if result.graph is not None:
+            assert run_tasks(config) == len(result.graph.tasks), config.strategy
+
+
+def main(*args: str) -> int:
+    return cli.main(list(args))
+
+
+@pytest.mark.parametrize(("assignment", "field", "why", "also"), [
+    ("training.global_batch=1000000", "training.global_batch", "1,000,000 micro-steps of 34 layers", ()),
+    ("training.global_batch=1e12", "training.global_batch", "1,000,000,000,000 micro-steps", ()),
+    # ZeRO-3 sub-groups hold whole tensors, so only the flat partition of ZeRO-1/2 splits this far
+    ("training.sub_group_size=1", "training.sub_group_size", "6,738,415,616 optimizer sub-groups",
+     ("training.zero_stage=2",)),
+    ("model.layers=1e15", "model.layers", "1e+15 layers in each of 4 micro-steps", ()),
+])
+def test_a_run_past_the_task_limit_is_refused_naming_field_value_and_limit(
+        capsys: pytest.CaptureFixture[str], assignment: str, field: str, why: str, also: tuple[str, ...]) -> None:
+    assert main("run", str(QUICKSTART), *[a for item in also for a in ("--set", item)], "--set", assignment) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0
+    assert f"--set: {assignment}:" in err and why in err
+    assert f"the limit is {limits.MAX_TASKS:,} tasks" in err and "--force" in err
+    assert field.split(".")[-1] in assignment
+
+
+def test_force_runs_past_the_task_limit(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("tiersim.worksize.MAX_TASKS", 100)
+    assert main("run", str(QUICKSTART), "--strategy", "dram") == 2
+    assert "the limit is 100 tasks" in capsys.readouterr().err
+    assert main("run", str(QUICKSTART), "--strategy", "dram", "--force") == 0
+    assert "dram" in capsys.readouterr().out
+
+
+def test_plan_refuses_past_the_limit_and_force_lifts_it(capsys: pytest.CaptureFixture[str],
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("tiersim.worksize.MAX_TASKS", 100)
+    assert main("plan", str(QUICKSTART), "--objective", "fastest", "--strategy", "dram") == 2
+    assert "the limit is 100 tasks" in capsys.readouterr().err
+    assert main("plan", str(QUICKSTART), "--objective", "fastest", "--strategy", "dram", "--dram-gib", "512",
+                "--force") == 0
+
+
+def test_run_says_how_large_large_work_is_before_running() -> None:
+    proc = subprocess.run([sys.executable, "-m", "tiersim", "run", str(QUICKSTART), "--strategy", "dram",
+                           "--set", "training.global_batch=640", "--format", "json"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("tiersim: quickstart: 1 run, ") and "tasks and at most" in line and "events" in line
+    tasks = int(line.split("1 run, ")[1].split(" tasks")[0].replace(",", ""))
+    assert tasks >= limits.NOTICE_TASKS
+
+
+def test_a_huge_grid_is_refused_before_a_single_point_is_made(tmp_path: Path) -> None:
+    values = list(range(100))
+    spec = {"base": str(QUICKSTART), "grid": {f"model.{k}": values for k in ("layers", "hidden", "heads", "ffn",
+                                                                             "vocab", "kv_heads")}}
+    with pytest.raises(ConfigError, match=r"grid: 1,000,000,000,000 points x 4 strategies = 4,000,000,000,000 "
+                                          r"runs; the limit is 100,000 runs per sweep \(pass --force"):
+        load_sweep(spec)
+
+
+def test_a_sweep_past_its_task_limit_is_refused_unless_forced(monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = {"base": str(QUICKSTART), "grid": {"strategy": ["dram"], "model.layers": [1, 2, 3, 4]}}
+    monkeypatch.setattr("tiersim.sweep_points.MAX_SWEEP_TASKS", 200)
+    with pytest.raises(ConfigError, match=r"<sweep>: grid: the runs of its first \d of 4 points already have"):
+        plan_sweep(load_sweep(spec))
+    assert len(plan_sweep(load_sweep(spec), force=True)) == 4
+
+
+def test_planning_reports_progress_and_the_size_of_the_work() -> None:
+    spec = {"base": str(QUICKSTART), "set": {"model.layers": 1},
+            "grid": {"strategy": ["dram"], "training.seq_len": list(range(1, 2501))}}
+    calls: list[tuple[int, int]] = []
+    runs = plan_sweep(load_sweep(spec), on_progress=lambda done, total: calls.append((done, total)))
+    assert calls == [(1000, 2500), (2000, 2500), (2500, 2500)]
+    notices: list[str] = []
+    small = {**spec, "grid": {"strategy": ["dram"], "training.seq_len": [1, 2]}}
+    run_sweep(small, notice=notices.append, progress=True)
+    assert notices[0] == "sweep sweep: planning 2 points"
+    assert notices[1].startswith("sweep sweep: 2 runs, ") and notices[1].endswith(" events")
+    assert sum(r.tasks for r in runs) == 2500 * run_tasks(runs[0].config)
+    lines: list[str] = []
+    run_sweep(spec, notice=lines.append)  # no terminal: lines, not a bar
+    assert lines[0] == "sweep sweep: planning 2,500 points"
+    assert lines[1:3] == ["sweep sweep: planned 1,000 of 2,500 points", "sweep sweep: planned 2,000 of 2,500 points"]
+    assert lines[3].startswith("sweep sweep: 2,500 runs, ") and len(lines) == 4
+
+
+def test_out_of_memory_is_one_line(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    def exhausted(config: object) -> None:
+        raise MemoryError
+
+    monkeypatch.setattr("tiersim.commands.run.simulate", exhausted)
+    assert main("run", str(QUICKSTART)) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("tiersim: error: out of memory")
+
+
+@pytest.mark.parametrize(("assignment", "message"), [
+    ("hardware.cxl.count=36028798", "hardware.cxl.count: gives the cxl tier 9.22e+18 bytes, more than 2^53"),
+    ("training.seq_len=1e15", "bytes of activations, more than 2^53"),
+    ("model.hidden=4e9", "bytes of state, more than 2^53"),
+])
+def test_a_run_whose_bytes_would_pass_2_53_is_refused(capsys: pytest.CaptureFixture[str], assignment: str,
+                                                     message: str) -> None:
+    """Every byte count of a result stays exact and fits a 64-bit Parquet column; --force does
+    not lift this (it is not work but representability)."""
+    assert main("run", str(QUICKSTART), "--set", assignment, "--set", "model.heads=1", "--set", "model.kv_heads=1",
+                "--force") == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"tiersim: error: --set: {assignment}: ") and message.split(": ")[-1] in err

@@ -1,0 +1,94 @@
+"""The size of the work a config asks for, counted before anything is built, and its limits.
+
+A run's size is the number of tasks its strategy would put in the task graph
+(``Strategy.task_count``, from the layers, micro-steps and optimizer sub-groups of the step);
+the engine handles at most two events per task (a delay, a flow's finish). Past
+``limits.MAX_TASKS`` a config is refused, naming the setting that makes most of the work,
+unless ``force`` is given. The bytes a run places and a tier's capacity must stay within
+``limits.MAX_WHOLE`` (2^53, 8 PiB) so that every byte count of a result is exact and fits a
+64-bit column (``check_bytes``; no ``force``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tiersim.errors import ConfigError
+from tiersim.limits import FORCE_HINT, MAX_TASKS, MAX_WHOLE
+from tiersim.strategies import STRATEGIES
+from tiersim.workload import parameter_count, step_shape
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tiersim.scenario import RunConfig
+
+EVENTS_PER_TASK = 2
+"""At most this many engine events per task (a delay's timeout and a flow's finish timer)."""
+
+
+def run_tasks(config: RunConfig) -> int:
+    """Tasks the run of ``config`` builds (when it fits)."""
+    strategy = STRATEGIES[config.strategy](config.options)
+    return strategy.task_count(step_shape(config.model, config.training), config.hardware)
+
+
+def check_run(config: RunConfig, source: str, force: bool = False) -> int:
+    """The run's tasks; past ``MAX_TASKS`` (unless ``force``) a ConfigError naming the field
+    that makes most of them, its value and the limit."""
+    tasks = run_tasks(config)
+    if tasks <= MAX_TASKS or force:
+        return tasks
+    shape = step_shape(config.model, config.training)
+    strategy = STRATEGIES[config.strategy](config.options)
+    if 2 * strategy.step_task_count(shape, config.hardware) >= tasks:
+        field, value = "training.sub_group_size", config.training.sub_group_size
+        why = f"{count(shape.subgroups)} optimizer sub-groups"
+    elif shape.micro_steps >= shape.layers:
+        field, value = "training.global_batch", config.training.global_batch
+        why = f"{count(shape.micro_steps)} micro-steps of {count(shape.layers)} layers"
+    else:
+        field, value = "model.layers", config.model.layers
+        why = f"{count(shape.layers)} layers in each of {count(shape.micro_steps)} micro-steps"
+    raise ConfigError(source, field, f"{count(value)} gives {why}, {count(tasks)} tasks per run ({config.strategy}); "
+                                     f"the limit is {MAX_TASKS:,} tasks ({FORCE_HINT})")
+
+
+def check_bytes(config: RunConfig, source: str) -> None:
+    """A ConfigError when a tier's capacity, the model's state or its activations would be more
+    than ``MAX_WHOLE`` bytes (an upper bound of what the strategies place, from arithmetic)."""
+    hardware, model, training = config.hardware, config.model, config.training
+    for tier, field in (("hbm", "hardware.gpu"), ("dram", "hardware.dram_capacity"), ("cxl", "hardware.cxl.count"),
+                        ("nvme", "hardware.nvme.count")):
+        capacity = hardware.capacity(tier)
+        if capacity > MAX_WHOLE:
+            raise ConfigError(source, field, f"gives the {tier} tier {capacity:.3g} bytes, more than 2^53 "
+                                             f"({MAX_WHOLE:.3g}), the limit for a run's bytes")
+    state = parameter_count(model) * STATE_BYTES_PER_PARAM
+    tokens = training.seq_len * training.micro_batch
+    activations = ((model.layers + 2) * tokens * model.hidden * ACTIVATION_BYTES_PER_ELEMENT
+                   + tokens * model.vocab * LOGIT_BYTES)
+    widest = max(("model.hidden", model.hidden), ("model.ffn", model.ffn // 4), ("model.layers", model.layers),
+                 ("model.vocab", model.vocab // 1000), key=lambda item: item[1])[0]  # what makes most parameters
+    for what, field, num_bytes in (("state", widest, state), ("activations", "training.seq_len", activations)):
+        if num_bytes > MAX_WHOLE:
+            raise ConfigError(source, field, f"makes {num_bytes:.3g} bytes of {what}, more than 2^53 "
+                                             f"({MAX_WHOLE:.3g}), the limit for a run's bytes")
+
+
+STATE_BYTES_PER_PARAM = 40
+"""At most this many bytes a parameter places in all (16-bit weight and gradient, fp32 weight,
+gradient and two Adam moments)."""
+ACTIVATION_BYTES_PER_ELEMENT = 34
+"""Korthikanti et al.'s activation bytes per token x hidden, the most a layer keeps."""
+LOGIT_BYTES = 4
+"""The fp32 logits, per token x vocabulary entry."""
+
+
+def describe(runs: int, tasks: int) -> str:
+    """``"4 runs, 2,960 tasks and at most 5,920 events"``."""
+    return (f"{count(runs)} run{'s' if runs != 1 else ''}, {count(tasks)} tasks and at most "
+            f"{count(EVENTS_PER_TASK * tasks)} events")
+
+
+def count(value: int) -> str:
+    """A count for a message: with thousands separators, or in powers of ten when huge."""
+    return f"{value:,}" if abs(value) < 10**15 else f"{value:.3g}"
