@@ -228,7 +228,17 @@ def _run_pool(executor: Any, batches: list[Batch], sink: Sink) -> None:
                 written.add(future)
         raise
     finally:
+        _kill_if_broken(executor)
         executor.shutdown(wait=True, cancel_futures=True)
+
+
+def _kill_if_broken(executor: Any) -> None:
+    """Kill the surviving workers of a broken pool. They ignore SIGTERM (the parent handles
+    it), so the pool's own ``terminate()`` leaves them alive and its shutdown spins forever."""
+    if getattr(executor, "_broken", False):
+        for process in list((getattr(executor, "_processes", None) or {}).values()):
+            with contextlib.suppress(OSError, ValueError):
+                process.kill()
 
 
 def _dask_client(scheduler: Any) -> tuple[Any, bool]:
