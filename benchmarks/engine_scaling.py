@@ -1,20 +1,29 @@
-"""How the engine scales: tasks, events and wall time of one simulated iteration.
+"""How the engine scales: tasks built, events and instructions of one simulated iteration.
 
 For Llama-style 7B and 70B on a 4x H100 node and GPT-3 175B on an 8x H100 node (its 16-bit
-parameters alone would need 87.5 GB per GPU on 4), with DRAM, CXL and NVMe, build
-the scenario with ``scenario_from_dict``, simulate one iteration per offload strategy and print
-a markdown table: model, strategy, fits, tasks, events, wall time (best of ``--repeat`` runs of
-``simulate``, ms) and the predicted iteration time. ``tasks`` counts the engine tasks of the
-graph (rows of the trace); ``events`` is the engine's count (tasks + flow timers).
+parameters alone would need 87.5 GB per GPU on 4), one micro-step per rank, and for 70B also
+at global batch 1,024 and 10^6 (256 and 250,000 micro-steps of gradient accumulation), with
+DRAM, CXL and NVMe, build the scenario with ``scenario_from_dict``, simulate one iteration per
+offload strategy and print a markdown table: model, global batch, strategy, fits, tasks built,
+events (the engine's: delays and flow timers processed), the full simulation's events
+(without fast-forward; not run past ``--full-limit`` micro-steps), wall time (best of
+``--repeat`` runs of ``simulate``, ms), instructions per run (``--instructions``: counted by
+valgrind's callgrind, one child process per case, each minus a child that stops before the
+counted runs) and the predicted iteration time.
 
-    python3 benchmarks/engine_scaling.py --repeat 3
+    python3 benchmarks/engine_scaling.py --repeat 3 --instructions
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import re
+import shutil
 import signal
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -50,15 +59,25 @@ TRAINING: dict[str, Any] = {"seq_len": 2048, "micro_batch": 1, "global_batch": 4
 STRATEGIES: list[Any] = ["dram", "cxl", "nvme"]
 
 
-def scenario(model: str) -> dict[str, Any]:
-    """The scenario mapping (as a YAML file would hold it) for one model."""
+CASES: list[tuple[str, int]] = [("llama-7b", 1), ("llama-70b", 1), ("gpt3-175b", 1), ("llama-70b", 256),
+                                 ("llama-70b", 250_000)]
+"""(model, micro-steps per rank): global batch = micro-steps x GPUs (micro-batch 1)."""
+
+
+def scenario(model: str, micro_steps: int) -> dict[str, Any]:
+    """The scenario mapping (as a YAML file would hold it) for one case."""
     return {
         "name": f"engine-scaling-{model}",
         "model": dict(MODELS[model]),
-        "training": {**TRAINING, "global_batch": GPUS[model]},
+        "training": {**TRAINING, "global_batch": GPUS[model] * micro_steps},
         "hardware": {**HARDWARE, "gpus": GPUS[model]},
         "strategies": list(STRATEGIES),
     }
+
+
+def configs(case: int) -> list[Any]:
+    model, micro_steps = CASES[case]
+    return scenario_from_dict(scenario(model, micro_steps), f"<engine_scaling:{model}>", force=True)
 
 
 class Timeout(Exception):
@@ -69,75 +88,125 @@ def _alarm(signum: int, frame: object) -> None:
     raise Timeout
 
 
-def measure(model: str, repeat: int, timeout: float) -> list[dict[str, Any]]:
-    """Simulate each strategy ``repeat`` times; keep the best wall time.
-
-    Each ``simulate`` call gets ``timeout`` seconds of wall time (SIGALRM); a case that runs
-    past it is reported as such instead of hanging the benchmark.
-    """
-    rows = []
+def timed(config: Any, repeat: int, timeout: float, **options: Any) -> tuple[Any, float]:
+    """The result and best wall seconds of ``repeat`` runs (None, inf past ``timeout`` s)."""
+    best, result = float("inf"), None
     signal.signal(signal.SIGALRM, _alarm)
-    for config in scenario_from_dict(scenario(model), f"<engine_scaling:{model}>"):
-        best = float("inf")
-        result = None
-        try:
-            for _ in range(repeat):
-                start = time.perf_counter()
-                signal.setitimer(signal.ITIMER_REAL, timeout)
-                try:
-                    result = simulate(config)
-                finally:
-                    signal.setitimer(signal.ITIMER_REAL, 0)
-                best = min(best, time.perf_counter() - start)
-        except Timeout:
-            rows.append({"model": model, "strategy": config.strategy, "fits": None, "tasks": None,
-                         "events": None, "wall_ms": None, "iteration_s": None,
-                         "reason": f"did not finish within {timeout:g} s"})
-            continue
-        assert result is not None
-        tasks = len(result.trace) if result.fits else 0
+    try:
+        for _ in range(repeat):
+            start = time.perf_counter()
+            signal.setitimer(signal.ITIMER_REAL, timeout)
+            try:
+                result = simulate(config, max_tasks=None, **options)
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+            best = min(best, time.perf_counter() - start)
+    except Timeout:
+        return None, float("inf")
+    return result, best
+
+
+def measure(case: int, repeat: int, timeout: float, full_limit: int) -> list[dict[str, Any]]:
+    """Simulate each strategy of a case ``repeat`` times (and once without fast-forward)."""
+    model, micro_steps = CASES[case]
+    rows = []
+    for config in configs(case):
+        result, best = timed(config, repeat, timeout)
+        full = None
+        if micro_steps <= full_limit:
+            full, _ = timed(config, 1, timeout, fast_forward=False)
+        fits = result is not None and result.fits
         rows.append({
             "model": model,
+            "global_batch": config.training.global_batch,
             "strategy": config.strategy,
-            "fits": result.fits,
-            "tasks": tasks,
-            "events": result.events,
-            "wall_ms": best * 1e3,
-            "iteration_s": result.iteration_time_s,
-            "reason": result.reason,
+            "fits": None if result is None else result.fits,
+            "tasks": len(result.built.tasks) if fits else 0,
+            "events": result.events if fits else None,
+            "full_events": full.events if full is not None and full.fits else None,
+            "wall_ms": None if result is None else best * 1e3,
+            "iteration_s": result.iteration_time_s if result is not None else None,
+            "reason": f"did not finish within {timeout:g} s" if result is None else result.reason,
         })
     return rows
 
 
-def markdown(rows: list[dict[str, Any]]) -> str:
+def child(case: int, runs: int) -> None:
+    """Build every case's configs and run each once; then ``runs`` runs of case ``case``'s."""
+    every = [configs(k) for k in range(len(CASES))]
+    for batch in every:
+        for config in batch:
+            simulate(config, max_tasks=None)
+    if case >= 0:
+        for _ in range(runs):
+            for config in every[case]:
+                simulate(config, max_tasks=None)
+
+
+def callgrind(case: int, runs: int, workdir: str) -> int:
+    """Instructions callgrind counts for a child process (``child``)."""
+    out = os.path.join(workdir, f"callgrind.{case}.out")
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    done = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable,
+                           __file__, "--child", str(case), str(runs)], env=env, capture_output=True, text=True,
+                          check=True)
+    found = re.search(r"Collected\s*:\s*(\d+)", done.stderr)
+    if not found:
+        raise SystemExit("callgrind printed no instruction count:\n" + done.stderr[-2000:])
+    return int(found.group(1))
+
+
+def instructions(runs: int) -> dict[int, float]:
+    """Instructions per run (mean over a case's strategies), per case."""
+    with tempfile.TemporaryDirectory() as workdir:
+        base = callgrind(-1, 0, workdir)
+        return {case: (callgrind(case, runs, workdir) - base) / (runs * len(STRATEGIES))
+                for case in range(len(CASES))}
+
+
+def markdown(rows: list[dict[str, Any]], counted: dict[int, float] | None) -> str:
     """The rows as a markdown table."""
     lines = [
-        "| model | strategy | fits | tasks | events | wall time (ms) | predicted iteration (s) |",
-        "|---|---|---|---:|---:|---:|---:|",
+        "| model | global batch | strategy | fits | tasks built | events | events without fast-forward |"
+        " wall time (ms) | instructions per run (M, mean of the case) | predicted iteration (s) |",
+        "|---|---:|---|---|---:|---:|---:|---:|---:|---:|",
     ]
-    for r in rows:
+    per_case = len(STRATEGIES)
+    for n, r in enumerate(rows):
         predicted = f"{r['iteration_s']:.3f}" if r["iteration_s"] is not None else f"- ({r['reason']})"
         fits = "?" if r["fits"] is None else ("yes" if r["fits"] else "no")
-        wall = f"> {r['reason'].split()[-2]} s" if r["wall_ms"] is None else f"{r['wall_ms']:.1f}"
-        tasks = "?" if r["tasks"] is None else r["tasks"]
-        events = "?" if r["events"] is None else r["events"]
-        lines.append(f"| {r['model']} | {r['strategy']} | {fits} | {tasks} | {events} | {wall} | {predicted} |")
+        wall = "timeout" if r["wall_ms"] is None else f"{r['wall_ms']:.1f}"
+        events = "-" if r["events"] is None else f"{r['events']:,}"
+        full = "-" if r["full_events"] is None else f"{r['full_events']:,}"
+        count = "-" if counted is None else f"{counted[n // per_case] / 1e6:.1f}"
+        lines.append(f"| {r['model']} | {r['global_batch']:,} | {r['strategy']} | {fits} | {r['tasks']:,} | {events} "
+                     f"| {full} | {wall} | {count} | {predicted} |")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3, help="runs per case; the best wall time is kept")
-    parser.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
     parser.add_argument("--timeout", type=float, default=60.0,
                         help="seconds one simulate() call may take before the case is reported as unfinished")
+    parser.add_argument("--full-limit", type=int, default=256,
+                        help="most micro-steps a case is also simulated for without fast-forward")
+    parser.add_argument("--instructions", action="store_true", help="count instructions with valgrind (minutes)")
+    parser.add_argument("--runs", type=int, default=5, help="counted runs per strategy under valgrind")
+    parser.add_argument("--child", type=int, nargs=2, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.child is not None:
+        child(*args.child)
+        return 0
     if args.repeat < 1:
         parser.error("--repeat must be >= 1")
+    if args.instructions and shutil.which("valgrind") is None:
+        parser.error("--instructions needs valgrind on the PATH")
     rows: list[dict[str, Any]] = []
-    for model in args.models:
-        rows.extend(measure(model, args.repeat, args.timeout))
-    print(markdown(rows))
+    for case in range(len(CASES)):
+        rows.extend(measure(case, args.repeat, args.timeout, args.full_limit))
+    counted = instructions(args.runs) if args.instructions else None
+    print(markdown(rows, counted))
     return 0
 
 

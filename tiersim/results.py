@@ -13,7 +13,7 @@ import bisect
 import itertools
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, Callable
 
 import pandas as pd
 
@@ -42,8 +42,28 @@ class Result:
     capacity_bytes: dict[str, int]
     placement_items: list[tuple[str, str, int, int]]
     events: int
-    run: EngineRun | None = field(default=None, repr=False)
-    graph: TaskGraph | None = field(default=None, repr=False)
+    engine: EngineRun | None = field(default=None, repr=False)
+    """The engine's run as simulated: its time integrals, and per-task records when complete."""
+    built: TaskGraph | None = field(default=None, repr=False)
+    """The tasks the run built (all of them when it is complete)."""
+    retrace: Callable[[], tuple[EngineRun, TaskGraph]] | None = field(default=None, repr=False, compare=False)
+    """Simulates the step again in full (a fast-forwarded run's trace, on request)."""
+
+    @cached_property
+    def _full(self) -> tuple[EngineRun | None, TaskGraph | None]:
+        if self.engine is None or self.engine.complete or self.retrace is None:
+            return self.engine, self.built
+        return self.retrace()
+
+    @property
+    def run(self) -> EngineRun | None:
+        """The complete engine run (every task's times), simulated in full if need be."""
+        return self._full[0]
+
+    @property
+    def graph(self) -> TaskGraph | None:
+        """Every task of the run (simulated in full if need be)."""
+        return self._full[1]
 
     @property
     def strategy(self) -> str:
@@ -77,16 +97,16 @@ class Result:
 
     @cached_property
     def _utilisation(self) -> list[dict[str, Any]]:
-        if self.run is None or self.phases is None:
+        if self.engine is None or self.phases is None:
             return []
-        return utilisation_records(self.run, self.phases)
+        return utilisation_rows(self.engine, self.phases)
 
     def bottleneck(self) -> str | None:
         """The busiest resource (stream or link) during the optimizer step, or None."""
-        if "_utilisation" in self.__dict__ or self.run is None or self.phases is None:
+        if "_utilisation" in self.__dict__ or self.engine is None or self.phases is None:
             rows = self._utilisation
         else:  # only the step's rows
-            rows = utilisation_records(self.run, self.phases, only="optimizer_step")
+            rows = utilisation_rows(self.engine, self.phases, only="optimizer_step")
         step = [row for row in rows if row["phase"] == "optimizer_step"]
         if not step:
             return None
@@ -251,6 +271,43 @@ def utilisation_records(run: EngineRun, spans: dict[str, float],
             if (link, phase) in busy:
                 units_used = moved.get((link, phase), 0.0)
                 rows.append({"resource": link, "kind": "link", "phase": phase, "busy_s": busy[(link, phase)],
+                             "utilisation": _ratio(units_used, capacity * spans[phase]), "units_moved": units_used})
+    return rows
+
+
+def utilisation_rows(run: EngineRun, spans: dict[str, float], only: str | None = None) -> list[dict[str, Any]]:
+    """Per stream and per link, over the iteration and per phase (or for phase ``only``):
+    busy seconds, utilisation and units moved (bytes; link units for a link), from the run's
+    time integrals (``tiersim.engine.accounts``): the same as ``utilisation_records`` of the
+    trace, without one. A link's utilisation is the units its flows used over capacity x
+    time."""
+    acc = run.accounts
+    phases = [p for p in PHASES if only is None or p == only]
+    if only is None:
+        streams = sorted(acc.stream_busy)
+    else:
+        streams = sorted(s for s in acc.stream_busy if (s, only) in acc.busy)
+    rows: list[dict[str, Any]] = []
+    for stream in streams:
+        if only is None:
+            seconds = acc.stream_busy[stream]
+            rows.append({"resource": stream, "kind": "stream", "phase": "iteration", "busy_s": seconds,
+                         "utilisation": _ratio(seconds, run.makespan), "units_moved": acc.stream_bytes[stream]})
+        for phase in phases:
+            if (stream, phase) in acc.busy:
+                seconds = acc.busy[(stream, phase)]
+                rows.append({"resource": stream, "kind": "stream", "phase": phase, "busy_s": seconds,
+                             "utilisation": _ratio(seconds, spans[phase]),
+                             "units_moved": acc.moved.get((stream, phase), 0.0)})
+    for link, capacity in run.link_capacity.items():
+        if only is None:
+            units_moved = run.link_units_moved[link]
+            rows.append({"resource": link, "kind": "link", "phase": "iteration", "busy_s": run.link_busy[link],
+                         "utilisation": _ratio(units_moved, capacity * run.makespan), "units_moved": units_moved})
+        for phase in phases:
+            if (link, phase) in acc.busy:
+                units_used = acc.moved.get((link, phase), 0.0)
+                rows.append({"resource": link, "kind": "link", "phase": phase, "busy_s": acc.busy[(link, phase)],
                              "utilisation": _ratio(units_used, capacity * spans[phase]), "units_moved": units_used})
     return rows
 

@@ -2,36 +2,57 @@
 
 from __future__ import annotations
 
-from tiersim.engine import run_graph
+import functools
+from typing import Literal
+
+from tiersim.engine.session import TaskLimit, run_schedule
 from tiersim.hardware import TIERS
-from tiersim.results import Result, exposed_transfer, phase_spans
+from tiersim.results import PHASES, Result
 from tiersim.scenario import RunConfig
 from tiersim.strategies import STRATEGIES
+import tiersim.worksize as worksize
 from tiersim.workload import build_step
 
 
-def simulate(config: RunConfig) -> Result:
-    """Build the workload, let the strategy place and schedule it, run the engine, summarise."""
+def simulate(config: RunConfig, trace: bool = False, fast_forward: bool = True,
+             max_tasks: int | None | Literal["limit"] = "limit") -> Result:
+    """Build the workload, let the strategy place and schedule it, run the engine, summarise.
+
+    The engine fast-forwards over repeating stretches of the step (``tiersim.engine.session``)
+    unless ``fast_forward`` is False or ``trace`` asks for the per-task trace at once; a
+    fast-forwarded result simulates the step again in full the first time its ``trace`` (or
+    ``run``) is read. A run that builds more than ``max_tasks`` tasks (``"limit"``: the work
+    limit ``worksize.MAX_TASKS``; None: no limit) is a ``ConfigError`` naming the setting that
+    makes most of them.
+    """
     step = build_step(config.model, config.training)
     strategy = STRATEGIES[config.strategy](config.options)
     plan = strategy.plan(step, config.hardware)
     peak = plan.placement.totals()
     capacity = {tier: config.hardware.capacity(tier) for tier in TIERS}
     items = list(plan.placement.items)
-    if not plan.fits or plan.graph is None:
+    if not plan.fits or plan.schedule is None or plan.capacity_of is None:
         return Result(config, False, plan.reason, None, None, None, peak, capacity, items, 0)
-    run = run_graph(plan.graph)
+    limit = worksize.MAX_TASKS if max_tasks == "limit" else max_tasks
+    try:
+        run, graph = run_schedule(plan.schedule, plan.capacity_of, fast_forward and not trace, limit)
+    except TaskLimit as built:
+        raise worksize.too_many_tasks(config, "<run>", built.tasks) from None
+    accounts = run.accounts
+    again = functools.partial(run_schedule, plan.schedule, plan.capacity_of, False)
     return Result(
         config=config,
         fits=True,
         reason=None,
         iteration_time_s=run.makespan,
-        phases=phase_spans(run),
-        exposed_transfer_s=exposed_transfer(run),
+        phases={phase: accounts.spans.get(phase, 0.0) for phase in PHASES},
+        exposed_transfer_s=accounts.exposed,
         peak_bytes=peak,
         capacity_bytes=capacity,
         placement_items=items,
         events=run.events,
-        run=run,
-        graph=plan.graph,
+        engine=run,
+        built=graph,
+        retrace=None if run.complete else again,
     )
+

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from tiersim.errors import ConfigError
@@ -148,6 +148,17 @@ class TrainingStep:
     subgroups: tuple[SubGroup, ...]
     lp_bytes: int = 2
     fp32_bytes: int = 4
+
+    @functools.cached_property
+    def layer_shapes(self) -> tuple[int, ...]:
+        """For each layer, a number naming its shape (equal for layers that cost the same)."""
+        shapes: dict[LayerWork, int] = {}
+        return tuple(shapes.setdefault(replace(layer, name=""), len(shapes)) for layer in self.layers)
+
+    @functools.cached_property
+    def subgroup_sizes(self) -> tuple[int, ...]:
+        """Each optimizer sub-group's elements (sub-groups of equal size update alike)."""
+        return tuple(group.numel for group in self.subgroups)
 
     @property
     def grad_accum_bytes(self) -> int:

@@ -11,6 +11,7 @@ unless ``force`` is given. The bytes a run places and a tier's capacity must sta
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from tiersim.errors import ConfigError
@@ -25,10 +26,21 @@ EVENTS_PER_TASK = 2
 """At most this many engine events per task (a delay's timeout and a flow's finish timer)."""
 
 
+REPEATED_MICRO_STEPS = 4
+"""Micro-steps a run builds when its accumulating micro-steps repeat from the first: that one,
+two accumulating ones (whose states show the repeat) and the boundary; the fast-forward
+(``tiersim.engine.session``) skips the rest."""
+
+
 def run_tasks(config: RunConfig) -> int:
-    """Tasks the run of ``config`` builds (when it fits)."""
+    """Tasks the run of ``config`` builds (when it fits) if its micro-steps repeat: every
+    layer and sub-group of ``REPEATED_MICRO_STEPS`` micro-steps at most. (A loop whose state
+    does not repeat is built whole; a run that builds past ``MAX_TASKS`` stops there, with
+    the error ``check_run`` gives up front.)"""
     strategy = STRATEGIES[config.strategy](config.options)
-    return strategy.task_count(step_shape(config.model, config.training), config.hardware)
+    shape = step_shape(config.model, config.training)
+    return strategy.task_count(replace(shape, micro_steps=min(shape.micro_steps, REPEATED_MICRO_STEPS)),
+                               config.hardware)
 
 
 def check_run(config: RunConfig, source: str, force: bool = False) -> int:
@@ -37,6 +49,12 @@ def check_run(config: RunConfig, source: str, force: bool = False) -> int:
     tasks = run_tasks(config)
     if tasks <= MAX_TASKS or force:
         return tasks
+    raise too_many_tasks(config, source, tasks)
+
+
+def too_many_tasks(config: RunConfig, source: str, tasks: int) -> ConfigError:
+    """The error for a run of ``tasks`` tasks, past ``MAX_TASKS``: it names the setting that
+    makes most of them, its value and the limit."""
     shape = step_shape(config.model, config.training)
     strategy = STRATEGIES[config.strategy](config.options)
     if 2 * strategy.step_task_count(shape, config.hardware) >= tasks:
@@ -48,8 +66,8 @@ def check_run(config: RunConfig, source: str, force: bool = False) -> int:
     else:
         field, value = "model.layers", config.model.layers
         why = f"{count(shape.layers)} layers in each of {count(shape.micro_steps)} micro-steps"
-    raise ConfigError(source, field, f"{count(value)} gives {why}, {count(tasks)} tasks per run ({config.strategy}); "
-                                     f"the limit is {MAX_TASKS:,} tasks ({FORCE_HINT})")
+    return ConfigError(source, field, f"{count(value)} gives {why}, {count(tasks)} tasks per run ({config.strategy}); "
+                                      f"the limit is {MAX_TASKS:,} tasks ({FORCE_HINT})")
 
 
 def check_bytes(config: RunConfig, source: str) -> None:

@@ -17,6 +17,7 @@ from typing import Callable
 
 import simpy
 
+from tiersim.engine.accounts import Accounts
 from tiersim.engine.graph import Usage
 
 _REL_TOL = 1e-12
@@ -33,12 +34,14 @@ serves it: the flow ends on that timer, not on one of its own."""
 class Flow:
     """One active transfer: ``remaining`` bytes as of time ``last`` (s), its current ``rate``
     (bytes/s, at first its ``bound``: ``own_bound``, the rate it gets alone), and ``finish_at``
-    (s) if the rate holds; ``key`` names it to the network's owner."""
+    (s) if the rate holds; ``key`` names it to the network's owner, ``stream`` the stream it
+    moves for and ``attributed`` the bytes of it already counted in an earlier phase."""
 
-    __slots__ = ("key", "size", "usage", "cap", "bound", "remaining", "rate", "last", "finish_at")
+    __slots__ = ("key", "size", "usage", "cap", "bound", "remaining", "rate", "last", "finish_at", "stream",
+                 "attributed")
 
     def __init__(self, size: float, usage: Usage, cap: float, key: int = -1, bound: float = 0.0,
-                 last: float = 0.0) -> None:
+                 last: float = 0.0, stream: str = "") -> None:
         self.key = key
         self.size = size
         self.usage = usage
@@ -48,6 +51,8 @@ class Flow:
         self.rate = bound
         self.last = last
         self.finish_at = math.inf
+        self.stream = stream
+        self.attributed = 0.0
 
 
 def own_bound(usage: Usage, cap: float, capacity: dict[str, float]) -> float:
@@ -121,8 +126,9 @@ class FlowNetwork:
     shortcuts = True
 
     def __init__(self, env: simpy.Environment, capacity: dict[str, float],
-                 done: Callable[[list[int], float], None]) -> None:
+                 done: Callable[[list[int], float], None], accounts: Accounts | None = None) -> None:
         self.env = env
+        self.accounts = accounts
         self.capacity = capacity
         self.done = done
         self.flows: dict[Flow, None] = {}
@@ -135,12 +141,21 @@ class FlowNetwork:
         self.busy: dict[str, float] = {name: 0.0 for name in capacity}
         self.moved: dict[str, float] = {name: 0.0 for name in capacity}
 
-    def transfer(self, key: int, size: float, usage: Usage, cap: float, bound: float | None = None) -> None:
-        """Start a flow of ``size`` bytes now; ``bound`` (``own_bound`` of it) may be passed
-        precomputed."""
+    def add_link(self, name: str, capacity: float) -> None:
+        """A link of ``capacity`` units/s joins the network (idle)."""
+        self.capacity[name] = capacity
+        self.on_link[name] = []
+        self.load[name] = 0.0
+        self.busy[name] = 0.0
+        self.moved[name] = 0.0
+
+    def transfer(self, key: int, size: float, usage: Usage, cap: float, bound: float | None = None,
+                 stream: str = "") -> Flow:
+        """Start a flow of ``size`` bytes now for ``stream``; ``bound`` (``own_bound`` of it)
+        may be passed precomputed."""
         now = self.env.now
         rate = own_bound(usage, cap, self.capacity) if bound is None else bound
-        flow = Flow(size, usage, cap, key, rate, now)
+        flow = Flow(size, usage, cap, key, rate, now, stream)
         shared = False
         fits = True  # at its own bound, beside the flows on its links
         on_link, load, capacity = self.on_link, self.load, self.capacity
@@ -152,6 +167,8 @@ class FlowNetwork:
                     fits = False
             else:
                 self._busy_since[link] = now
+                if self.accounts is not None:
+                    self.accounts.link_busy(link, now)
             others.append(flow)
         self.flows[flow] = None
         if shared and not (fits and self.shortcuts):
@@ -167,6 +184,7 @@ class FlowNetwork:
             heapq.heappush(armed, due)
             self.timers += 1
             self.env.timeout(due - now).callbacks.append(self._on_timer)
+        return flow
 
     def close(self) -> None:
         """Forget the ``done`` callback (typically a method of the network's owner, which holds
@@ -174,6 +192,38 @@ class FlowNetwork:
         if self.flows:
             raise RuntimeError("closing a flow network with active flows")
         del self.done
+
+    def shift(self, seconds: float) -> None:
+        """Move every time the network holds ``seconds`` later (a fast-forward; the caller
+        moves the environment's clock and queue)."""
+        for flow in self.flows:
+            flow.last += seconds
+            flow.finish_at += seconds
+        self._armed = [due + seconds for due in self._armed]  # still a heap
+        for link in self._busy_since:
+            self._busy_since[link] += seconds
+
+    @property
+    def armed(self) -> list[float]:
+        """When the pending timers fire (s; a heap)."""
+        return self._armed
+
+    def flush_busy(self, now: float) -> None:
+        """Count every busy link's stretch up to ``now`` in ``busy``."""
+        for link, since in self._busy_since.items():
+            self.busy[link] += now - since
+            self._busy_since[link] = now
+
+    def totals(self) -> dict[str, dict[str, float]]:
+        """Copies of the counters a fast-forward scales (after ``flush_busy``): busy seconds
+        and units moved per link."""
+        return {"busy": dict(self.busy), "moved": dict(self.moved)}
+
+    def scaled(self, before: dict[str, dict[str, float]], after: dict[str, dict[str, float]], times: int) -> None:
+        """Add ``times`` the increase from ``before`` to ``after`` (two ``totals``)."""
+        for name, target in (("busy", self.busy), ("moved", self.moved)):
+            for link, value in after[name].items():
+                target[link] += times * (value - before[name].get(link, 0.0))
 
     def _component(self, links: list[str] | set[str]) -> list[Flow]:
         """The active flows that share a link with ``links``, transitively."""
@@ -237,8 +287,11 @@ class FlowNetwork:
         changed: set[str] = set()
         release = not self.shortcuts
         load, capacity, moved, on_link = self.load, self.capacity, self.moved, self.on_link
+        accounts = self.accounts
         for flow in due:
             del flows[flow]
+            if accounts is not None:
+                accounts.flow_ended(flow)
             size, rate = flow.size, flow.rate
             for link, units in flow.usage:
                 moved[link] += size * units
@@ -252,6 +305,8 @@ class FlowNetwork:
                 else:
                     load[link] = 0.0  # no float residue on an idle link
                     self.busy[link] += now - self._busy_since.pop(link)
+                    if accounts is not None:
+                        accounts.link_idle(link, now)
         component = self._component(changed) if changed and release else None
         if component:  # (empty when the flows left on a link were due too)
             self._reallocate(component, now)

@@ -59,9 +59,10 @@ class TaskGraph:
     """Links plus tasks in program order; ``add`` checks names, dependencies and links (declared
     with ``link``, or on first use by ``capacity_of``) as it goes and indexes them for the
     engine. Per task, by position: how many distinct tasks it depends on, the positions of the
-    tasks that depend on it, the next task on its stream (-1 for none) and its flow (None
-    without one) as size, usage, rate cap and own bound (bytes/s: ``rate_cap`` or its tightest
-    link alone); and the position of each stream's first task."""
+    tasks that depend on it, the positions of the tasks it depends on, the previous and next
+    task on its stream (-1 for none) and its flow (None without one) as size, usage, rate cap,
+    own bound (bytes/s: ``rate_cap`` or its tightest link alone) and stream; and the position
+    of each stream's first task."""
 
     links: dict[str, Link] = field(default_factory=dict)
     tasks: list[Task] = field(default_factory=list)
@@ -70,9 +71,11 @@ class TaskGraph:
     without it, such a task is an error."""
     dep_count: list[int] = field(default_factory=list, repr=False)
     dependents: list[list[int]] = field(default_factory=list, repr=False)
+    deps: list[tuple[int, ...] | list[int]] = field(default_factory=list, repr=False)
+    stream_prev: list[int] = field(default_factory=list, repr=False)
     stream_next: list[int] = field(default_factory=list, repr=False)
     stream_heads: list[int] = field(default_factory=list, repr=False)
-    flows: list[tuple[float, Usage, float, float] | None] = field(default_factory=list, repr=False)
+    flows: list[tuple[float, Usage, float, float, str] | None] = field(default_factory=list, repr=False)
     _positions: dict[str, int] = field(default_factory=dict, repr=False)
     _stream_tails: dict[str, int] = field(default_factory=dict, repr=False)
 
@@ -123,6 +126,7 @@ class TaskGraph:
         positions[task.name] = here
         self.tasks.append(task)
         self.dep_count.append(len(deps))
+        self.deps.append(deps)
         dependents = self.dependents
         for at in deps:
             if dependents[at]:
@@ -130,9 +134,10 @@ class TaskGraph:
             else:
                 dependents[at] = [here]
         dependents.append(_NONE)
-        self.flows.append((task.size, usage, task.rate_cap, bound) if task.size > 0 else None)
+        self.flows.append((task.size, usage, task.rate_cap, bound, task.stream) if task.size > 0 else None)
         tails = self._stream_tails
         previous = tails.get(task.stream, -1)
+        self.stream_prev.append(previous)
         self.stream_next.append(-1)
         if previous >= 0:
             self.stream_next[previous] = here

@@ -1,5 +1,6 @@
 """Run a ``TaskGraph`` on SimPy's event queue: streams advance by event callbacks, flows on a
-``FlowNetwork``."""
+``FlowNetwork``. A graph may grow while it runs (``Run.extend``): that is how a
+``Session`` builds only the part of a schedule the run has reached."""
 
 from __future__ import annotations
 
@@ -9,8 +10,12 @@ from typing import NamedTuple
 
 import simpy
 
+from tiersim.engine.accounts import Accounts
 from tiersim.engine.flows import FlowNetwork
 from tiersim.engine.graph import Task, TaskGraph
+
+COMPUTE_CATEGORIES = ("compute", "adam")
+"""Task categories that compute (GPU kernels, CPU Adam); the rest move data or mark phases."""
 
 
 class TaskRecord(NamedTuple):
@@ -26,11 +31,18 @@ class TaskRecord(NamedTuple):
     size: float
 
 
+class LateTask(Exception):
+    """A task joined a running graph after the moment it could have started: the graph was
+    built too lazily for this schedule (the caller builds it whole instead)."""
+
+
 @dataclass(frozen=True)
 class EngineRun:
-    """The engine's output: per task (by position in ``tasks``) its ready, start and end times
-    (s), the positions in completion order, the makespan (s) and counters per link.
-    ``records`` gives the same as one record per task, built when first read."""
+    """The engine's output: the makespan (s), counters per link, the events processed and the
+    time integrals of ``accounts``. When ``complete``, also per task (by position in
+    ``tasks``) its ready, start and end times (s) and the positions in completion order;
+    ``records`` gives the same as one record per task, built when first read. A
+    fast-forwarded run is not complete: it holds the tasks it built, not every task."""
 
     tasks: list[Task] = field(repr=False)
     ready: list[float] = field(repr=False)
@@ -42,10 +54,14 @@ class EngineRun:
     link_units_moved: dict[str, float]
     link_capacity: dict[str, float]
     events: int
+    accounts: Accounts = field(repr=False)
+    complete: bool = True
 
     @cached_property
     def records(self) -> list[TaskRecord]:
         """One record per task, in the order they finished."""
+        if not self.complete:
+            raise ValueError("a fast-forwarded run keeps no per-task records: simulate(config, trace=True)")
         tasks, ready, start, end = self.tasks, self.ready, self.start, self.end
         return [TaskRecord(tasks[i].name, tasks[i].stream, tasks[i].phase, tasks[i].category, ready[i], start[i],
                            end[i], tasks[i].size) for i in self.order]
@@ -60,64 +76,108 @@ def run_graph(graph: TaskGraph) -> EngineRun:
     down, not searched), waits its ``delay`` on an ``env.timeout`` and then moves its bytes on
     the ``FlowNetwork``.
     """
-    run = _Run(graph)
-    run.drain(0.0)
+    run = Run(graph)
+    run.extend()
     run.env.run()
-    run.network.close()
-    if len(run.order) != len(graph.tasks):
-        raise RuntimeError("task graph deadlocked: a dependency can never be met")
-    network = run.network
-    return EngineRun(
-        tasks=run.tasks,
-        ready=run.ready,
-        start=run.start,
-        end=run.end,
-        order=run.order,
-        makespan=max(run.end, default=0.0),
-        link_busy=dict(network.busy),
-        link_units_moved=dict(network.moved),
-        link_capacity=dict(network.capacity),
-        events=run.timeouts + network.timers,
-    )
+    return run.result()
 
 
-class _Run:
-    """The state of one ``run_graph``, in lists indexed by task: the dependencies not yet done,
-    the dependents, the next task on the stream and the flows (the graph's, read only),
-    whether the stream is free for it, ready, start and end times, and the order tasks
-    finished in. Once the network is closed nothing of a finished run is left in a reference
-    cycle but SimPy's environment (so it is freed at once, without the cyclic garbage
-    collector)."""
+class Run:
+    """The state of one run, in lists indexed by task: the dependencies not yet done, whether
+    the stream is free for it, ready, start and end times (-1 until then) and the order tasks
+    finished in; the graph's own lists give the dependents, the next task on the stream and
+    the flows. ``pending`` holds the tasks joined and not finished. Once the network is closed
+    nothing of a finished run is left in a reference cycle but SimPy's environment (so it is
+    freed at once, without the cyclic garbage collector)."""
 
     def __init__(self, graph: TaskGraph) -> None:
         self.env = simpy.Environment()
-        capacity = {name: link.capacity for name, link in graph.links.items()}
-        self.network = FlowNetwork(self.env, capacity, self.flows_done)
-        tasks = self.tasks = graph.tasks
-        count = len(tasks)
-        self.unmet = graph.dep_count.copy()
+        self.graph = graph
+        self.accounts = Accounts(COMPUTE_CATEGORIES)
+        self.network = FlowNetwork(self.env, {}, self.flows_done, self.accounts)
+        self.tasks = graph.tasks
         self.dependents = graph.dependents
         self.successor = graph.stream_next
-        self.at_head = [False] * count
-        for head in graph.stream_heads:
-            self.at_head[head] = True
-        self.delay = [task.delay for task in tasks]
         self.flow = graph.flows
-        self.ready = [0.0] * count
-        self.start = [0.0] * count
-        self.end = [0.0] * count
+        self.unmet: list[int] = []
+        self.at_head: list[bool] = []
+        self.delay: list[float] = []
+        self.ready: list[float] = []
+        self.start: list[float] = []
+        self.end: list[float] = []
         self.order: list[int] = []
-        self.startable = [i for i in range(count) if self.at_head[i] and not self.unmet[i]]
+        self.pending: dict[int, None] = {}
+        self.startable: list[int] = []
         self.timeouts = 0
+
+    def extend(self) -> None:
+        """Take in the tasks added to the graph since the last call and start those that can
+        start now. A task whose dependencies and stream were all done before now is
+        ``LateTask``: it should have started then."""
+        graph, network, end = self.graph, self.network, self.end
+        for name, link in graph.links.items():
+            if name not in network.capacity:
+                network.add_link(name, link.capacity)
+        now = self.env.now
+        first = len(self.unmet)
+        for p in range(first, len(graph.tasks)):
+            unmet, latest = 0, 0.0
+            for d in graph.deps[p]:
+                done = end[d]
+                if done < 0:
+                    unmet += 1
+                elif done > latest:
+                    latest = done
+            prev = graph.stream_prev[p]
+            head = prev < 0 or end[prev] >= 0
+            self.unmet.append(unmet)
+            self.at_head.append(head)
+            self.delay.append(graph.tasks[p].delay)
+            self.ready.append(latest)
+            self.start.append(-1.0)
+            end.append(-1.0)
+            self.pending[p] = None
+            if head and not unmet:
+                if max(latest, end[prev] if prev >= 0 else 0.0) < now * (1 - 1e-12):
+                    raise LateTask(graph.tasks[p].name)
+                self.startable.append(p)
+        if self.startable:
+            self.drain(now)
+
+    def result(self) -> EngineRun:
+        """The run's output once the event queue is empty (every task done, or a deadlock)."""
+        self.network.close()
+        if self.pending:
+            raise RuntimeError("task graph deadlocked: a dependency can never be met")
+        network = self.network
+        makespan = max(self.end, default=0.0)
+        self.accounts.flush(makespan, ())
+        return EngineRun(
+            tasks=self.tasks,
+            ready=self.ready,
+            start=self.start,
+            end=self.end,
+            order=self.order,
+            makespan=makespan,
+            link_busy=dict(network.busy),
+            link_units_moved=dict(network.moved),
+            link_capacity=dict(network.capacity),
+            events=self.timeouts + network.timers,
+            accounts=self.accounts,
+        )
 
     def drain(self, now: float) -> None:
         """Start every startable task at ``now`` (the current time): each blocks on a delay or
         a flow, or (neither) finishes at once and may make more tasks startable."""
-        startable, start, delays, flows = self.startable, self.start, self.delay, self.flow
+        startable, start, delays, flows, tasks = self.startable, self.start, self.delay, self.flow, self.tasks
         timeout, transfer, after_delay = self.env.timeout, self.network.transfer, self.after_delay
+        started = self.accounts.task_started
         while startable:
             i = startable.pop()
             start[i] = now
+            task = tasks[i]
+            if task.category != "marker":
+                started(task.stream, task.category, now)
             delay = delays[i]
             if delay > 0:
                 self.timeouts += 1
@@ -150,6 +210,12 @@ class _Run:
         """Task ``i`` ends at ``now``: its stream's next task and its dependents may start."""
         self.end[i] = now
         self.order.append(i)
+        del self.pending[i]
+        task = self.tasks[i]
+        if task.category == "marker":
+            self.accounts.phase_begins(task.phase, now, self.network.flows)
+        else:
+            self.accounts.task_ended(task.stream, task.category, self.start[i], task.size, now)
         after = self.successor[i]
         if after >= 0:
             self.at_head[after] = True

@@ -13,10 +13,11 @@ import functools
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Hashable, NamedTuple
+from typing import Any, Callable, ClassVar, Hashable, Iterator, NamedTuple
 
-from tiersim.engine import Task, TaskGraph
-from tiersim.engine.graph import Usage
+from tiersim.engine import Task
+from tiersim.engine.graph import TaskGraph, Usage
+from tiersim.engine.session import Runs, Session, runs_of
 from tiersim.hardware import TIERS, Hardware
 from tiersim.profiles import GPUProfile
 from tiersim.strategies import footprint
@@ -118,12 +119,15 @@ class Placement:
 
 @dataclass
 class Plan:
-    """A strategy's output: placement, fit verdict and (when it fits) the task graph."""
+    """A strategy's output: placement, fit verdict and (when it fits) the schedule, which
+    adds the iteration's tasks to a ``Session``."""
 
     placement: Placement
     fits: bool
     reason: str | None
-    graph: TaskGraph | None
+    schedule: Callable[[Session], None] | None
+    capacity_of: Callable[[str], float] | None = None
+    """Capacity of each of the rank's links the schedule uses (units/s), by name."""
 
 
 def rank_link_capacity(hw: Hardware, name: str) -> float:
@@ -148,12 +152,15 @@ def rank_link_capacity(hw: Hardware, name: str) -> float:
 class StepBuilder:
     """Lays out one iteration's tasks for one representative rank; strategies add to it."""
 
-    def __init__(self, step: TrainingStep, hw: Hardware) -> None:
+    def __init__(self, step: TrainingStep, hw: Hardware, session: Session | None = None) -> None:
         self.step = step
         self.hw = hw
-        self.graph = TaskGraph(capacity_of=functools.partial(rank_link_capacity, hw))
-        self.add: Callable[[Task], str] = self.graph.add
+        self.session = session or Session(functools.partial(rank_link_capacity, hw), fast_forward=False)
+        self.graph: TaskGraph = self.session.graph
+        self.add: Callable[[Task], str] = self.session.add
         """Add a task and return its name (the graph declares the rank's links on first use)."""
+        self.repeat: Callable[[Runs], Iterator[int]] = self.session.repeat
+        """The indices of a loop whose alike iterations the session may fast-forward over."""
         self.kinds: dict[Hashable, TaskKind] = {}
         """Task kinds made for this schedule, by what they were made from."""
         self.background: set[str] = set()
@@ -271,17 +278,20 @@ class Strategy(ABC):
                 where = "per GPU" if tier == "hbm" else "on the node"
                 reason = f"{tier} needs {need / 1e9:.1f} GB {where} but has {have / 1e9:.1f} GB"
                 return Plan(placement, False, reason, None)
-        return Plan(placement, True, None, self._schedule(step, hw))
+        return Plan(placement, True, None, functools.partial(self._schedule, step, hw),
+                    functools.partial(rank_link_capacity, hw))
 
-    def _schedule(self, step: TrainingStep, hw: Hardware) -> TaskGraph:
-        b = StepBuilder(step, hw)
-        for micro in range(step.micro_steps):
+    def _schedule(self, step: TrainingStep, hw: Hardware, session: Session) -> None:
+        """The iteration: micro-steps of forward and backward, then the optimizer step. The
+        first micro-step, the last (the accumulation boundary) and those between build
+        differently (see ``micro_runs``)."""
+        b = StepBuilder(step, hw, session)
+        for micro in b.repeat(micro_runs(step.micro_steps)):
             self._forward(b, micro)
             self._backward(b, micro)
         tails = tuple(name for stream, name in b.graph.stream_tails().items() if stream not in b.background)
         begin = b.add(Task("step.begin", "gpu", "optimizer_step", "marker", deps=tails))
         self.optimizer_step(b, begin)
-        return b.graph
 
     def _gather(self, b: StepBuilder, name: str, phase: str, layer: LayerWork, deps: tuple[str, ...]) -> str | None:
         """ZeRO-3 all-gather of a layer's 16-bit parameters before it runs (None below stage 3)."""
@@ -294,8 +304,10 @@ class Strategy(ABC):
         prefetches the next parameter in the trace), then the layer computes."""
         b.marker(f"m{micro}.forward.begin", "forward")
         computed: list[str] = []
-        for i, layer in enumerate(b.step.layers):
-            prefetch = (computed[i - 2],) if i >= 2 else ()
+        layers = b.step.layers
+        for i in b.repeat(runs_of(b.step.layer_shapes, PREFETCH_WARMUP)):
+            layer = layers[i]
+            prefetch = (computed[-2],) if i >= 2 else ()
             ag = self._gather(b, f"m{micro}.fwd.{i}.allgather", "forward", layer, prefetch)
             computed.append(b.compute(f"m{micro}.fwd.{i}", "forward", layer.forward_flops, _some(ag)))
 
@@ -309,8 +321,10 @@ class Strategy(ABC):
         b.marker(f"m{micro}.backward.begin", "backward")
         computed: list[str] = []
         blocking: str | None = None
-        for i in reversed(range(len(b.step.layers))):
-            layer = b.step.layers[i]
+        layers = b.step.layers
+        for j in b.repeat(runs_of(b.step.layer_shapes[::-1], PREFETCH_WARMUP)):
+            i = len(layers) - 1 - j
+            layer = layers[i]
             prefix = f"m{micro}.bwd.{i}"
             passes = (("recompute", layer.recompute_flops), ("", layer.backward_flops)) if layer.checkpointed else (
                 ("", layer.backward_flops),)
@@ -325,6 +339,20 @@ class Strategy(ABC):
             rs = b.collective(f"{prefix}.reduce", "reduce_scatter", "backward",
                               factor * layer.params * b.step.lp_bytes, (computed[-1],))
             blocking = self.offload_gradients(b, micro, i, layer, rs or computed[-1])
+
+
+PREFETCH_WARMUP = 2
+"""Layers before a forward or backward loop builds alike: each pass prefetches while the
+compute two passes back runs."""
+
+
+def micro_runs(micro_steps: int) -> Runs:
+    """The micro-step loop as runs: the first keeps its gradients (D2H then H2D), the last is
+    the accumulation boundary, those between accumulate alike."""
+    if micro_steps == 1:
+        return (("only", 1),)
+    middle = ((("accumulate", micro_steps - 2),) if micro_steps > 2 else ())
+    return (("first", 1), *middle, ("boundary", 1))
 
 
 def place_gpu_common(step: TrainingStep, placement: Placement, gpu: GPUProfile, grads_on_gpu: bool,

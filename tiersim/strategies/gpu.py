@@ -4,6 +4,7 @@ the GPU, bound by HBM bandwidth (it streams every state byte once per step)."""
 from __future__ import annotations
 
 from tiersim.engine import Task
+from tiersim.engine.session import runs_of
 from tiersim.hardware import Hardware
 from tiersim.strategies.base import ADAM_READ_BYTES, ADAM_WRITE_BYTES, Placement, StepBuilder, Strategy
 from tiersim.workload import LayerWork, StepShape, TrainingStep
@@ -32,6 +33,8 @@ class GPUResident(Strategy):
 
     def optimizer_step(self, b: StepBuilder, begin: str) -> None:
         per_element = ADAM_READ_BYTES + ADAM_WRITE_BYTES + b.step.lp_bytes
-        for group in b.step.subgroups:
+        groups = b.step.subgroups
+        for i in b.repeat(runs_of(b.step.subgroup_sizes, 1)):
+            group = groups[i]
             b.add(Task(f"step.{group.index}.adam", "gpu", "optimizer_step", "adam",
                        size=group.numel * per_element, usage=(("hbm", 1.0),), deps=(begin,)))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tiersim.engine.session import runs_of
 from tiersim.hardware import Hardware
 from tiersim.schema import number
 from tiersim.strategies import footprint
@@ -114,7 +115,9 @@ class HostOffload(Strategy):
         memory = self.memory(b.hw)
         adam = adam_kind(b, memory)
         done = begin
-        for group in b.step.subgroups:
+        groups = b.step.subgroups
+        for i in b.repeat(runs_of(b.step.subgroup_sizes, 1)):
+            group = groups[i]
             updated = b.add(adam.task(f"step.{group.index}.adam", group.numel, (done,)))
             done = params_to_gpu(b, memory, group, updated)
 

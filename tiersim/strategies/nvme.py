@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+from tiersim.engine.session import runs_of
 from tiersim.hardware import Hardware
 from tiersim.strategies import footprint
 from tiersim.strategies.base import (
@@ -121,28 +122,32 @@ class NVMeSwap(Strategy):
         reads: list[str] = []
         updated: list[str] = []
         writes: list[str] = []
-        for i, group in enumerate(b.step.subgroups):
+        # Lists are read from their ends: after a fast-forward the last entries stand for the
+        # latest sub-groups (``Session.repeat``).
+        groups = b.step.subgroups
+        for i in b.repeat(runs_of(b.step.subgroup_sizes, max(lag, in_flight))):
+            group = groups[i]
             deps = [begin] + ([flushed] if i == 0 and flushed else [])
             if i > 0 and opts.pipeline_read:
-                deps.append(reads[i - 1])
+                deps.append(reads[-1])
             if i >= lag:
-                deps.append(updated[i - lag])
+                deps.append(updated[-lag])
                 if not opts.pipeline_write:
-                    deps.append(writes[i - lag])
+                    deps.append(writes[-lag])
             if i >= in_flight:
-                deps.append(writes[i - in_flight])
+                deps.append(writes[-in_flight])
             fp32 = group.numel * FP32_BYTES
             reads.append(b.add(swap_in.task(f"step.{i}.swap_in", TENSORS_SWAPPED_IN * fp32, tuple(deps))))
             # The update loop is sequential: a sub-group's Adam follows the previous one's
             # parameter copy (and, without pipeline_write, its swap-out).
-            adam_deps = [reads[i]]
+            adam_deps = [reads[-1]]
             if i > 0:
-                adam_deps.append(updated[i - 1])
+                adam_deps.append(updated[-1])
                 if not opts.pipeline_write:
-                    adam_deps.append(writes[i - 1])
+                    adam_deps.append(writes[-1])
             adam_done = b.add(adam.task(f"step.{i}.adam", group.numel, tuple(adam_deps)))
             updated.append(params_to_gpu(b, dram, group, adam_done))
-            writes.append(b.add(swap_out.task(f"step.{i}.swap_out", TENSORS_SWAPPED_OUT * fp32, (updated[i],))))
+            writes.append(b.add(swap_out.task(f"step.{i}.swap_out", TENSORS_SWAPPED_OUT * fp32, (updated[-1],))))
 
 
 AIO_ALIGNED_BYTES = 1024

@@ -1,0 +1,163 @@
+"""Fast-forward over repeating stretches gives the full simulation's results.
+
+Engine cases with known answers, the bundled scenarios, and generated scenarios across every
+strategy: iteration time, phases, exposed transfer and every utilisation row (busy seconds,
+units moved, utilisation) agree with and without fast-forward to 1e-9 relative.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tiersim.engine import Task
+from tiersim.engine.session import Session, run_schedule, runs_of
+from tiersim.results import Result
+from tiersim.scenario import RunConfig, load_scenario
+from tiersim.simulate import simulate
+
+ROOT = Path(__file__).resolve().parent.parent
+QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
+SEVENTY_B = ROOT / "scenarios" / "llama2-70b-offload.yaml"
+REL = 1e-9
+
+
+def assert_same(fast: Result, full: Result) -> None:
+    """Every summary of two results of one config agrees to ``REL``."""
+    assert fast.fits == full.fits and fast.peak_bytes == full.peak_bytes
+    if not full.fits:
+        return
+    assert fast.iteration_time_s == pytest.approx(full.iteration_time_s, rel=REL)
+    for phase, seconds in full.phases.items():
+        assert fast.phases[phase] == pytest.approx(seconds, rel=REL, abs=1e-12), phase
+    assert fast.exposed_transfer_s == pytest.approx(full.exposed_transfer_s, rel=REL, abs=1e-12)
+    rows = {(r["resource"], r["phase"]): r for r in full._utilisation}
+    got = {(r["resource"], r["phase"]): r for r in fast._utilisation}
+    assert got.keys() == rows.keys()
+    for key, row in rows.items():
+        for column in ("busy_s", "units_moved", "utilisation"):
+            assert got[key][column] == pytest.approx(row[column], rel=REL, abs=1e-9), (key, column)
+    assert fast.bottleneck() == full.bottleneck()
+
+
+def chain_schedule(n: int, latency: float, size: float) -> object:
+    """n copies of one transfer on one stream (each after the last), then a marker."""
+    def schedule(session: Session) -> None:
+        session.add(Task("begin", "io", "forward", "marker"))
+        for i in session.repeat(runs_of(("copy",) * n)):
+            session.add(Task(f"copy.{i}", "io", "forward", "copy", latency, size, (("link", 1.0),)))
+        session.add(Task("end", "io", "backward", "marker"))
+    return schedule
+
+
+def test_a_chain_of_equal_transfers_is_skipped_and_takes_n_times_one() -> None:
+    latency, size, bandwidth, n = 1e-5, 3e8, 25e9, 1000
+    session = Session(lambda name: bandwidth)
+    chain_schedule(n, latency, size)(session)  # type: ignore[operator]
+    run = session.finish()
+    assert session.skipped > n - 10 and len(session.graph.tasks) < 20
+    assert run.makespan == pytest.approx(n * (latency + size / bandwidth), rel=1e-12)
+    assert run.link_units_moved["link"] == pytest.approx(n * size, rel=1e-12)
+    assert run.link_busy["link"] == pytest.approx(n * size / bandwidth, rel=1e-12)
+    assert run.accounts.spans["forward"] == pytest.approx(run.makespan, rel=1e-12)
+    assert run.accounts.stream_busy["io"] == pytest.approx(run.makespan, rel=1e-12)
+    assert not run.complete and run.events < 40
+
+
+@settings(max_examples=50, deadline=None)
+@given(n=st.integers(1, 60), streams=st.integers(1, 3), shared=st.booleans())
+def test_engine_loops_give_the_full_run(n: int, streams: int, shared: bool) -> None:
+    """Two overlapping pipelines sharing (or not) a link, iterations depending on the one before
+    the last: the fast-forward's makespan and counters are the whole graph's."""
+    def schedule(session: Session) -> None:
+        previous: list[str] = []
+        for i in session.repeat(runs_of(("x",) * n, 2)):
+            deps = (previous[-2],) if i >= 2 else ()
+            names = []
+            for s in range(streams):
+                link = "shared" if shared else f"link{s}"
+                names.append(session.add(Task(f"t{i}.{s}", f"s{s}", "forward", "copy", 1e-4 * (s + 1), 1e6 * (s + 1),
+                                              ((link, 1.0),), deps=deps)))
+            previous.append(session.add(Task(f"c{i}", "gpu", "forward", "compute", 3e-4, deps=tuple(names))))
+    capacity = {"shared": 5e9, "link0": 5e9, "link1": 4e9, "link2": 3e9}.__getitem__
+    fast, _ = run_schedule(schedule, capacity, fast_forward=True)
+    full, _ = run_schedule(schedule, capacity, fast_forward=False)
+    assert fast.makespan == pytest.approx(full.makespan, rel=REL)
+    for name in ("link_busy", "link_units_moved"):
+        for link, value in getattr(full, name).items():
+            assert getattr(fast, name)[link] == pytest.approx(value, rel=REL), (name, link)
+    assert fast.accounts.stream_busy == pytest.approx(full.accounts.stream_busy, rel=REL)
+
+
+def test_a_late_lazy_task_falls_back_to_the_whole_graph() -> None:
+    """An iteration whose second task could start before its first: building it when the
+    previous iteration's first task starts would be late, so the run is built whole."""
+    def schedule(session: Session) -> None:
+        session.add(Task("slow", "a", "forward", "compute", 1.0))
+        for i in session.repeat(runs_of(("x",) * 5)):
+            session.add(Task(f"wait.{i}", "a", "forward", "compute", 0.1, deps=("slow",)))
+            session.add(Task(f"free.{i}", f"b{i}", "forward", "compute", 0.1))
+    run, graph = run_schedule(schedule, lambda name: 1.0, fast_forward=True)
+    assert run.complete and len(graph.tasks) == 11
+    assert run.makespan == pytest.approx(1.5)
+    assert [run.start[graph.tasks.index(t)] for t in graph.tasks if t.name.startswith("free")] == [0.0] * 5
+
+
+@pytest.mark.parametrize("scenario", ["quickstart", "llama2-70b-offload", "seed-20b", "seed-70b"])
+def test_bundled_scenarios_are_the_same_with_and_without_fast_forward(scenario: str) -> None:
+    for config in load_scenario(ROOT / "scenarios" / f"{scenario}.yaml"):
+        assert_same(simulate(config), simulate(config, fast_forward=False))
+
+
+@st.composite
+def generated(draw: st.DrawFn) -> RunConfig:
+    """Small and mid-sized scenarios over every strategy and the settings that shape loops."""
+    gpus = draw(st.sampled_from([1, 2, 4]))
+    micro = draw(st.integers(1, 8))
+    overrides = [
+        f"model.layers={draw(st.integers(1, 12))}",
+        f"hardware.gpus={gpus}",
+        "hardware.sockets=2",
+        f"training.global_batch={gpus * micro}",
+        f"training.zero_stage={draw(st.integers(1, 3))}",
+        f"training.sub_group_size={draw(st.sampled_from(['1e7', '3e7', '1e8', '1e9']))}",
+        f"training.activation_checkpointing={draw(st.booleans())}",
+        f"hardware.nvme.count={draw(st.integers(1, 8))}",
+        f"strategies.nvme.buffer_count={draw(st.sampled_from([4, 5, 8, 16, 40]))}",
+        f"strategies.nvme.pipeline_read={draw(st.booleans())}",
+        f"strategies.nvme.pipeline_write={draw(st.booleans())}",
+        f"strategies.nvme.queue_depth={draw(st.sampled_from([1, 8, 64]))}",
+    ]
+    strategy = draw(st.sampled_from(["gpu", "dram", "cxl", "nvme"]))
+    return load_scenario(draw(st.sampled_from([QUICKSTART, SEVENTY_B])), overrides, [strategy])[0]
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(config=generated())
+def test_generated_scenarios_are_the_same_with_and_without_fast_forward(config: RunConfig) -> None:
+    assert_same(simulate(config), simulate(config, fast_forward=False))
+
+
+def test_trace_true_keeps_every_task_and_a_fast_result_traces_on_request() -> None:
+    config = load_scenario(SEVENTY_B, ["training.global_batch=64"], ["dram"])[0]
+    fast, traced = simulate(config), simulate(config, trace=True)
+    assert fast.engine is not None and not fast.engine.complete
+    assert traced.engine is not None and traced.engine.complete
+    assert len(fast.built.tasks) < len(traced.graph.tasks) / 10
+    assert len(fast.trace) == len(traced.trace) == len(traced.graph.tasks)
+    assert fast.trace["end"].max() == pytest.approx(fast.iteration_time_s, rel=REL)
+
+
+def test_events_follow_distinct_parts_not_repeats() -> None:
+    """70B at 1,024 and 10^6 micro-steps: the same events, and at most half as many again as
+    at 4 (the first, two accumulating, the boundary: every kind once, the accumulating twice
+    to show the repeat); at 1 micro-step, fewer."""
+    events = {}
+    for micro_steps in (1, 4, 1024, 10**6):
+        config = load_scenario(SEVENTY_B, [f"training.global_batch={4 * micro_steps}"], ["dram"])[0]
+        events[micro_steps] = simulate(config).events
+    assert events[1] < events[4] and events[1024] == events[10**6] <= 1.5 * events[4]

@@ -1,0 +1,262 @@
+"""Build a task graph while it runs, and skip the stretches that repeat.
+
+A schedule is a program: it adds tasks in order, with loops over layers, micro-steps and
+sub-groups. A loop written ``for i in session.repeat(runs)`` tells the session which of its
+iterations are alike (``runs``: consecutive iterations with equal keys add the same tasks,
+with the same sizes, streams and dependencies relative to the iteration). With fast-forward
+on, the session runs the graph as it is built: before it lets the loop add iteration ``i``
+it runs the engine until iteration ``i-1``'s first task has started, and there takes the
+state of the run relative to that moment and that iteration (every task joined and not
+done: which iteration of the loop and which of its tasks it is, whether it waits, how much
+of its delay is left, or its flow's rate, bytes left and finish; the network's pending
+timers; the phase). When two consecutive such states of iterations in one run are equal
+(to float residue), every later iteration of the run repeats the last period exactly,
+shifted in time and index: the session adds the period's increase of every time integral
+(``Accounts``) and link counter once per skipped iteration, moves every pending time by
+the skipped periods and goes on after the run's last iteration, which the loop's lists
+(read by relative index) now stand for. Nothing else changes, so results are the full
+simulation's. Where a state never repeats, every iteration is simulated; where the lazily
+built graph would start a task late (``LateTask``), the caller builds the graph whole.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import math
+from dataclasses import dataclass, field, replace
+from typing import Callable, Hashable, Iterator, Sequence
+
+from tiersim.engine.graph import Task, TaskGraph
+from tiersim.engine.runner import EngineRun, LateTask, Run, run_graph
+
+Runs = Sequence[tuple[Hashable, int]]
+"""A loop's iterations as (key, count) runs of consecutive iterations with equal keys."""
+
+_TIME_TOL = 1e-11
+"""Seconds of float residue per second of simulated time two states may differ by."""
+_REL_TOL = 1e-9
+"""Relative difference two rates or byte counts may differ by (a transient that settles
+geometrically reaches it within a few iterations; the skipped remainder of it moves the
+results by far less than that, relative to the run)."""
+
+
+class TaskLimit(Exception):
+    """A schedule built more tasks than its session allows (``Session.max_tasks``)."""
+
+    def __init__(self, tasks: int) -> None:
+        super().__init__(f"{tasks} tasks built")
+        self.tasks = tasks
+
+
+@functools.lru_cache(maxsize=256)
+def runs_of(keys: tuple[Hashable, ...], warmup: int = 0) -> tuple[tuple[Hashable, int], ...]:
+    """``keys`` run-length encoded; the first ``warmup`` iterations are each their own (a loop
+    whose dependencies reach back ``warmup`` iterations builds its first ones differently)."""
+    out: list[tuple[Hashable, int]] = []
+    for i, key in enumerate(keys):
+        if i < warmup:
+            key = ("warmup", i, key)
+        if out and out[-1][0] == key:
+            out[-1] = (key, out[-1][1] + 1)
+        else:
+            out.append((key, 1))
+    return tuple(out)
+
+
+@dataclass
+class _Loop:
+    """The iterations of one ``repeat`` built so far: position of each one's first task, its
+    index (moved on by a fast-forward) and key."""
+
+    first: list[int] = field(default_factory=list)
+    index: list[int] = field(default_factory=list)
+    key: list[Hashable] = field(default_factory=list)
+    signature: tuple[int, int, str | None] | None = None
+    """Tasks pending, timers armed and the phase at the last boundary."""
+
+
+@dataclass
+class _State:
+    """A run's state at an iteration boundary (see the module docstring), with the counters
+    a fast-forward scales."""
+
+    now: float
+    tasks: list[tuple[tuple[Hashable, ...], tuple[float, ...]]]
+    timers: list[float]
+    phase: str | None
+    totals: dict[str, dict]
+
+    def repeats(self, before: _State) -> bool:
+        """Whether this state is ``before`` one period on (same tasks, same times to go)."""
+        if self.phase != before.phase or len(self.tasks) != len(before.tasks) or len(self.timers) != len(
+                before.timers):
+            return False
+        time_tol = _TIME_TOL * max(1.0, self.now)
+        for (who, what), (was, had) in zip(self.tasks, before.tasks):
+            if who != was or what[0] != had[0]:
+                return False
+            if what[0] == 0:  # waiting: unmet dependencies, stream free
+                if what != had:
+                    return False
+            elif what[0] == 1:  # in its delay: seconds left
+                if abs(what[1] - had[1]) > time_tol:
+                    return False
+            else:  # flowing: rate, bytes left, seconds to its finish
+                if not math.isclose(what[1], had[1], rel_tol=_REL_TOL):
+                    return False
+                if abs(what[2] - had[2]) > _REL_TOL * max(what[2], had[2]) + 1e-6:
+                    return False
+                if abs(what[3] - had[3]) > time_tol:
+                    return False
+        return all(abs(a - b) <= time_tol for a, b in zip(self.timers, before.timers))
+
+
+class Session:
+    """A task graph under construction and, with ``fast_forward``, its run in progress."""
+
+    def __init__(self, capacity_of: Callable[[str], float], fast_forward: bool = True,
+                 max_tasks: int | None = None) -> None:
+        self.graph = TaskGraph(capacity_of=capacity_of)
+        self.max_tasks = max_tasks
+        """Tasks the session may build (``TaskLimit`` past it), or None."""
+        self.add: Callable[[Task], str] = self.graph.add
+        """Add a task and return its name."""
+        self.fast_forward = fast_forward
+        self.run = Run(self.graph) if fast_forward else None
+        self.skipped = 0
+        """Loop iterations fast-forwarded over."""
+
+    def repeat(self, runs: Runs) -> Iterator[int]:
+        """The indices of a loop's iterations (0, 1, ...), as many as ``runs`` counts; with
+        fast-forward, those past a repeating state within a run are skipped."""
+        if self.run is None:
+            for i in range(sum(count for _key, count in runs)):
+                self._check_size()
+                yield i
+            return
+        loop = _Loop()
+        index = 0
+        for key, count in runs:
+            last = index + count - 1
+            before: _State | None = None
+            i = index
+            while i <= last:
+                if loop.first:
+                    state = self._boundary(loop, with_state=i - 1 >= index)
+                    if state is not None and before is not None and state.repeats(before):
+                        self._skip(loop, before, state, last - (i - 1))
+                        break
+                    before = state
+                self._check_size()
+                loop.first.append(len(self.graph.tasks))
+                loop.index.append(i)
+                loop.key.append(key)
+                yield i
+                i += 1
+            index = last + 1
+
+    def _check_size(self) -> None:
+        if self.max_tasks is not None and len(self.graph.tasks) > self.max_tasks:
+            raise TaskLimit(len(self.graph.tasks))
+
+    def finish(self) -> EngineRun:
+        """Run what is left; the run is ``complete`` unless iterations were skipped."""
+        if self.run is None:
+            return run_graph(self.graph)
+        run = self.run
+        run.extend()
+        run.env.run()
+        result = run.result()
+        return replace(result, complete=False) if self.skipped else result
+
+    def _boundary(self, loop: _Loop, with_state: bool) -> _State | None:
+        """Run until the first task of the loop's last iteration has started; its state then
+        (None when not asked for, or when that iteration has no task or never starts)."""
+        run = self.run
+        assert run is not None
+        run.extend()
+        first = loop.first[-1]
+        if first >= len(self.graph.tasks):
+            return None
+        env, start = run.env, run.start
+        queue = env._queue  # noqa: SLF001 - stepping SimPy's own queue, one event at a time
+        step = env.step
+        while start[first] < 0 and queue:
+            step()
+        if start[first] < 0 or not with_state:
+            return None
+        signature = (len(run.pending), len(run.network.armed), run.accounts.phase)
+        if signature != loop.signature:  # cannot repeat the last state: not worth taking
+            loop.signature = signature
+            return None
+        return self._state(loop)
+
+    def _state(self, loop: _Loop) -> _State:
+        run = self.run
+        assert run is not None
+        network, accounts = run.network, run.accounts
+        now = run.env.now
+        accounts.flush(now, network.flows)
+        network.flush_busy(now)
+        flows = {flow.key: flow for flow in network.flows}
+        first, index, keys = loop.first, loop.index, loop.key
+        current = index[-1]
+        tasks = []
+        start, unmet, at_head, delay = run.start, run.unmet, run.at_head, run.delay
+        for p in run.pending:
+            if p >= first[0]:
+                it = bisect.bisect_right(first, p) - 1
+                who: tuple[Hashable, ...] = (index[it] - current, p - first[it], keys[it])
+            else:
+                who = ("before", p)
+            if start[p] < 0:
+                what: tuple[float, ...] = (0, unmet[p], at_head[p])
+            elif p in flows:
+                flow = flows[p]
+                left = max(flow.remaining - flow.rate * (now - flow.last), 0.0)
+                what = (2, flow.rate, left, flow.finish_at - now)
+            else:
+                what = (1, start[p] + delay[p] - now)
+            tasks.append((who, what))
+        totals = {"accounts": accounts.totals(), "network": network.totals()}
+        return _State(now, tasks, sorted(due - now for due in network.armed), accounts.phase, totals)
+
+    def _skip(self, loop: _Loop, before: _State, state: _State, times: int) -> None:
+        """Fast-forward ``times`` periods of ``state.now - before.now`` seconds."""
+        run = self.run
+        assert run is not None
+        network, accounts, env = run.network, run.accounts, run.env
+        accounts.scaled(before.totals["accounts"], state.totals["accounts"], times)
+        network.scaled(before.totals["network"], state.totals["network"], times)
+        seconds = times * (state.now - before.now)
+        env._now += seconds  # noqa: SLF001 - the clock and queue move together
+        env._queue[:] = [(at + seconds, priority, eid, event)  # noqa: SLF001 - order kept
+                         for at, priority, eid, event in env._queue]  # noqa: SLF001
+        network.shift(seconds)
+        accounts.shift(seconds)
+        start, end = run.start, run.end
+        for p in range(loop.first[0], len(start)):
+            if start[p] >= 0:
+                start[p] += seconds
+            if end[p] >= 0:
+                end[p] += seconds
+        loop.index[:] = [i + times for i in loop.index]
+        self.skipped += times
+
+
+def run_schedule(schedule: Callable[[Session], None], capacity_of: Callable[[str], float],
+                 fast_forward: bool = True, max_tasks: int | None = None) -> tuple[EngineRun, TaskGraph]:
+    """Build and run a schedule; with ``fast_forward``, lazily and skipping repeats, and
+    whole (as without it) should the lazy graph start a task late. ``TaskLimit`` once it
+    builds more than ``max_tasks`` tasks."""
+    if fast_forward:
+        session = Session(capacity_of, fast_forward=True, max_tasks=max_tasks)
+        try:
+            schedule(session)
+            return session.finish(), session.graph
+        except LateTask:
+            pass
+    session = Session(capacity_of, fast_forward=False, max_tasks=max_tasks)
+    schedule(session)
+    return session.finish(), session.graph
