@@ -30,8 +30,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tiersim.scenario import scenario_from_dict  # noqa: E402
-from tiersim.simulate import simulate  # noqa: E402
+from tiersim.scenario import scenario_from_dict
+from tiersim.simulate import simulate
 
 MODELS: dict[str, dict[str, Any]] = {
     "llama-7b": {"name": "llama-7b", "layers": 32, "hidden": 4096, "heads": 32, "ffn": 11008, "vocab": 32000},

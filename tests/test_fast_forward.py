@@ -7,7 +7,6 @@ units moved, utilisation) agree with and without fast-forward to 1e-9 relative.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pytest

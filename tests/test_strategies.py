@@ -275,12 +275,12 @@ def test_quickstart_ordering_dram_cxl_nvme() -> None:
 def test_step_only_utilisation_rows_equal_the_full_table(strategy: str) -> None:
     """The bottleneck is found from the optimizer step's rows alone (cheap, for sweeps): they
     are exactly the step rows of the full utilisation table, and so is the answer."""
-    from tiersim.results import utilisation_records
+    from tiersim.results import utilisation_rows
 
     result = simulate(configs("quickstart")[strategy])
     assert result.run is not None and result.graph is not None and result.phases is not None
-    only = utilisation_records(result.run, result.phases, only="optimizer_step")
-    full = [row for row in utilisation_records(result.run, result.phases)
+    only = utilisation_rows(result.engine, result.phases, only="optimizer_step")
+    full = [row for row in utilisation_rows(result.engine, result.phases)
             if row["phase"] == "optimizer_step"]
     assert only
     pd.testing.assert_frame_equal(pd.DataFrame(only), pd.DataFrame(full))

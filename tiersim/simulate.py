@@ -3,27 +3,26 @@
 from __future__ import annotations
 
 import functools
-from typing import Literal
 
 from tiersim.engine.session import TaskLimit, run_schedule
 from tiersim.hardware import TIERS
 from tiersim.results import PHASES, Result
 from tiersim.scenario import RunConfig
 from tiersim.strategies import STRATEGIES
-import tiersim.worksize as worksize
 from tiersim.workload import build_step
+from tiersim.worksize import too_many_tasks
 
 
 def simulate(config: RunConfig, trace: bool = False, fast_forward: bool = True,
-             max_tasks: int | None | Literal["limit"] = "limit") -> Result:
+             max_tasks: int | None = None) -> Result:
     """Build the workload, let the strategy place and schedule it, run the engine, summarise.
 
     The engine fast-forwards over repeating stretches of the step (``tiersim.engine.session``)
     unless ``fast_forward`` is False or ``trace`` asks for the per-task trace at once; a
     fast-forwarded result simulates the step again in full the first time its ``trace`` (or
-    ``run``) is read. A run that builds more than ``max_tasks`` tasks (``"limit"``: the work
-    limit ``worksize.MAX_TASKS``; None: no limit) is a ``ConfigError`` naming the setting that
-    makes most of them.
+    ``run``) is read. A run that builds more than ``max_tasks`` tasks (None: no limit; the
+    CLI checks ``worksize.run_tasks``, an upper bound, before it runs) is a ``ConfigError``
+    naming the setting that makes most of them.
     """
     step = build_step(config.model, config.training)
     strategy = STRATEGIES[config.strategy](config.options)
@@ -33,11 +32,10 @@ def simulate(config: RunConfig, trace: bool = False, fast_forward: bool = True,
     items = list(plan.placement.items)
     if not plan.fits or plan.schedule is None or plan.capacity_of is None:
         return Result(config, False, plan.reason, None, None, None, peak, capacity, items, 0)
-    limit = worksize.MAX_TASKS if max_tasks == "limit" else max_tasks
     try:
-        run, graph = run_schedule(plan.schedule, plan.capacity_of, fast_forward and not trace, limit)
+        run, graph = run_schedule(plan.schedule, plan.capacity_of, fast_forward and not trace, max_tasks)
     except TaskLimit as built:
-        raise worksize.too_many_tasks(config, "<run>", built.tasks) from None
+        raise too_many_tasks(config, "<run>", built.tasks) from None
     accounts = run.accounts
     again = functools.partial(run_schedule, plan.schedule, plan.capacity_of, False)
     return Result(

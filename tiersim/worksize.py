@@ -11,7 +11,6 @@ unless ``force`` is given. The bytes a run places and a tier's capacity must sta
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from tiersim.errors import ConfigError
@@ -26,21 +25,12 @@ EVENTS_PER_TASK = 2
 """At most this many engine events per task (a delay's timeout and a flow's finish timer)."""
 
 
-REPEATED_MICRO_STEPS = 4
-"""Micro-steps a run builds when its accumulating micro-steps repeat from the first: that one,
-two accumulating ones (whose states show the repeat) and the boundary; the fast-forward
-(``tiersim.engine.session``) skips the rest."""
-
-
 def run_tasks(config: RunConfig) -> int:
-    """Tasks the run of ``config`` builds (when it fits) if its micro-steps repeat: every
-    layer and sub-group of ``REPEATED_MICRO_STEPS`` micro-steps at most. (A loop whose state
-    does not repeat is built whole; a run that builds past ``MAX_TASKS`` stops there, with
-    the error ``check_run`` gives up front.)"""
+    """Tasks the run of ``config`` builds (when it fits) without fast-forward: an upper
+    bound of what it builds (a run that builds past ``MAX_TASKS`` stops there, with the error
+    ``check_run`` gives up front)."""
     strategy = STRATEGIES[config.strategy](config.options)
-    shape = step_shape(config.model, config.training)
-    return strategy.task_count(replace(shape, micro_steps=min(shape.micro_steps, REPEATED_MICRO_STEPS)),
-                               config.hardware)
+    return strategy.task_count(step_shape(config.model, config.training), config.hardware)
 
 
 def check_run(config: RunConfig, source: str, force: bool = False) -> int:

@@ -54,8 +54,7 @@ def run_command(args: argparse.Namespace) -> int:
     if tasks >= NOTICE_TASKS:
         print(f"tiersim: {scenario}: {describe(len(configs), tasks)}", file=sys.stderr)
     traced = args.out is not None or args.plot is not None  # both write the per-task trace
-    limit = None if args.force else MAX_TASKS
-    results = [simulate(config, trace=traced, max_tasks=limit) for config in configs]
+    results = [simulate(config, trace=traced) for config in configs]
     if args.out is not None:
         written = write_outputs(args.out, scenario, results, args.trace_format)
         print(f"tiersim: wrote {len(written)} files to {args.out}: {', '.join(p.name for p in written)}",

@@ -12,7 +12,8 @@ so a fast-forward over ``m`` identical periods adds ``m`` times one period's inc
 
 from __future__ import annotations
 
-from typing import Iterable, Protocol
+from collections.abc import Iterable
+from typing import Protocol
 
 from tiersim.engine.graph import Usage
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import simpy
 
@@ -37,8 +37,19 @@ class Flow:
     (s) if the rate holds; ``key`` names it to the network's owner, ``stream`` the stream it
     moves for and ``attributed`` the bytes of it already counted in an earlier phase."""
 
-    __slots__ = ("key", "size", "usage", "cap", "bound", "remaining", "rate", "last", "finish_at", "stream",
-                 "attributed")
+    __slots__ = (
+        "attributed",
+        "bound",
+        "cap",
+        "finish_at",
+        "key",
+        "last",
+        "rate",
+        "remaining",
+        "size",
+        "stream",
+        "usage",
+    )
 
     def __init__(self, size: float, usage: Usage, cap: float, key: int = -1, bound: float = 0.0,
                  last: float = 0.0, stream: str = "") -> None:
@@ -81,14 +92,12 @@ def max_min_rates(flows: list[Flow], capacity: dict[str, float]) -> None:
         load: dict[str, float] = {}
         step = math.inf
         for flow in active:
-            if flow.cap - flow.rate < step:
-                step = flow.cap - flow.rate
+            step = min(step, flow.cap - flow.rate)
             for link, units in flow.usage:
                 if units > 0:
                     load[link] = load.get(link, 0.0) + units
         for link, units in load.items():
-            if residual[link] / units < step:
-                step = residual[link] / units
+            step = min(step, residual[link] / units)
         if not math.isfinite(step):
             raise ValueError("a flow has neither a link nor a finite rate cap")
         saturated = set()

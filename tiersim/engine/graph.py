@@ -12,9 +12,8 @@ capacity is expressed in device-seconds per second). A flow's own rate is also c
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
-
 
 Usage = tuple[tuple[str, float], ...]
 """(link name, link units one byte of a flow consumes) pairs."""

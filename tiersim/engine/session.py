@@ -24,8 +24,8 @@ from __future__ import annotations
 import bisect
 import functools
 import math
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Callable, Hashable, Iterator, Sequence
 
 from tiersim.engine.graph import Task, TaskGraph
 from tiersim.engine.runner import EngineRun, LateTask, Run, run_graph
@@ -180,7 +180,7 @@ class Session:
         if first >= len(self.graph.tasks):
             return None
         env, start = run.env, run.start
-        queue = env._queue  # noqa: SLF001 - stepping SimPy's own queue, one event at a time
+        queue = env._queue
         step = env.step
         while start[first] < 0 and queue:
             step()
@@ -230,9 +230,9 @@ class Session:
         accounts.scaled(before.totals["accounts"], state.totals["accounts"], times)
         network.scaled(before.totals["network"], state.totals["network"], times)
         seconds = times * (state.now - before.now)
-        env._now += seconds  # noqa: SLF001 - the clock and queue move together
-        env._queue[:] = [(at + seconds, priority, eid, event)  # noqa: SLF001 - order kept
-                         for at, priority, eid, event in env._queue]  # noqa: SLF001
+        env._now += seconds
+        env._queue[:] = [(at + seconds, priority, eid, event)
+                         for at, priority, eid, event in env._queue]
         network.shift(seconds)
         accounts.shift(seconds)
         start, end = run.start, run.end

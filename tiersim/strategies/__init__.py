@@ -15,4 +15,4 @@ STRATEGIES: dict[str, type[Strategy]] = {
     cls.name: cls for cls in (GPUResident, HostOffload, CXLInterleave, NVMeSwap)
 }
 
-__all__ = ["STRATEGIES", "Plan", "Placement", "Strategy"]
+__all__ = ["STRATEGIES", "Placement", "Plan", "Strategy"]

@@ -12,8 +12,9 @@ from __future__ import annotations
 import functools
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Hashable, Iterator, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 from tiersim.engine import Task
 from tiersim.engine.graph import TaskGraph, Usage

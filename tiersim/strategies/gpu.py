@@ -6,7 +6,13 @@ from __future__ import annotations
 from tiersim.engine import Task
 from tiersim.engine.session import runs_of
 from tiersim.hardware import Hardware
-from tiersim.strategies.base import ADAM_READ_BYTES, ADAM_WRITE_BYTES, Placement, StepBuilder, Strategy
+from tiersim.strategies.base import (
+    ADAM_READ_BYTES,
+    ADAM_WRITE_BYTES,
+    Placement,
+    StepBuilder,
+    Strategy,
+)
 from tiersim.workload import LayerWork, StepShape, TrainingStep
 
 
@@ -23,7 +29,7 @@ class GPUResident(Strategy):
 
     def offload_gradients(self, b: StepBuilder, micro: int, index: int, layer: LayerWork, ready: str) -> None:
         """Gradients stay in HBM: nothing to move, nothing blocks."""
-        return None
+        return
 
     def offload_task_count(self, shape: StepShape) -> int:
         return 0

@@ -30,7 +30,13 @@ from tiersim.strategies.base import (
 )
 from tiersim.strategies.footprint import pinned
 from tiersim.strategies.memory import HostMemory
-from tiersim.strategies.swap import TENSORS_SWAPPED_IN, TENSORS_SWAPPED_OUT, SwapOptions, device_cost, stream_rate
+from tiersim.strategies.swap import (
+    TENSORS_SWAPPED_IN,
+    TENSORS_SWAPPED_OUT,
+    SwapOptions,
+    device_cost,
+    stream_rate,
+)
 from tiersim.workload import LayerWork, StepShape, TrainingStep
 
 
@@ -100,7 +106,6 @@ class NVMeSwap(Strategy):
             write = self._io_kind(b, "aio_write", "backward", True)
             b.background.add(write.stream)
             b.add(write.task(f"m{micro}.bwd.{index}.grad_write", partition(layer, b.dp) * FP32_BYTES, (staged,)))
-        return None
 
     def offload_task_count(self, shape: StepShape) -> int:
         return gradient_offload_tasks(shape) + 2 * shape.layers  # the boundary's fp32 D2H and NVMe write
