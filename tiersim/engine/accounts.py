@@ -67,10 +67,8 @@ class Accounts:
             self.computing += 1
 
     def task_ended(self, stream: str, category: str, began: float, size: float, now: float) -> None:
-        """A task that began at ``began`` ended at ``now`` (s), having moved ``size`` bytes."""
-        if category == "marker":  # zero-length, and the phase change is ``phase_begins``
-            del self.since[stream]
-            return
+        """A task that began at ``began`` ended at ``now`` (s), having moved ``size`` bytes
+        (phase markers are not tasks here: they end in ``phase_begins``)."""
         key = (stream, self.phase or "")
         self.busy[key] = self.busy.get(key, 0.0) + now - self.since.pop(stream)
         self.stream_busy[stream] = self.stream_busy.get(stream, 0.0) + now - began

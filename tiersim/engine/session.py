@@ -30,6 +30,12 @@ from dataclasses import dataclass, field, replace
 from tiersim.engine.graph import Task, TaskGraph
 from tiersim.engine.runner import EngineRun, LateTask, Run, run_graph
 
+STATE_BUDGET = 64
+"""Pending tasks a loop's states may read per task it has built (plus ``STATE_BUDGET_BASE``):
+a loop whose large states keep failing to repeat (a queue that grows) then simulates on
+without taking them, so its cost stays linear in its tasks."""
+STATE_BUDGET_BASE = 4096
+
 Runs = Sequence[tuple[Hashable, int]]
 """A loop's iterations as (key, count) runs of consecutive iterations with equal keys."""
 
@@ -72,8 +78,12 @@ class _Loop:
     first: list[int] = field(default_factory=list)
     index: list[int] = field(default_factory=list)
     key: list[Hashable] = field(default_factory=list)
-    signature: tuple[int, int, str | None] | None = None
-    """Tasks pending, timers armed and the phase at the last boundary."""
+    state_cost: int = 0
+    """Pending tasks the states taken so far have read."""
+    signature: tuple[int, int, int, str | None] | None = None
+    """At the last boundary: tasks pending, the oldest of them (its position, or its distance
+    from the iteration's first task), timers armed and the phase; a state can only repeat
+    one of equal signature."""
 
 
 @dataclass
@@ -186,10 +196,15 @@ class Session:
             step()
         if start[first] < 0 or not with_state:
             return None
-        signature = (len(run.pending), len(run.network.armed), run.accounts.phase)
+        oldest = next(iter(run.pending), -1)  # a task from before the loop is named by position
+        head = oldest if oldest < loop.first[0] else oldest - loop.first[-1]
+        signature = (len(run.pending), head, len(run.network.armed), run.accounts.phase)
         if signature != loop.signature:  # cannot repeat the last state: not worth taking
             loop.signature = signature
             return None
+        if loop.state_cost > STATE_BUDGET * (len(self.graph.tasks) - loop.first[0]) + STATE_BUDGET_BASE:
+            return None  # states this large never repeated: simulate on without taking them
+        loop.state_cost += len(run.pending)
         return self._state(loop)
 
     def _state(self, loop: _Loop) -> _State:
