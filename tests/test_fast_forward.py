@@ -157,6 +157,6 @@ def test_events_follow_distinct_parts_not_repeats() -> None:
     to show the repeat); at 1 micro-step, fewer."""
     events = {}
     for micro_steps in (1, 4, 1024, 10**6):
-        config = load_scenario(SEVENTY_B, [f"training.global_batch={4 * micro_steps}"], ["dram"])[0]
+        config = load_scenario(SEVENTY_B, [f"training.global_batch={4 * micro_steps}"], ["dram"], force=True)[0]
         events[micro_steps] = simulate(config).events
     assert events[1] < events[4] and events[1024] == events[10**6] <= 1.5 * events[4]

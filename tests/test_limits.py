@@ -134,7 +134,7 @@ def test_planning_reports_progress_and_the_size_of_the_work() -> None:
 
 
 def test_out_of_memory_is_one_line(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    def exhausted(config: object) -> None:
+    def exhausted(config: object, **options: object) -> None:
         raise MemoryError
 
     monkeypatch.setattr("tiersim.commands.run.simulate", exhausted)
