@@ -30,7 +30,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tiersim.scenario import scenario_from_dict
+from tiersim.config.scenario import scenario_from_dict
 from tiersim.simulate import simulate
 
 MODELS: dict[str, dict[str, Any]] = {

@@ -30,8 +30,8 @@ def child(runs: int) -> None:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from sweep_throughput import sweep_spec
 
-    from tiersim.sweep_points import load_sweep, plan_sweep
-    from tiersim.sweeper import run_batch
+    from tiersim.sweeping.points import load_sweep, plan_sweep
+    from tiersim.sweeping.runner import run_batch
 
     planned = plan_sweep(load_sweep(sweep_spec(1000)))
     chosen = [(r.index, r.config) for r in planned[::25]]

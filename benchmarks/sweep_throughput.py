@@ -3,7 +3,7 @@
 Builds a ``--points``-point sweep (default 1,000) on scenarios/llama2-70b-offload.yaml with
 ``training.global_batch=4`` (one micro-step per rank: one iteration = forward, backward and
 the offloaded optimizer step), NVMe offload, over NVMe drive count x pinned buffer count x aio
-queue depth x aio thread count, and runs it with ``tiersim.sweeper.run_sweep`` for each ``--jobs``
+queue depth x aio thread count, and runs it with ``tiersim.sweeping.runner.run_sweep`` for each ``--jobs``
 value (1 = in this process, N = a process pool of N), ``--repeat`` times each (default 3: the
 VM's speed drifts by tens of percent within an hour). Prints the planning seconds (resolving
 every point's config), the mean CPU milliseconds per run of a worker's batch (``simulate`` and
@@ -27,8 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tiersim.sweep_points import load_sweep, plan_sweep  # noqa: E402
-from tiersim.sweeper import run_batch, run_sweep  # noqa: E402
+from tiersim.sweeping.points import load_sweep, plan_sweep  # noqa: E402
+from tiersim.sweeping.runner import run_batch, run_sweep  # noqa: E402
 
 AXES = {
     "hardware.nvme.count": [1, 2, 4, 8, 16],

@@ -1,1 +1,1 @@
-"""The bundled device profiles: package data of tiersim (``tiersim.device_profiles``), found with ``tiersim.bundled``."""
+"""The bundled device profiles: package data of tiersim (``tiersim.device_profiles``), found with ``tiersim.config.bundled``."""

@@ -1,1 +1,1 @@
-"""The bundled scenarios: package data of tiersim (``tiersim.scenarios``), found with ``tiersim.bundled``."""
+"""The bundled scenarios: package data of tiersim (``tiersim.scenarios``), found with ``tiersim.config.bundled``."""

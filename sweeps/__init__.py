@@ -1,1 +1,1 @@
-"""The bundled sweeps: package data of tiersim (``tiersim.sweeps``), found with ``tiersim.bundled``."""
+"""The bundled sweeps: package data of tiersim (``tiersim.sweeps``), found with ``tiersim.config.bundled``."""

@@ -53,7 +53,7 @@ class PageReport:
 
 def browser_or_skip() -> str:
     """The Chromium/Chrome to test with; skips (or fails under TIERSIM_REQUIRE_BROWSER=1) without one."""
-    from tiersim.figure_export import find_browser
+    from tiersim.analysis.figure_export import find_browser
 
     browser = find_browser()
     if browser is None:

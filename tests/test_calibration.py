@@ -10,7 +10,7 @@ import pytest
 from tiersim.calibration import fit
 from tiersim.calibration.directio import O_DIRECT_MODE, FSYNC_MODE, probe_bypass_mode
 from tiersim.calibration.profile_writer import build_host_document, write_host_profile
-from tiersim.profiles import HostProfile, load_profile_file
+from tiersim.config.profiles import HostProfile, load_profile_file
 
 MiB = 1 << 20
 

@@ -11,9 +11,9 @@ import pandas as pd
 import plotly.graph_objects as go
 import pytest
 
-from tiersim.explain import critical_path, explain, task_graph
-from tiersim.plots import phase_bars, timeline_bars, timeline_figure, utilisation_figure
-from tiersim.scenario import load_scenario
+from tiersim.analysis.explain import critical_path, explain, task_graph
+from tiersim.analysis.plots import phase_bars, timeline_bars, timeline_figure, utilisation_figure
+from tiersim.config.scenario import load_scenario
 from tiersim.simulate import simulate
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from tiersim.engine import Task
 from tiersim.engine.session import Session, run_schedule, runs_of
 from tiersim.results import Result
-from tiersim.scenario import RunConfig, load_scenario
+from tiersim.config.scenario import RunConfig, load_scenario
 from tiersim.simulate import simulate
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,6 +1,6 @@
 """Figures as files: format by extension, the browser search, static PNG/SVG/PDF, ``--plotlyjs``,
-stacked report figures and the planner pictures (``tiersim.figure_export``, ``tiersim.plots``,
-``tiersim.plan_plots``)."""
+stacked report figures and the planner pictures (``tiersim.analysis.figure_export``, ``tiersim.analysis.plots``,
+``tiersim.analysis.plan_plots``)."""
 
 from __future__ import annotations
 
@@ -15,13 +15,13 @@ import plotly.graph_objects as go
 import pytest
 from browser import blank_fraction, browser_or_skip, png_size
 
-from tiersim import plan
+from tiersim.analysis import plan
 from tiersim.errors import ConfigError
-from tiersim.figure_export import (BROWSER_NAMES, PLOTLYJS_FILE, check_target, figure_format, find_browser,
+from tiersim.analysis.figure_export import (BROWSER_NAMES, PLOTLYJS_FILE, check_target, figure_format, find_browser,
                                    write_figure, write_html)
-from tiersim.plan_plots import binding_label, largest_model_figure, pareto_front, sizing_figure
-from tiersim.plots import phase_bars, stack_figures, timeline_figure, utilisation_figure
-from tiersim.scenario import load_scenario
+from tiersim.analysis.plan_plots import binding_label, largest_model_figure, pareto_front, sizing_figure
+from tiersim.analysis.plots import phase_bars, stack_figures, timeline_figure, utilisation_figure
+from tiersim.config.scenario import load_scenario
 from tiersim.simulate import simulate
 
 ROOT = Path(__file__).resolve().parent.parent

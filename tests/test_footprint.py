@@ -13,7 +13,7 @@ import pytest
 
 from tiersim.fitting.footprint import calibrate
 from tiersim.fitting.system import load_system
-from tiersim.scenario import load_scenario
+from tiersim.config.scenario import load_scenario
 from tiersim.simulate import simulate
 from tiersim.strategies import footprint
 from tiersim.strategies.estimator import largest_module_params, zero3_estimate

@@ -78,7 +78,7 @@ commands = st.sampled_from(["run", "plan", "sweep", "profile"])
 
 @pytest.fixture(autouse=True)
 def _small_task_limit(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("tiersim.worksize.MAX_TASKS", FUZZ_MAX_TASKS)
+    monkeypatch.setattr("tiersim.config.worksize.MAX_TASKS", FUZZ_MAX_TASKS)
     monkeypatch.delenv("TIERSIM_PROFILE_PATH", raising=False)
 
 

@@ -19,7 +19,7 @@ from tiersim.errors import ConfigError
 from tiersim.ingest.ds_config import apply_ds_config
 from tiersim.ingest.log_scenario import log_scenario, measured_table, steady_state
 from tiersim.ingest.training_log import GIB, read_log
-from tiersim.scenario import NotModeledWarning, load_scenario
+from tiersim.config.scenario import NotModeledWarning, load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 LOGS = Path(__file__).resolve().parent / "fixtures" / "logs"

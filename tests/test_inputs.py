@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from tiersim.errors import ConfigError
-from tiersim.limits import MAX_YAML_DEPTH, MAX_YAML_NODES
-from tiersim.yamlfile import parse_yaml
+from tiersim.config.limits import MAX_YAML_DEPTH, MAX_YAML_NODES
+from tiersim.config.yamlfile import parse_yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"

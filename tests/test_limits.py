@@ -12,13 +12,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tiersim import cli, limits
+from tiersim import cli
+from tiersim.config import limits
 from tiersim.errors import ConfigError
-from tiersim.scenario import load_scenario
+from tiersim.config.scenario import load_scenario
 from tiersim.simulate import simulate
-from tiersim.sweep_points import load_sweep, plan_sweep
-from tiersim.sweeper import run_sweep
-from tiersim.worksize import run_tasks
+from tiersim.sweeping.points import load_sweep, plan_sweep
+from tiersim.sweeping.runner import run_sweep
+from tiersim.config.worksize import run_tasks
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
@@ -70,7 +71,7 @@ def test_a_run_past_the_task_limit_is_refused_naming_field_value_and_limit(
 
 
 def test_force_runs_past_the_task_limit(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("tiersim.worksize.MAX_TASKS", 100)
+    monkeypatch.setattr("tiersim.config.worksize.MAX_TASKS", 100)
     assert main("run", str(QUICKSTART), "--strategy", "dram") == 2
     assert "the limit is 100 tasks" in capsys.readouterr().err
     assert main("run", str(QUICKSTART), "--strategy", "dram", "--force") == 0
@@ -79,7 +80,7 @@ def test_force_runs_past_the_task_limit(capsys: pytest.CaptureFixture[str], monk
 
 def test_plan_refuses_past_the_limit_and_force_lifts_it(capsys: pytest.CaptureFixture[str],
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("tiersim.worksize.MAX_TASKS", 100)
+    monkeypatch.setattr("tiersim.config.worksize.MAX_TASKS", 100)
     assert main("plan", str(QUICKSTART), "--objective", "fastest", "--strategy", "dram") == 2
     assert "the limit is 100 tasks" in capsys.readouterr().err
     assert main("plan", str(QUICKSTART), "--objective", "fastest", "--strategy", "dram", "--dram-gib", "512",
@@ -108,7 +109,7 @@ def test_a_huge_grid_is_refused_before_a_single_point_is_made(tmp_path: Path) ->
 
 def test_a_sweep_past_its_task_limit_is_refused_unless_forced(monkeypatch: pytest.MonkeyPatch) -> None:
     spec = {"base": str(QUICKSTART), "grid": {"strategy": ["dram"], "model.layers": [1, 2, 3, 4]}}
-    monkeypatch.setattr("tiersim.sweep_points.MAX_SWEEP_TASKS", 200)
+    monkeypatch.setattr("tiersim.sweeping.points.MAX_SWEEP_TASKS", 200)
     with pytest.raises(ConfigError, match=r"<sweep>: grid: the runs of its first \d of 4 points already have"):
         plan_sweep(load_sweep(spec))
     assert len(plan_sweep(load_sweep(spec), force=True)) == 4

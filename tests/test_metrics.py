@@ -12,10 +12,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tiersim.explain import explain
-from tiersim.plots import write_report
+from tiersim.analysis.explain import explain
+from tiersim.analysis.plots import write_report
 from tiersim.results import PHASES, Result
-from tiersim.scenario import load_scenario
+from tiersim.config.scenario import load_scenario
 from tiersim.simulate import simulate
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -17,7 +17,7 @@ import yaml
 from setuptools import find_packages
 
 from tiersim import cli
-from tiersim.bundled import KINDS, bundled_dir, resolve
+from tiersim.config.bundled import KINDS, bundled_dir, resolve
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from tiersim.errors import ConfigError
-from tiersim.plan import (
+from tiersim.analysis.plan import (
     GIB,
     LADDER,
     SECONDS_PER_YEAR,
@@ -22,8 +22,8 @@ from tiersim.plan import (
     plan_largest_model,
     read_scenario,
 )
-from tiersim.profiles import PROFILE_KINDS, find_profile
-from tiersim.scenario import scenario_from_dict
+from tiersim.config.profiles import PROFILE_KINDS, find_profile
+from tiersim.config.scenario import scenario_from_dict
 from tiersim.simulate import simulate
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tiersim.errors import ConfigError
-from tiersim.profiles import (
+from tiersim.config.profiles import (
     DEFAULT_PROFILE_DIR,
     PROFILE_KINDS,
     CXLProfile,
@@ -291,7 +291,7 @@ def test_missing_profile_file_by_path(tmp_path: Path) -> None:
 def test_adam_rate_uses_measured_rates_per_core_count() -> None:
     from dataclasses import replace
 
-    from tiersim.profiles import CPUProfile
+    from tiersim.config.profiles import CPUProfile
 
     cpu = find_profile("xeon-8480", PROFILE_KINDS["cpu"], "t.yaml", "hardware.cpu")
     assert isinstance(cpu, CPUProfile)

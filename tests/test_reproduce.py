@@ -1,4 +1,4 @@
-"""The seed study: ``tiersim.reproduce``, ``tiersim reproduce`` and the notebook."""
+"""The seed study: ``tiersim.analysis.reproduce``, ``tiersim reproduce`` and the notebook."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from nbrun import execute_notebook, is_plotly
 
-from tiersim.reproduce import MEASURED_COLUMNS, phase_figure, run_study, speedup_table, study_scenarios
+from tiersim.analysis.reproduce import MEASURED_COLUMNS, phase_figure, run_study, speedup_table, study_scenarios
 
 ROOT = Path(__file__).resolve().parent.parent
 SIZES = ("20B", "30B", "40B", "52B", "70B")

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tiersim.hardware import Hardware
+from tiersim.config.hardware import Hardware
 from tiersim.results import Result
-from tiersim.scenario import RunConfig, load_scenario
+from tiersim.config.scenario import RunConfig, load_scenario
 from tiersim.simulate import simulate
 from tiersim.workload import build_step
 

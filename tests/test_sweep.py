@@ -16,9 +16,9 @@ import yaml
 
 import tiersim
 from tiersim.errors import ConfigError
-from tiersim.sweep_points import load_sweep, plan_sweep
-from tiersim.sweep_store import FolderInUse
-from tiersim.sweeper import run_sweep
+from tiersim.sweeping.points import load_sweep, plan_sweep
+from tiersim.sweeping.store import FolderInUse
+from tiersim.sweeping.runner import run_sweep
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tiersim import cli
-from tiersim.report import TABLE_WIDTH, format_table
+from tiersim.analysis.report import TABLE_WIDTH, format_table
 
 ROOT = Path(__file__).resolve().parent.parent
 

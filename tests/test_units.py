@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tiersim.errors import ConfigError
-from tiersim.units import (
+from tiersim.config.units import (
     parse_bytes,
     parse_count,
     parse_flops,

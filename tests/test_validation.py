@@ -12,7 +12,7 @@ import torch
 from tiersim.calibration.directio import FSYNC_MODE, O_DIRECT_MODE, probe_bypass_mode
 from tiersim.calibration.runner import CalibrationPlan, run_calibration
 from tiersim.cli import build_parser
-from tiersim.scenario import load_scenario
+from tiersim.config.scenario import load_scenario
 from tiersim.simulate import simulate
 from tiersim.validation.cases import Case, quick_cases, tiny_cases
 from tiersim.validation.drift import corrected_profile
@@ -138,8 +138,8 @@ def test_validation_sizes_differ_from_calibration_sizes() -> None:
 
 def test_predicted_pipelining_never_slower() -> None:
     from tiersim.calibration.profile_writer import build_host_document, plain
-    from tiersim.profiles import HostProfile
-    from tiersim.schema import build
+    from tiersim.config.profiles import HostProfile
+    from tiersim.config.schema import build
 
     doc = build_host_document(
         name="h", hostname="t", date="d",
@@ -160,7 +160,7 @@ def test_predicted_pipelining_never_slower() -> None:
 def test_stream_rate_uses_optional_queueing() -> None:
     from dataclasses import replace
 
-    from tiersim.profiles import NVMeProfile
+    from tiersim.config.profiles import NVMeProfile
     from tiersim.strategies.swap import SwapOptions, stream_rate
 
     nvme = NVMeProfile(kind="nvme", name="n", description="d", sources={}, capacity=1 << 40,

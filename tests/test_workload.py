@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tiersim.errors import ConfigError
-from tiersim.schema import build
+from tiersim.config.schema import build
 from tiersim.workload import (
     ModelSpec,
     TrainingSpec,

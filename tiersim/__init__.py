@@ -12,22 +12,22 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from tiersim._version import __version__
 
 if TYPE_CHECKING:  # pragma: no cover
     from tiersim.results import Result
-    from tiersim.scenario import load_scenario
+    from tiersim.config.scenario import load_scenario
     from tiersim.simulate import simulate
-    from tiersim.plots import timeline_figure, utilisation_figure
-    from tiersim.sweeper import sweep
+    from tiersim.analysis.plots import timeline_figure, utilisation_figure
+    from tiersim.sweeping.runner import sweep
 
 _LAZY = {
-    "load_scenario": ("tiersim.scenario", "load_scenario"),
+    "load_scenario": ("tiersim.config.scenario", "load_scenario"),
     "simulate": ("tiersim.simulate", "simulate"),
     "Result": ("tiersim.results", "Result"),
-    "sweep": ("tiersim.sweeper", "sweep"),
-    "timeline_figure": ("tiersim.plots", "timeline_figure"),
-    "utilisation_figure": ("tiersim.plots", "utilisation_figure"),
+    "sweep": ("tiersim.sweeping.runner", "sweep"),
+    "timeline_figure": ("tiersim.analysis.plots", "timeline_figure"),
+    "utilisation_figure": ("tiersim.analysis.plots", "utilisation_figure"),
 }
 
 __all__ = ["__version__", "load_scenario", "simulate", "sweep", "Result", "timeline_figure",

@@ -15,7 +15,7 @@ import sys
 import warnings
 from collections.abc import Iterator, Sequence
 
-from tiersim import __version__
+from tiersim._version import __version__
 from tiersim.errors import ConfigError
 
 COMMAND_MODULES = ("run", "profiles", "import-log", "fit", "calibrate", "validate", "reproduce", "sweep", "plan",
@@ -78,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"tiersim: error: {exc}", file=sys.stderr)
         return 2
     except MemoryError:
-        print("tiersim: error: out of memory (the limits in tiersim.limits keep runs small; --force lifts them)",
+        print("tiersim: error: out of memory (the limits in tiersim.config.limits keep runs small; --force lifts them)",
               file=sys.stderr)
         return 1
     except BrokenPipeError:

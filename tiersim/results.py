@@ -18,7 +18,7 @@ import pandas as pd
 
 from tiersim.engine import TaskGraph
 from tiersim.engine.runner import EngineRun, TaskRecord
-from tiersim.scenario import RunConfig
+from tiersim.config.scenario import RunConfig
 from tiersim.strategies.estimator import zero3_estimate
 
 PHASES = ("forward", "backward", "optimizer_step")

@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from tiersim.errors import ConfigError
-from tiersim.schema import integer, number
+from tiersim.config.schema import integer, number
 
 _KORTHIKANTI_BYTES_PER_ELEMENT = 34
 """Korthikanti et al. 2022 activation bytes per (token x hidden) per layer, flash attention."""

@@ -9,7 +9,7 @@
 - ``plan-cheapest.png``: ``tiersim plan scenarios/llama2-70b-offload.yaml --objective cheapest
   --max-iteration-time 30 --plot FILE``.
 
-Static export needs the figures extra and a Chromium or Chrome (see ``tiersim.figure_export``).
+Static export needs the figures extra and a Chromium or Chrome (see ``tiersim.analysis.figure_export``).
 Exits 2 with one line when the measured runs or the browser are missing.
 """
 
@@ -29,7 +29,7 @@ FIGURES = ("seed-phases.png", "timeline-70b-nvme.png", "plan-cheapest.png")
 
 def seed_measured(directory: Path) -> pd.DataFrame:
     """The measured runs in ``directory`` that ran a seed scenario (model, strategy, phase, seconds)."""
-    from tiersim.reproduce import measured_runs, study_scenarios
+    from tiersim.analysis.reproduce import measured_runs, study_scenarios
 
     measured = measured_runs(study_scenarios("seed", ROOT / "scenarios"), (), directory)
     if measured.empty:
@@ -40,8 +40,8 @@ def seed_measured(directory: Path) -> pd.DataFrame:
 
 def seed_figure(out: Path, measured: pd.DataFrame) -> Path:
     """seed-phases.png: predicted phase bars of the seed study, measured 70B beside them."""
-    from tiersim.figure_export import write_figure
-    from tiersim.reproduce import phase_figure, run_study, study_scenarios
+    from tiersim.analysis.figure_export import write_figure
+    from tiersim.analysis.reproduce import phase_figure, run_study, study_scenarios
 
     df = run_study(study_scenarios("seed", ROOT / "scenarios"))
     fig = phase_figure(df, measured, title="seed study: iteration time by phase, predicted and measured (70B)")
@@ -50,9 +50,9 @@ def seed_figure(out: Path, measured: pd.DataFrame) -> Path:
 
 def timeline(out: Path) -> Path:
     """timeline-70b-nvme.png: one 70B iteration under ZeRO-Infinity (NVMe offload)."""
-    from tiersim.figure_export import write_figure
-    from tiersim.plots import timeline_figure
-    from tiersim.scenario import load_scenario
+    from tiersim.analysis.figure_export import write_figure
+    from tiersim.analysis.plots import timeline_figure
+    from tiersim.config.scenario import load_scenario
     from tiersim.simulate import simulate
 
     (config,) = load_scenario(ROOT / "scenarios" / "seed-70b.yaml", strategies=["nvme"])
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--measured", type=Path, default=ROOT / "scenarios" / "measured",
                         help="measured runs as tiersim import-log --out writes them (default: scenarios/measured)")
     args = parser.parse_args(argv)
-    from tiersim.figure_export import check_target
+    from tiersim.analysis.figure_export import check_target
 
     try:
         measured = seed_measured(args.measured)

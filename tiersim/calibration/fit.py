@@ -3,7 +3,7 @@
 * ``fit_latency_bandwidth``: time = latency + size / bandwidth (memory copies, PCIe copies);
 * ``fit_overhead_rate``: time = overhead + numel / rate (an optimizer step);
 * ``fit_queue_model``: throughput of N outstanding requests of b bytes =
-  min(B, N*b / (L + b/B * (1 + q*(N-1)))) (the NVMe model of ``tiersim.profiles.NVMeProfile``;
+  min(B, N*b / (L + b/B * (1 + q*(N-1)))) (the NVMe model of ``tiersim.config.profiles.NVMeProfile``;
   q, the transfer queueing, is 0 in the plain Little's-law model and fitted in [0, 1]).
 
 Residuals are relative, (model - measured) / measured, so they read as fractions.

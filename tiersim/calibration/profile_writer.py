@@ -14,7 +14,7 @@ from typing import Any, Mapping
 import numpy as np
 import yaml
 
-from tiersim.profiles import HostProfile, load_profile_file
+from tiersim.config.profiles import HostProfile, load_profile_file
 
 
 def plain(obj: Any) -> Any:

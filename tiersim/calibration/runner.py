@@ -25,7 +25,7 @@ import numpy as np
 
 from tiersim.calibration import fit, microbench
 from tiersim.calibration.profile_writer import build_host_document, write_host_profile
-from tiersim.profiles import HostProfile
+from tiersim.config.profiles import HostProfile
 
 KiB, MiB = 1 << 10, 1 << 20
 ADAM_BYTES_PER_PARAM = 28

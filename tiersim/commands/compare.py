@@ -21,7 +21,7 @@ from typing import Any, Sequence
 import pandas as pd
 
 from tiersim.errors import ConfigError
-from tiersim.report import TABLE_WIDTH, format_table
+from tiersim.analysis.report import TABLE_WIDTH, format_table
 
 METRICS = ("fits", "iteration_time_s", "forward_s", "backward_s", "optimizer_step_s")
 

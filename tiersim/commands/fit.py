@@ -15,7 +15,7 @@ from tiersim.errors import ConfigError
 from tiersim.fitting.report import fit_data, fit_markdown, fit_table, profile_document
 from tiersim.fitting.solver import fit_system
 from tiersim.fitting.system import load_system
-from tiersim.profiles import load_profile_file
+from tiersim.config.profiles import load_profile_file
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -15,7 +15,7 @@ import yaml
 from tiersim.errors import ConfigError
 from tiersim.ingest.log_scenario import PHASES, log_scenario, measured_table
 from tiersim.ingest.training_log import read_log
-from tiersim.report import TABLE_WIDTH, format_table
+from tiersim.analysis.report import TABLE_WIDTH, format_table
 
 _HEADER = """\
 # Imported by `tiersim import-log` from {log}.

@@ -23,11 +23,11 @@ from typing import Any
 
 import pandas as pd
 
-from tiersim import plan
-from tiersim.bundled import resolve
+from tiersim.analysis import plan
+from tiersim.config.bundled import resolve
 from tiersim.errors import ConfigError
-from tiersim.figure_export import add_plot_arguments, check_target, write_figure
-from tiersim.report import format_table
+from tiersim.analysis.figure_export import add_plot_arguments, check_target, write_figure
+from tiersim.analysis.report import format_table
 
 SIZING_COLUMNS = [("rank", "rank"), ("strategy", "strategy"), ("dram_gib_per_socket", "dram_GiB/socket"),
                   ("cxl_devices", "cxl"), ("nvme_drives", "nvme"), ("iteration_time_s", "iteration_s"),
@@ -119,8 +119,8 @@ def plan_command(args: argparse.Namespace) -> int:
 
 
 def plan_figure(scenario: plan.Scenario, frame: pd.DataFrame, args: argparse.Namespace):  # -> go.Figure
-    """The picture of a planner answer (``tiersim.plan_plots``)."""
-    from tiersim import plan_plots
+    """The picture of a planner answer (``tiersim.analysis.plan_plots``)."""
+    from tiersim.analysis import plan_plots
 
     name = str(scenario.data.get("name", scenario.source))
     if args.objective == "largest-model":

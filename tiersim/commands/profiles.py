@@ -7,9 +7,9 @@ import json
 import textwrap
 from dataclasses import fields
 
-from tiersim.profiles import PROFILE_KINDS, Profile, find_profile, list_profiles
-from tiersim.report import TABLE_WIDTH, format_table
-from tiersim.schema import to_plain
+from tiersim.config.profiles import PROFILE_KINDS, Profile, find_profile, list_profiles
+from tiersim.analysis.report import TABLE_WIDTH, format_table
+from tiersim.config.schema import to_plain
 
 _META = ("kind", "name", "description", "sources")
 

@@ -16,9 +16,9 @@ import textwrap
 from pathlib import Path
 
 from tiersim.errors import ConfigError
-from tiersim.figure_export import add_plot_arguments, check_target, write_figure
-from tiersim.report import TABLE_WIDTH
-from tiersim.reproduce import (
+from tiersim.analysis.figure_export import add_plot_arguments, check_target, write_figure
+from tiersim.analysis.report import TABLE_WIDTH
+from tiersim.analysis.reproduce import (
     MEASURED_DIR,
     STUDIES,
     comparison_table,

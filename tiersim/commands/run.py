@@ -7,16 +7,16 @@ import json
 import sys
 from pathlib import Path
 
-from tiersim.bundled import resolve
+from tiersim.config.bundled import resolve
 from tiersim.errors import ConfigError
-from tiersim.figure_export import add_plot_arguments, check_target
-from tiersim.limits import MAX_TASKS, NOTICE_TASKS
-from tiersim.report import csv_text, flat_row, results_table
+from tiersim.analysis.figure_export import add_plot_arguments, check_target
+from tiersim.config.limits import MAX_TASKS, NOTICE_TASKS
+from tiersim.analysis.report import csv_text, flat_row, results_table
 from tiersim.results import Result
-from tiersim.scenario import load_scenario
+from tiersim.config.scenario import load_scenario
 from tiersim.simulate import simulate
 from tiersim.strategies import STRATEGIES
-from tiersim.worksize import describe, run_tasks
+from tiersim.config.worksize import describe, run_tasks
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -40,7 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     add_plot_arguments(parser, "a report: phase bars, and per fitted strategy its critical path (HTML only), "
                                "timeline (Gantt) and utilisation")
     parser.add_argument("--force", action="store_true",
-                        help=f"run past the limit of {MAX_TASKS:,} tasks per run (see tiersim.limits)")
+                        help=f"run past the limit of {MAX_TASKS:,} tasks per run (see tiersim.config.limits)")
     parser.set_defaults(func=run_command)
 
 
@@ -60,7 +60,7 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"tiersim: wrote {len(written)} files to {args.out}: {', '.join(p.name for p in written)}",
               file=sys.stderr)
     if args.plot is not None:
-        from tiersim.plots import write_report
+        from tiersim.analysis.plots import write_report
 
         fitted = [r.strategy for r in results if r.fits]
         path = write_report(results, args.plot, plotlyjs=args.plotlyjs)

@@ -5,8 +5,8 @@ cluster (``--scheduler tcp://HOST:8786``). Rows stream into DIR/parts/*.parquet 
 and end up, in point order, in DIR/results.parquet; after Ctrl-C (exit 130), SIGTERM (exit
 143) or a crash, ``--resume`` runs only what is missing. DIR/sweep.json names the sweep the
 folder belongs to: another sweep is never resumed there. A run that fails is a row with its
-``error`` and the sweep carries on (exit 1 at the end). See ``tiersim.sweep_points`` for the
-sweep file format and ``tiersim.limits`` for the limits ``--force`` lifts.
+``error`` and the sweep carries on (exit 1 at the end). See ``tiersim.sweeping.points`` for the
+sweep file format and ``tiersim.config.limits`` for the limits ``--force`` lifts.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import signal
 import sys
 from pathlib import Path
 
-from tiersim.report import format_table, seconds
+from tiersim.analysis.report import format_table, seconds
 
 TABLE_ROWS = 40
 
@@ -51,11 +51,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 def sweep_command(args: argparse.Namespace) -> int:
     """Plan (validating every point), run, store, print a summary."""
-    from tiersim.bundled import resolve
+    from tiersim.config.bundled import resolve
     from tiersim.errors import ConfigError
-    from tiersim.sweep_points import load_sweep
-    from tiersim.sweep_store import FolderInUse
-    from tiersim.sweeper import SweepAborted, SweepInterrupted, run_sweep
+    from tiersim.sweeping.points import load_sweep
+    from tiersim.sweeping.store import FolderInUse
+    from tiersim.sweeping.runner import SweepAborted, SweepInterrupted, run_sweep
 
     args.sweep_file = resolve(args.sweep_file, "sweeps")
     out = args.out

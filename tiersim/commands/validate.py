@@ -45,7 +45,7 @@ def handler(args: argparse.Namespace) -> int:
     require_torch("validate")
 
     from tiersim.calibration import microbench
-    from tiersim.profiles import HostProfile, load_profile_file
+    from tiersim.config.profiles import HostProfile, load_profile_file
     from tiersim.validation.cases import full_cases, quick_cases
     from tiersim.validation.predictor import PREDICTOR
     from tiersim.validation.report import render_table, to_json

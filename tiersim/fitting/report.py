@@ -9,8 +9,8 @@ from typing import Any
 
 from tiersim.fitting.solver import FitResult, FittedFigure
 from tiersim.fitting.system import PART_KINDS
-from tiersim.report import format_table
-from tiersim.schema import to_plain
+from tiersim.analysis.report import format_table
+from tiersim.config.schema import to_plain
 
 
 def figure_rows(fit: FitResult) -> list[list[str]]:

@@ -22,11 +22,11 @@ from scipy.optimize import least_squares
 from tiersim.errors import ConfigError
 from tiersim.fitting.predicted import predicted_quantities
 from tiersim.fitting.system import System, Unknown
-from tiersim.hardware import Hardware
+from tiersim.config.hardware import Hardware
 from tiersim.ingest.log_scenario import log_scenario, steady_state
 from tiersim.ingest.training_log import read_log
-from tiersim.profiles import HostProfile
-from tiersim.scenario import RunConfig, assign, scenario_from_dict
+from tiersim.config.profiles import HostProfile
+from tiersim.config.scenario import RunConfig, assign, scenario_from_dict
 from tiersim.simulate import simulate
 
 Z95 = 1.959963984540054

@@ -17,7 +17,7 @@ from tiersim.fitting.predicted import predicted_quantities
 from tiersim.ingest.log_scenario import TIMER_PREFIX
 from tiersim.ingest.training_log import TIMER_PHASES
 from tiersim.results import Result
-from tiersim.scenario import RunConfig
+from tiersim.config.scenario import RunConfig
 
 _STAMP = "[2026-01-01 00:00:00,000] [INFO]"
 

@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from tiersim.errors import ConfigError
-from tiersim.profiles import PROFILE_KINDS, HostProfile, find_profile, kind_name, read_yaml
-from tiersim.schema import build
+from tiersim.config.profiles import PROFILE_KINDS, HostProfile, find_profile, kind_name, read_yaml
+from tiersim.config.schema import build
 
 PART_KINDS: dict[str, type] = {kind: cls for kind, cls in PROFILE_KINDS.items() if cls is not HostProfile}
 """The parts of a node a system file names, by the field of ``Hardware`` (and of a host profile)

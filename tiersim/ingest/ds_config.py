@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tiersim.errors import ConfigError
-from tiersim.scenario import copy_plain
+from tiersim.config.scenario import copy_plain
 
 _DTYPES = {"fp32": "fp32", "float32": "fp32", "fp16": "fp16", "float16": "fp16", "bf16": "bf16", "bfloat16": "bf16"}
 _DEVICE_STRATEGIES = {"cpu": ("dram", "cxl"), "nvme": ("nvme",), "none": ("gpu",)}

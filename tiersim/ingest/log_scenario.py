@@ -17,7 +17,7 @@ import pandas as pd
 
 from tiersim.errors import ConfigError
 from tiersim.ingest.training_log import TIMER_PHASES, TrainingLog
-from tiersim.schema import UNKNOWN
+from tiersim.config.schema import UNKNOWN
 
 WARMUP_ITERATIONS = 2
 """Iterations the steady state leaves out (the study's statistic: the mean of iterations 3..N)."""

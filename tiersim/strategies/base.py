@@ -19,8 +19,8 @@ from typing import Any, ClassVar, NamedTuple
 from tiersim.engine import Task
 from tiersim.engine.graph import TaskGraph, Usage
 from tiersim.engine.session import Runs, Session, runs_of
-from tiersim.hardware import TIERS, Hardware
-from tiersim.profiles import GPUProfile
+from tiersim.config.hardware import TIERS, Hardware
+from tiersim.config.profiles import GPUProfile
 from tiersim.strategies import footprint
 from tiersim.strategies.memory import HostMemory
 from tiersim.workload import LayerWork, StepShape, SubGroup, TrainingStep
@@ -249,7 +249,7 @@ class Strategy(ABC):
 
     def task_count(self, shape: StepShape, hw: Hardware) -> int:
         """Tasks ``plan`` builds for a step of ``shape`` on ``hw`` (when it fits), counted
-        without building anything: what the work limits (``tiersim.limits``) are checked on.
+        without building anything: what the work limits (``tiersim.config.limits``) are checked on.
         Per micro-step: two markers, a forward per layer and a backward per layer (twice for a
         checkpointed one, which also recomputes), a gather before each of those under ZeRO-3,
         and a reduce-scatter per layer; then the step's marker and the strategy's own tasks."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tiersim.engine import Task
 from tiersim.engine.session import runs_of
-from tiersim.hardware import Hardware
+from tiersim.config.hardware import Hardware
 from tiersim.strategies.base import (
     ADAM_READ_BYTES,
     ADAM_WRITE_BYTES,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tiersim.engine.graph import Usage
-from tiersim.hardware import Hardware
+from tiersim.config.hardware import Hardware
 
 
 @dataclass(frozen=True)

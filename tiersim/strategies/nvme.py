@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from tiersim.engine.session import runs_of
-from tiersim.hardware import Hardware
+from tiersim.config.hardware import Hardware
 from tiersim.strategies import footprint
 from tiersim.strategies.base import (
     FP32_BYTES,

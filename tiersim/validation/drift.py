@@ -27,7 +27,7 @@ from tiersim.calibration.directio import AlignedBuffer, DirectFile, IOPool, Segm
 from tiersim.calibration.fit import queue_throughput
 from tiersim.calibration.microbench import make_cpu_adam
 from tiersim.calibration.placement import compute_threads, io_cpus
-from tiersim.profiles import HostProfile
+from tiersim.config.profiles import HostProfile
 from tiersim.validation.real_step import time_step
 
 ADAM_PROBE_NUMEL = 26_300_000

@@ -1,15 +1,15 @@
 """Predictions for validation cases: the simulator's own optimizer-step schedule
-(``tiersim.predict.predict_optimizer_step``) on the calibrated host profile."""
+(``tiersim.validation.optimizer_step.predict_optimizer_step``) on the calibrated host profile."""
 
 from __future__ import annotations
 
-from tiersim.predict import predict_optimizer_step
-from tiersim.profiles import HostProfile
+from tiersim.validation.optimizer_step import predict_optimizer_step
+from tiersim.config.profiles import HostProfile
 from tiersim.strategies.swap import SwapOptions
 from tiersim.validation.cases import Case
 from tiersim.validation.real_step import SwapConfig
 
-PREDICTOR = "tiersim.predict.predict_optimizer_step"
+PREDICTOR = "tiersim.validation.optimizer_step.predict_optimizer_step"
 
 
 def swap_options(swap: SwapConfig) -> SwapOptions:

@@ -7,7 +7,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Sequence
 
-from tiersim.report import TABLE_WIDTH
+from tiersim.analysis.report import TABLE_WIDTH
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from tiersim.calibration.directio import AlignedBuffer, probe_bypass_mode
-from tiersim.profiles import HostProfile
+from tiersim.config.profiles import HostProfile
 from tiersim.validation.cases import Case
 from tiersim.validation.drift import IO_PROBE_BYTES, Drift, DriftProbes, corrected_profile
 from tiersim.validation.predictor import predict_case

@@ -8,7 +8,7 @@ import re
 import textwrap
 from typing import Any, Sequence
 
-from tiersim.hardware import TIERS
+from tiersim.config.hardware import TIERS
 from tiersim.results import PHASES, Result
 
 TABLE_WIDTH = 100

@@ -1,7 +1,7 @@
 """Running a sweep: every planned run simulated in-process, on a local process pool or on a Dask
 cluster (the same pure ``simulate``), rows streamed into Parquet parts, ``resume`` skipping
 stored runs, Ctrl-C keeping what was computed. The sweep file format is in
-``tiersim.sweep_points``; the on-disk rows in ``tiersim.sweep_store``."""
+``tiersim.sweeping.points``; the on-disk rows in ``tiersim.sweeping.store``."""
 
 from __future__ import annotations
 
@@ -17,16 +17,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
-from tiersim import __version__
+from tiersim._version import __version__
 from tiersim.errors import ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-    from tiersim.scenario import RunConfig
+    from tiersim.config.scenario import RunConfig
 
-from tiersim.sweep_points import PlannedRun, Sweep, load_sweep, plan_sweep
-from tiersim.sweep_store import (
+from tiersim.sweeping.points import PlannedRun, Sweep, load_sweep, plan_sweep
+from tiersim.sweeping.store import (
     PARTS_DIR,
     RESULTS_FILE,
     RowTable,
@@ -101,7 +101,7 @@ def run_batch(batch: Sequence[tuple[int, "RunConfig"]]) -> list[tuple[int, dict[
     raises becomes a row of its scenario and strategy with ``error`` naming the exception, and
     the batch carries on; so does a run whose result has a whole number the Parquet row cannot
     hold (over 2^63)."""
-    from tiersim.report import flat_row
+    from tiersim.analysis.report import flat_row
     from tiersim.simulate import simulate
 
     out: list[tuple[int, dict[str, Any]]] = []
@@ -311,7 +311,7 @@ def run_sweep(
     notice: Callable[[str], None] | None = None,
 ) -> SweepOutcome:
     """Plan, run and store a sweep; see the module docstring. Raises ``SweepInterrupted``
-    (Ctrl-C or SIGTERM) or ``SweepAborted`` (a worker died), having kept what was computed. ``force`` lifts the work limits (``tiersim.limits``); ``notice``
+    (Ctrl-C or SIGTERM) or ``SweepAborted`` (a worker died), having kept what was computed. ``force`` lifts the work limits (``tiersim.config.limits``); ``notice``
     is told the size of the work before planning and before running when ``progress`` is on or
     the sweep has ``NOTICE_RUNS`` points or more (and, without a progress bar, how far the
     planning of such a sweep has got, every tenth)."""
@@ -320,7 +320,7 @@ def run_sweep(
         raise ConfigError("--jobs", "", f"must be a whole number of at least 1, got {jobs!r}")
     if chunk_size is not None and (not isinstance(chunk_size, int) or chunk_size < 1):
         raise ConfigError("--chunk-size", "", f"must be a whole number of at least 1, got {chunk_size!r}")
-    from tiersim.worksize import describe
+    from tiersim.config.worksize import describe
 
     sweep = load_sweep(spec, overrides, force)
     loud = progress or len(sweep.points) >= NOTICE_RUNS
@@ -448,7 +448,7 @@ def sweep(
     runs then go to that cluster instead. ``out``: a folder for ``parts/`` and
     ``results.parquet`` (``resume=True`` continues an interrupted sweep there).
     ``overrides``: ``KEY=VALUE`` strings applied to the base scenario, as ``--set``.
-    ``force``: lift the limits on the work (``tiersim.limits``). A run that raises is a row
+    ``force``: lift the limits on the work (``tiersim.config.limits``). A run that raises is a row
     with its ``error``; the others carry on.
     """
     return run_sweep(sweep_file_or_dict, jobs, scheduler, out, resume, overrides, progress, chunk_size, force).frame

@@ -29,7 +29,7 @@ Every point is resolved into its ``RunConfig`` objects before anything runs, so 
 
 Each run becomes one flat row: ``point`` (index of its point), ``point_id`` (hash of the point's
 factors and the strategy), every factor (column named by its dotted path; ``strategy`` is the
-``strategy`` column), every field of ``tiersim.report.flat_row``, ``seed``, ``tiersim_version``
+``strategy`` column), every field of ``tiersim.analysis.report.flat_row``, ``seed``, ``tiersim_version``
 and ``config_hash`` (hash of the resolved config and the version). Workers (a process pool, or
 a Dask cluster) get ``RunConfig`` objects and return plain dicts; the rows stream into Parquet
 part files under ``OUT/parts/`` (each written atomically) and are consolidated, in point order,
@@ -49,12 +49,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tiersim import __version__
+from tiersim._version import __version__
 from tiersim.errors import ConfigError
-from tiersim.limits import FORCE_HINT, MAX_SWEEP_RUNS, MAX_SWEEP_TASKS
+from tiersim.config.limits import FORCE_HINT, MAX_SWEEP_RUNS, MAX_SWEEP_TASKS
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tiersim.scenario import RunConfig
+    from tiersim.config.scenario import RunConfig
 
 SWEEP_KEYS = ("name", "description", "base", "set", "grid", "points")
 STRATEGY_FACTOR = "strategy"
@@ -111,13 +111,13 @@ class PlannedRun:
     config_hash: str
     config: RunConfig
     tasks: int = 0
-    """Tasks its run builds (``tiersim.worksize.run_tasks``)."""
+    """Tasks its run builds (``tiersim.config.worksize.run_tasks``)."""
 
 
 def load_sweep(spec: str | Path | Mapping[str, Any], overrides: Sequence[str] = (), force: bool = False) -> Sweep:
     """Read and check a sweep file (or mapping); ``overrides`` are ``--set`` style KEY=VALUE.
     More than ``MAX_SWEEP_RUNS`` runs is refused before any point is made, unless ``force``."""
-    from tiersim.yamlfile import read_yaml
+    from tiersim.config.yamlfile import read_yaml
 
     if isinstance(spec, Mapping):
         source, data, here = "<sweep>", dict(spec), Path.cwd()
@@ -164,8 +164,8 @@ def load_sweep(spec: str | Path | Mapping[str, Any], overrides: Sequence[str] = 
 
 
 def _read_base(raw: object, source: str, here: Path) -> tuple[dict[str, Any], str, tuple[Path, ...]]:
-    from tiersim.scenario import copy_plain
-    from tiersim.yamlfile import read_yaml
+    from tiersim.config.scenario import copy_plain
+    from tiersim.config.yamlfile import read_yaml
 
     if isinstance(raw, Mapping):
         return copy_plain(dict(raw)), f"{source}: base", (here,)
@@ -184,7 +184,7 @@ def _read_base(raw: object, source: str, here: Path) -> tuple[dict[str, Any], st
 
 def _settings(raw: object, source: str, label: str | None) -> list[Setting]:
     """``set:`` as a list of KEY=VALUE strings or a mapping; ``--set`` as a list of strings."""
-    from tiersim.scenario import parse_assignment
+    from tiersim.config.scenario import parse_assignment
 
     if raw is None:
         return []
@@ -280,7 +280,7 @@ def plan_sweep(sweep: Sweep, force: bool = False,
     Each run is checked against the work limit and the sweep's runs against
     ``MAX_SWEEP_TASKS`` tasks in all (unless ``force``); ``on_progress(points done, points)``
     is called every ``PROGRESS_EVERY`` points and at the end."""
-    from tiersim.worksize import run_tasks
+    from tiersim.config.worksize import run_tasks
 
     runs: list[PlannedRun] = []
     hardware_digests: dict[int, tuple[Any, str]] = {}
@@ -326,7 +326,7 @@ def config_hash(config: RunConfig, memo: dict[int, tuple[Any, str]] | None = Non
     """
     import dataclasses
 
-    from tiersim.schema import to_plain
+    from tiersim.config.schema import to_plain
 
     hardware = config.hardware
     cached = memo.get(id(hardware)) if memo is not None else None
@@ -349,7 +349,7 @@ def resolve_point(sweep: Sweep, index: int, resolved: dict[Any, Any] | None = No
     """The run configs of one point; errors name the sweep file and the factor. ``resolved``:
     hardware resolved for earlier points (see ``scenario_from_dict``); ``force`` lifts the
     work limit of a run."""
-    from tiersim.scenario import copy_plain, scenario_from_dict
+    from tiersim.config.scenario import copy_plain, scenario_from_dict
     from tiersim.strategies import STRATEGIES
 
     point = sweep.points[index]
@@ -421,8 +421,8 @@ def _entries(data: dict[str, Any], source: str) -> dict[str, dict[str, Any]]:
 
 
 def _assign(data: dict[str, Any], setting: Setting) -> None:
-    """Set ``setting.key`` (dotted) in ``data`` as ``--set`` would (``tiersim.scenario.assign``)."""
-    from tiersim.scenario import assign
+    """Set ``setting.key`` (dotted) in ``data`` as ``--set`` would (``tiersim.config.scenario.assign``)."""
+    from tiersim.config.scenario import assign
 
     assign(data, setting.key, setting.value, setting.source, setting.label)
 
@@ -430,7 +430,7 @@ def _assign(data: dict[str, Any], setting: Setting) -> None:
 def _attribute(exc: ConfigError, data: dict[str, Any], assignments: list[Setting], sweep: Sweep,
                index: int) -> ConfigError:
     """Name the factor (or setting) an error in the resolved scenario comes from."""
-    from tiersim.scenario import named_field, touches
+    from tiersim.config.scenario import named_field, touches
 
     fld = named_field(exc.field, data)
     if exc.source == sweep.base_source:

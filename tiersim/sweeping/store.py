@@ -1,6 +1,6 @@
 """A sweep's rows on disk: Arrow tables with fixed column types, Parquet part files written
 atomically under ``OUT/parts/``, and their consolidation, in run order, into
-``OUT/results.parquet`` (see ``tiersim.sweep_points`` for what a row holds).
+``OUT/results.parquet`` (see ``tiersim.sweeping.points`` for what a row holds).
 
 ``OUT/sweep.json`` names the sweep a folder belongs to (its name, files and the hash of its
 resolved plan, ``plan_digest``); it is written before the first part. ``open_folder`` refuses,
@@ -19,14 +19,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tiersim import __version__
+from tiersim._version import __version__
 from tiersim.errors import ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
     import pyarrow as pa
 
-from tiersim.sweep_points import (
+from tiersim.sweeping.points import (
     STRATEGY_FACTOR,
     PlannedRun,
     Sweep,

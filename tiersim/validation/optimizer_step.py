@@ -12,8 +12,8 @@ from dataclasses import replace
 from typing import Literal, Sequence
 
 from tiersim.engine import Task, run_graph
-from tiersim.hardware import Hardware
-from tiersim.profiles import GPUProfile, HostProfile
+from tiersim.config.hardware import Hardware
+from tiersim.config.profiles import GPUProfile, HostProfile
 from tiersim.strategies import STRATEGIES
 from tiersim.strategies.base import StepBuilder
 from tiersim.strategies.swap import SwapOptions

@@ -16,8 +16,8 @@ from typing import Sequence
 
 import pandas as pd
 
-from tiersim.bundled import bundled_dir
-from tiersim.scenario import load_scenario
+from tiersim.config.bundled import bundled_dir
+from tiersim.config.scenario import load_scenario
 from tiersim.simulate import simulate
 from tiersim.workload import build_step
 
@@ -134,7 +134,7 @@ def _fmt(value: object, digits: int = 4) -> str:
 
 def study_table(df: pd.DataFrame) -> str:
     """The study as one text table: model, strategy, phases, iteration, CXL-vs-NVMe speedup."""
-    from tiersim.report import format_table
+    from tiersim.analysis.report import format_table
 
     speed = speedup_table(df).set_index("model")
     headers = ["model", "strategy", "forward_s", "backward_s", "step_s", "iteration_s", "step_cpu_util",
@@ -159,8 +159,8 @@ def measured_runs(scenario_paths: Sequence[str | Path], overrides: Sequence[str]
     study scenario's model at its global batch (after ``overrides``): columns model, strategy,
     phase, seconds."""
     from tiersim.ingest.log_scenario import PHASES
-    from tiersim.profiles import read_yaml
-    from tiersim.schema import build
+    from tiersim.config.profiles import read_yaml
+    from tiersim.config.schema import build
     from tiersim.workload import ModelSpec
 
     def shape(data: object, source: str) -> tuple[ModelSpec, object] | None:
@@ -211,7 +211,7 @@ def measured_comparison(df: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFram
 
 def comparison_table(comparison: pd.DataFrame) -> str:
     """The measured-against-predicted comparison as text."""
-    from tiersim.report import format_table
+    from tiersim.analysis.report import format_table
 
     rows = [[r.model, r.strategy, r.phase, f"{r.measured_s:.3f}", f"{r.predicted_s:.3f}", f"{100 * r.error:+.1f}%"]
             for r in comparison.itertuples()]
@@ -233,7 +233,7 @@ def phase_figure(df: pd.DataFrame, measured: pd.DataFrame | None = None,
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    from tiersim.plots import PHASE_COLOURS
+    from tiersim.analysis.plots import PHASE_COLOURS
 
     data = df[df["fits"].astype(bool)]
     strategies = [s for s in STRATEGY_ORDER if s in set(data["strategy"])]

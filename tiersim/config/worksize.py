@@ -14,12 +14,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tiersim.errors import ConfigError
-from tiersim.limits import FORCE_HINT, MAX_TASKS, MAX_WHOLE
+from tiersim.config.limits import FORCE_HINT, MAX_TASKS, MAX_WHOLE
 from tiersim.strategies import STRATEGIES
 from tiersim.workload import parameter_count, step_shape
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tiersim.scenario import RunConfig
+    from tiersim.config.scenario import RunConfig
 
 EVENTS_PER_TASK = 2
 """At most this many engine events per task (a delay's timeout and a flow's finish timer)."""

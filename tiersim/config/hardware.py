@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from tiersim.errors import ConfigError
-from tiersim.profiles import (
+from tiersim.config.profiles import (
     CPUProfile,
     CXLProfile,
     DRAMProfile,
@@ -26,7 +26,7 @@ from tiersim.profiles import (
     Profile,
     find_profile,
 )
-from tiersim.schema import integer, size
+from tiersim.config.schema import integer, size
 
 TIERS = ("hbm", "dram", "cxl", "nvme")
 HEADROOM = {"hbm": 0.0, "dram": 0.02, "cxl": 0.0, "nvme": 0.0}

@@ -16,14 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from tiersim.errors import ConfigError
-from tiersim.hardware import Hardware, HardwareSpec, resolve_hardware
-from tiersim.limits import MAX_WHOLE
-from tiersim.profiles import HostProfile
-from tiersim.schema import build, to_plain
+from tiersim.config.hardware import Hardware, HardwareSpec, resolve_hardware
+from tiersim.config.limits import MAX_WHOLE
+from tiersim.config.profiles import HostProfile
+from tiersim.config.schema import build, to_plain
 from tiersim.strategies import STRATEGIES
 from tiersim.workload import ModelSpec, TrainingSpec
-from tiersim.worksize import check_bytes, check_run
-from tiersim.yamlfile import parse_value, read_yaml
+from tiersim.config.worksize import check_bytes, check_run
+from tiersim.config.yamlfile import parse_value, read_yaml
 
 SECTIONS = ("name", "description", "seed", "model", "training", "hardware", "strategies")
 
@@ -119,7 +119,7 @@ def load_scenario(
     ds_config: str | Path | None = None,
 ) -> list[RunConfig]:
     """Read, override and validate a scenario; one ``RunConfig`` per (selected) strategy.
-    ``force`` lifts the work limit (``tiersim.worksize``). ``ds_config``: a DeepSpeed JSON whose
+    ``force`` lifts the work limit (``tiersim.config.worksize``). ``ds_config``: a DeepSpeed JSON whose
     ZeRO, offload, aio, batch and precision settings replace the scenario's (``--set`` still
     wins); the keys tiersim does not model are named in one ``NotModeledWarning``."""
     path = Path(path)

@@ -3,7 +3,7 @@
 Config classes are frozen dataclasses whose fields declare how a file value is read through
 ``field(metadata=...)`` made by the helpers below (``size()``, ``rate()``, ``duration()``, ...).
 ``build(cls, data, source, path)`` checks for unknown and missing fields, parses units via
-``tiersim.units`` and enforces bounds, raising ``ConfigError`` naming the file and dotted field.
+``tiersim.config.units`` and enforces bounds, raising ``ConfigError`` naming the file and dotted field.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import typing
 from typing import Any, Callable, TypeVar
 
 from tiersim.errors import ConfigError
-from tiersim.units import Where, parse_bytes, parse_count, parse_flops, parse_rate, parse_time, whole
+from tiersim.config.units import Where, parse_bytes, parse_count, parse_flops, parse_rate, parse_time, whole
 
 T = TypeVar("T")
 

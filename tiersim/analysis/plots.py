@@ -9,7 +9,7 @@ iteration) are drawn as one bar when there are more than ``max_bars`` tasks (the
 says how many tasks it holds).
 
 ``write_report`` writes a run's figures as one HTML page, or (PNG, SVG, PDF) as one tall static
-figure that ``stack_figures`` assembles from the same figures (``tiersim.figure_export``).
+figure that ``stack_figures`` assembles from the same figures (``tiersim.analysis.figure_export``).
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def timeline_bars(result: Result, max_bars: int = 1500, merge_gap: float | None 
     gap = merge_gap if merge_gap is not None else (makespan / 2000 if len(work) > max_bars else -1.0)
     bars = _merge(work, gap)
     if links:
-        from tiersim.explain import task_graph
+        from tiersim.analysis.explain import task_graph
 
         link_bars = _link_intervals(result, task_graph(result))
         if not link_bars.empty:
@@ -177,7 +177,7 @@ def phase_bars(results: Sequence[Result] | pd.DataFrame, label: str = "strategy"
     """Stacked forward / backward / optimizer-step seconds, one bar per result (or frame row).
 
     A frame needs ``label`` and ``forward_s``, ``backward_s``, ``optimizer_step_s`` columns (as
-    ``tiersim.plan`` and ``tiersim.report.flat_row`` give); rows that do not fit are skipped.
+    ``tiersim.analysis.plan`` and ``tiersim.analysis.report.flat_row`` give); rows that do not fit are skipped.
     """
     if isinstance(results, pd.DataFrame):
         frame = results[results["fits"].astype(bool)] if "fits" in results else results
@@ -293,7 +293,7 @@ def stack_figures(figures: Sequence[go.Figure], title: str | None = None, width:
 def report_parts(results: Sequence[Result], source: str = "--plot") -> list[str | go.Figure]:
     """What a run's report shows, in order: phase bars, then per strategy its critical-path
     explanation (HTML text), timeline and utilisation, or why it does not fit."""
-    from tiersim.explain import explain
+    from tiersim.analysis.explain import explain
 
     fitted = [r for r in results if r.fits]
     if not fitted:
@@ -313,7 +313,7 @@ def write_report(results: Sequence[Result], path: str | Path, title: str | None 
                  plotlyjs: str = "inline") -> Path:
     """A run's report, in the format of ``path``'s extension: an HTML page (``plotlyjs``: inline,
     directory or cdn), or a PNG/SVG/PDF of the same figures stacked (without the text)."""
-    from tiersim.figure_export import STATIC_FORMATS, figure_format, write_html, write_static
+    from tiersim.analysis.figure_export import STATIC_FORMATS, figure_format, write_html, write_static
 
     fmt = figure_format(path)
     parts = report_parts(results, str(path))

@@ -1,9 +1,9 @@
 """Device profiles: typed, validated descriptions of GPUs, links, host memory, CXL and NVMe.
 
-A profile is a YAML file in a profile directory (the bundled ones, ``tiersim.bundled``; the
+A profile is a YAML file in a profile directory (the bundled ones, ``tiersim.config.bundled``; the
 directories in ``TIERSIM_PROFILE_PATH`` or given with ``--profile-path``; ``./device_profiles``)
 or a path given directly. Each file has ``kind``,
-``name``, ``description``, the figures of that kind (units allowed, see ``tiersim.units``) and
+``name``, ``description``, the figures of that kind (units allowed, see ``tiersim.config.units``) and
 ``sources``: one citation per figure. All values are stored in base units: bytes, bytes/s,
 FLOP/s, seconds.
 """
@@ -17,10 +17,10 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TypeVar, Union, overload
 
-from tiersim.bundled import bundled_dir
+from tiersim.config.bundled import bundled_dir
 from tiersim.errors import ConfigError
-from tiersim.schema import build, duration, flops, integer, number, rate, size
-from tiersim.yamlfile import read_yaml
+from tiersim.config.schema import build, duration, flops, integer, number, rate, size
+from tiersim.config.yamlfile import read_yaml
 
 DEFAULT_PROFILE_DIR = bundled_dir("device_profiles")
 """The bundled profiles (the checkout's ``device_profiles/`` in an editable install)."""

@@ -52,12 +52,12 @@ from typing import Any
 import pandas as pd
 
 from tiersim.errors import ConfigError
-from tiersim.hardware import TIERS, Hardware
+from tiersim.config.hardware import TIERS, Hardware
 from tiersim.results import PHASES, Result
-from tiersim.scenario import RunConfig, scenario_from_dict, with_overrides
+from tiersim.config.scenario import RunConfig, scenario_from_dict, with_overrides
 from tiersim.simulate import simulate
 from tiersim.workload import parameter_count
-from tiersim.yamlfile import read_yaml
+from tiersim.config.yamlfile import read_yaml
 
 GIB = 2**30
 SECONDS_PER_YEAR = 365 * 24 * 3600
@@ -97,7 +97,7 @@ class Scenario:
     source: str
     search: tuple[Path, ...] = ()
     force: bool = False
-    """Lift the work limit on each candidate (``tiersim.worksize``)."""
+    """Lift the work limit on each candidate (``tiersim.config.worksize``)."""
 
     def configs(self, data: dict[str, Any] | None = None, strategies: Sequence[str] = ()) -> list[RunConfig]:
         """Validate ``data`` (default: the scenario itself) into run configs."""

@@ -1,0 +1,1 @@
+"""What a result means: explanations, tables, figures, capacity planning and the seed study."""
