@@ -11,8 +11,12 @@ the result row) measured in-process on a sample of the configs, and a markdown t
 runs, best wall seconds (planning, pool start, runs, Parquet parts and the final file), best
 and every runs/s, and the best's speed-up over the first row. Target (issue 5): at least 200
 runs/s on 2 cores. ``instructions_per_run.py`` counts instructions instead of seconds.
+``--dask-workers 1 2 4`` also runs the sweep on a Dask ``LocalCluster`` of that many
+single-threaded worker processes (started before the clock starts, closed after), one table
+row per cluster size (issue 15: the README gives runs/s for 1, 2 and 4 workers).
 
     python3 benchmarks/sweep_throughput.py --points 1000 --jobs 1 2
+    python3 benchmarks/sweep_throughput.py --points 1000 --jobs 1 --dask-workers 1 2 4
 """
 
 from __future__ import annotations
@@ -75,6 +79,8 @@ def main() -> int:
     parser.add_argument("--sample", type=int, default=50, help="configs timed in-process for CPU ms/run")
     parser.add_argument("--chunk-size", type=int, default=None)
     parser.add_argument("--repeat", type=int, default=3, help="sweeps per --jobs value (the VM's speed drifts)")
+    parser.add_argument("--dask-workers", type=int, nargs="*", default=[],
+                        help="also run on a Dask LocalCluster of each of these worker counts")
     args = parser.parse_args()
     spec = sweep_spec(args.points)
     t0 = time.perf_counter()
@@ -84,21 +90,36 @@ def main() -> int:
     print(f"{args.points} points of 70B (global_batch 4, nvme), planning {planning:.2f} s, "
           f"{cpu_ms:.1f} ms CPU per run (simulate + row) in-process (mean of {args.sample})")
     print()
-    print("| jobs | runs | wall s (best) | runs/s (best) | runs/s (each repeat) | speed-up (best) |")
-    print("|-----:|-----:|--------------:|--------------:|---------------------:|----------------:|")
-    first = None
+    print("| backend | runs | wall s (best) | runs/s (best) | runs/s (each repeat) | speed-up (best) |")
+    print("|---|-----:|--------------:|--------------:|---------------------:|----------------:|")
+    first: float | None = None
     for jobs in args.jobs:
-        rates, walls = [], []
-        for _ in range(args.repeat):
-            with tempfile.TemporaryDirectory() as tmp:
-                outcome = run_sweep(spec, jobs=jobs, out=Path(tmp) / "out", chunk_size=args.chunk_size)
-            rates.append(outcome.total / outcome.seconds)
-            walls.append(outcome.seconds)
-        best = max(rates)
-        first = first or best
-        each = ", ".join(f"{rate:.1f}" for rate in rates)
-        print(f"| {jobs} | {outcome.total} | {min(walls):.1f} | {best:.1f} | {each} | {best / first:.2f}x |", flush=True)
+        first = row(f"jobs {jobs}", spec, args, first, jobs=jobs)
+    for workers in args.dask_workers:
+        from distributed import LocalCluster
+
+        with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                          dashboard_address=None) as cluster:
+            first = row(f"Dask LocalCluster, {workers} workers", spec, args, first, jobs=None, scheduler=cluster)
     return 0
+
+
+def row(label: str, spec: dict, args: argparse.Namespace, first: float | None, **backend: object) -> float:
+    """Run the sweep ``args.repeat`` times on one backend and print its table row; the first
+    row's best runs/s (the speed-up's base)."""
+    rates, walls = [], []
+    total = 0
+    for _ in range(args.repeat):
+        with tempfile.TemporaryDirectory() as tmp:
+            outcome = run_sweep(spec, out=Path(tmp) / "out", chunk_size=args.chunk_size, **backend)  # type: ignore[arg-type]
+        total = outcome.total
+        rates.append(outcome.total / outcome.seconds)
+        walls.append(outcome.seconds)
+    best = max(rates)
+    base = first or best
+    each = ", ".join(f"{rate:.1f}" for rate in rates)
+    print(f"| {label} | {total} | {min(walls):.1f} | {best:.1f} | {each} | {best / base:.2f}x |", flush=True)
+    return base
 
 
 if __name__ == "__main__":

@@ -84,6 +84,10 @@ class _Loop:
     """At the last boundary: tasks pending, the oldest of them (its position, or its distance
     from the iteration's first task), timers armed and the phase; a state can only repeat
     one of equal signature."""
+    timers: list[float] = field(default_factory=list)
+    """At the last boundary: seconds to each pending timer, in order; a state can only repeat
+    one whose timers are as far off (a queue that drains or grows moves them: comparing them
+    first spares reading every pending task)."""
 
 
 @dataclass
@@ -119,7 +123,12 @@ class _State:
                     return False
                 if abs(what[3] - had[3]) > time_tol:
                     return False
-        return all(abs(a - b) <= time_tol for a, b in zip(self.timers, before.timers))
+        return _close(self.timers, before.timers, time_tol)
+
+
+def _close(times: list[float], other: list[float], tol: float) -> bool:
+    """Whether two equally long lists of seconds agree to ``tol`` each."""
+    return all(abs(a - b) <= tol for a, b in zip(times, other))
 
 
 class Session:
@@ -198,9 +207,12 @@ class Session:
             return None
         oldest = next(iter(run.pending), -1)  # a task from before the loop is named by position
         head = oldest if oldest < loop.first[0] else oldest - loop.first[-1]
+        now = env.now
         signature = (len(run.pending), head, len(run.network.armed), run.accounts.phase)
-        if signature != loop.signature:  # cannot repeat the last state: not worth taking
-            loop.signature = signature
+        timers = sorted(due - now for due in run.network.armed)
+        alike = signature == loop.signature and _close(timers, loop.timers, _TIME_TOL * max(1.0, now))
+        loop.signature, loop.timers = signature, timers
+        if not alike:  # cannot repeat the last state: not worth taking
             return None
         if loop.state_cost > STATE_BUDGET * (len(self.graph.tasks) - loop.first[0]) + STATE_BUDGET_BASE:
             return None  # states this large never repeated: simulate on without taking them
@@ -235,7 +247,7 @@ class Session:
                 what = (1, start[p] + delay[p] - now)
             tasks.append((who, what))
         totals = {"accounts": accounts.totals(), "network": network.totals()}
-        return _State(now, tasks, sorted(due - now for due in network.armed), accounts.phase, totals)
+        return _State(now, tasks, loop.timers, accounts.phase, totals)
 
     def _skip(self, loop: _Loop, before: _State, state: _State, times: int) -> None:
         """Fast-forward ``times`` periods of ``state.now - before.now`` seconds."""
