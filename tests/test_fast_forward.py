@@ -92,6 +92,46 @@ def test_engine_loops_give_the_full_run(n: int, streams: int, shared: bool) -> N
     assert fast.accounts.stream_busy == pytest.approx(full.accounts.stream_busy, rel=REL)
 
 
+def test_runs_of_finds_runs_and_repeating_patterns() -> None:
+    """Equal keys in a row are one run; a pattern of a few keys repeated three times or more is
+    one run of blocks; warmup iterations are each their own."""
+    assert runs_of(("a", "a", "a", "b")) == (("a", 3, 1), ("b", 1, 1))
+    assert runs_of(tuple("xbcbcbcbcdddd"), 1) == (
+        (("warmup", 0, "x"), 1, 1), (("period", ("b", "c")), 4, 2), ("d", 4, 1))
+    assert runs_of(tuple("aabaabaab")) == ((("period", ("a", "a", "b")), 3, 3),)
+    assert runs_of(tuple("abab")) == (("a", 1, 1), ("b", 1, 1), ("a", 1, 1), ("b", 1, 1))  # two blocks: no skip
+    keys = tuple("q") + tuple("rst") * 20 + tuple("uu")
+    assert sum(count * width for _key, count, width in runs_of(keys, 1)) == len(keys)
+
+
+@settings(max_examples=40, deadline=None)
+@given(blocks=st.integers(1, 30), pattern=st.lists(st.integers(1, 4), min_size=2, max_size=5), shared=st.booleans())
+def test_a_loop_of_repeating_size_patterns_gives_the_full_run(blocks: int, pattern: list[int], shared: bool) -> None:
+    """Sub-groups of a few sizes in turn (as a layer's tensors split): skipped block by block,
+    with the whole graph's makespan and counters."""
+    sizes = tuple(pattern) * blocks
+
+    def schedule(session: Session) -> None:
+        done: list[str] = []
+        for i in session.repeat(runs_of(sizes, 1)):
+            deps = (done[-1],) if i else ()
+            read = session.add(Task(f"r{i}", "read", "step", "copy", 1e-5, 1e8 * sizes[i], (("nvme", 1.0),), deps=deps))
+            done.append(session.add(Task(f"u{i}", "cpu", "step", "adam", 1e-3 * sizes[i], deps=(read,))))
+            link = "nvme" if shared else "nvme_w"
+            session.add(Task(f"w{i}", "write", "step", "copy", 1e-5, 1e8 * sizes[i], ((link, 1.0),), deps=(done[-1],)))
+    capacity = {"nvme": 2e10, "nvme_w": 1e11}.__getitem__
+    fast, _ = run_schedule(schedule, capacity, fast_forward=True)
+    full, _ = run_schedule(schedule, capacity, fast_forward=False)
+    assert fast.makespan == pytest.approx(full.makespan, rel=REL)
+    for name in ("link_busy", "link_units_moved"):
+        for link, value in getattr(full, name).items():
+            assert getattr(fast, name)[link] == pytest.approx(value, rel=REL), (name, link)
+    assert fast.accounts.stream_busy == pytest.approx(full.accounts.stream_busy, rel=REL)
+    assert fast.accounts.busy == pytest.approx(full.accounts.busy, rel=REL)
+    if blocks >= 10 and len(set(pattern)) > 1:
+        assert not fast.complete and fast.events < full.events
+
+
 def test_a_late_lazy_task_falls_back_to_the_whole_graph() -> None:
     """An iteration whose second task could start before its first: building it when the
     previous iteration's first task starts would be late, so the run is built whole."""

@@ -36,8 +36,14 @@ a loop whose large states keep failing to repeat (a queue that grows) then simul
 without taking them, so its cost stays linear in its tasks."""
 STATE_BUDGET_BASE = 4096
 
-Runs = Sequence[tuple[Hashable, int]]
-"""A loop's iterations as (key, count) runs of consecutive iterations with equal keys."""
+LoopRun = tuple[Hashable, int] | tuple[Hashable, int, int]
+"""(key, count) or (key, count, width): ``count`` consecutive blocks of ``width`` iterations
+(1 when not given) whose keys are alike, block for block."""
+Runs = Sequence[LoopRun]
+"""A loop's iterations as runs of alike blocks."""
+
+MAX_PERIOD = 8
+"""Longest block of iterations ``runs_of`` looks for a repeating pattern in."""
 
 _TIME_TOL = 1e-11
 """Seconds of float residue per second of simulated time two states may differ by."""
@@ -56,18 +62,35 @@ class TaskLimit(Exception):
 
 
 @functools.lru_cache(maxsize=256)
-def runs_of(keys: tuple[Hashable, ...], warmup: int = 0) -> tuple[tuple[Hashable, int], ...]:
-    """``keys`` run-length encoded; the first ``warmup`` iterations are each their own (a loop
-    whose dependencies reach back ``warmup`` iterations builds its first ones differently)."""
-    out: list[tuple[Hashable, int]] = []
-    for i, key in enumerate(keys):
-        if i < warmup:
-            key = ("warmup", i, key)
-        if out and out[-1][0] == key:
-            out[-1] = (key, out[-1][1] + 1)
-        else:
-            out.append((key, 1))
+def runs_of(keys: tuple[Hashable, ...], warmup: int = 0) -> tuple[tuple[Hashable, int, int], ...]:
+    """``keys`` as runs of blocks: the first ``warmup`` iterations are each their own (a loop
+    whose dependencies reach back ``warmup`` iterations builds its first ones differently);
+    after them, equal keys in a row are one run of one-iteration blocks, and a pattern of up
+    to ``MAX_PERIOD`` keys repeated three times or more (a layer's tensors split into
+    sub-groups of a few sizes, in turn) is one run of blocks of that width, the longest
+    stretch found first."""
+    out: list[tuple[Hashable, int, int]] = [(("warmup", i, key), 1, 1) for i, key in enumerate(keys[:warmup])]
+    i = len(out)
+    while i < len(keys):
+        count, width = _repeats(keys, i, 1), 1
+        for period in range(2, MAX_PERIOD + 1):
+            blocks = _repeats(keys, i, period)
+            if blocks >= 3 and blocks * period > count * width:
+                count, width = blocks, period
+        out.append(((keys[i] if width == 1 else ("period", keys[i:i + width])), count, width))
+        i += count * width
     return tuple(out)
+
+
+def _repeats(keys: tuple[Hashable, ...], start: int, width: int) -> int:
+    """How many times ``keys[start:start + width]`` repeats in a row from ``start``."""
+    block = keys[start:start + width]
+    if len(block) < width:
+        return 0
+    count = 1
+    while keys[start + count * width:start + (count + 1) * width] == block:
+        count += 1
+    return count
 
 
 @dataclass
@@ -149,31 +172,33 @@ class Session:
     def repeat(self, runs: Runs) -> Iterator[int]:
         """The indices of a loop's iterations (0, 1, ...), as many as ``runs`` counts; with
         fast-forward, those past a repeating state within a run are skipped."""
+        blocks = [(run[0], run[1], run[2] if len(run) == 3 else 1) for run in runs]  # type: ignore[misc]
         if self.run is None:
-            for i in range(sum(count for _key, count in runs)):
+            for i in range(sum(count * width for _key, count, width in blocks)):
                 self._check_size()
                 yield i
             return
         loop = _Loop()
         index = 0
-        for key, count in runs:
-            last = index + count - 1
+        for key, count, width in blocks:
             before: _State | None = None
-            i = index
-            while i <= last:
-                if loop.first:
-                    state = self._boundary(loop, with_state=i - 1 >= index)
+            block = 0
+            while block < count:
+                if loop.first:  # a state at each block's start, relative to the block before
+                    state = self._boundary(loop, with_state=block >= 1)
                     if state is not None and before is not None and state.repeats(before):
-                        self._skip(loop, before, state, last - (i - 1))
+                        self._skip(loop, before, state, count - block, width)
                         break
                     before = state
-                self._check_size()
-                loop.first.append(len(self.graph.tasks))
-                loop.index.append(i)
-                loop.key.append(key)
-                yield i
-                i += 1
-            index = last + 1
+                start = index + block * width
+                for i in range(start, start + width):
+                    self._check_size()
+                    loop.first.append(len(self.graph.tasks))
+                    loop.index.append(i)
+                    loop.key.append(key if width == 1 else (key, i - start))
+                    yield i
+                block += 1
+            index += count * width
 
     def _check_size(self) -> None:
         if self.max_tasks is not None and len(self.graph.tasks) > self.max_tasks:
@@ -249,8 +274,9 @@ class Session:
         totals = {"accounts": accounts.totals(), "network": network.totals()}
         return _State(now, tasks, loop.timers, accounts.phase, totals)
 
-    def _skip(self, loop: _Loop, before: _State, state: _State, times: int) -> None:
-        """Fast-forward ``times`` periods of ``state.now - before.now`` seconds."""
+    def _skip(self, loop: _Loop, before: _State, state: _State, times: int, width: int) -> None:
+        """Fast-forward ``times`` periods of ``state.now - before.now`` seconds, each a block of
+        ``width`` iterations."""
         run = self.run
         assert run is not None
         network, accounts, env = run.network, run.accounts, run.env
@@ -268,8 +294,8 @@ class Session:
                 start[p] += seconds
             if end[p] >= 0:
                 end[p] += seconds
-        loop.index[:] = [i + times for i in loop.index]
-        self.skipped += times
+        loop.index[:] = [i + times * width for i in loop.index]
+        self.skipped += times * width
 
 
 def run_schedule(schedule: Callable[[Session], None], capacity_of: Callable[[str], float],
