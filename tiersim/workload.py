@@ -156,6 +156,11 @@ class TrainingStep:
         return tuple(shapes.setdefault(replace(layer, name=""), len(shapes)) for layer in self.layers)
 
     @functools.cached_property
+    def largest_tensor(self) -> int:
+        """Elements of the model's largest tensor."""
+        return max(max(layer.tensors) for layer in self.layers)
+
+    @functools.cached_property
     def subgroup_sizes(self) -> tuple[int, ...]:
         """Each optimizer sub-group's elements (sub-groups of equal size update alike)."""
         return tuple(group.numel for group in self.subgroups)

@@ -370,7 +370,7 @@ def place_gpu_common(step: TrainingStep, placement: Placement, gpu: GPUProfile, 
     placement.put("hbm", "reduce bucket", step.training.reduce_bucket_size * step.lp_bytes)
     transient = {
         "activations": step.activation_peak_bytes(),
-        "gradient of the largest tensor": max(max(layer.tensors) for layer in step.layers) * step.lp_bytes,
+        "gradient of the largest tensor": step.largest_tensor * step.lp_bytes,
         "fp32 gradient partitions (on their way to the host)": gradient_conversion,
     }
     if step.training.zero_stage >= 3 and step.training.data_parallel > 1:
@@ -390,8 +390,7 @@ def place_host_runtime(step: TrainingStep, placement: Placement) -> None:
 
 def largest_partition(step: TrainingStep) -> int:
     """Elements of the largest tensor partition one rank owns (ZeRO-3 partitions each tensor)."""
-    dp = step.training.data_parallel
-    return max(math.ceil(numel / dp) for layer in step.layers for numel in layer.tensors)
+    return math.ceil(step.largest_tensor / step.training.data_parallel)  # ceil is monotone
 
 
 def pcie_kind(b: StepBuilder, direction: str, phase: str, memory: HostMemory, rate_cap: float = math.inf) -> TaskKind:
