@@ -118,7 +118,8 @@ def speedup_table(df: pd.DataFrame) -> pd.DataFrame:
             "cxl_vs_nvme_reduction_pct": 100.0 * (1 - cxl / nvme) if cxl and nvme else None,
             "cxl_vs_dram_slowdown_pct": 100.0 * (cxl / dram - 1) if cxl and dram else None,
             "ordering": " < ".join(s for _, s in fitting),
-            "cxl_closer_to_dram": (cxl - dram < nvme - cxl) if None not in (dram, cxl, nvme) else None,
+            "cxl_closer_to_dram": (cxl - dram < nvme - cxl) if dram is not None and cxl is not None and nvme is not None
+            else None,
         }
         out.append(row)
     return pd.DataFrame(out)

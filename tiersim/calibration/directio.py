@@ -21,9 +21,12 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from tiersim.calibration.placement import pin_current_thread
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
 
 ALIGN = 4096
 O_DIRECT_MODE = "O_DIRECT"
@@ -73,12 +76,11 @@ class AlignedBuffer:
         if pin:
             self.pinned = _cuda_host_register(self)
 
-    def tensor(self, numel: int, dtype: object = None, offset: int = 0) -> "object":
+    def tensor(self, numel: int, dtype: torch.dtype | None = None, offset: int = 0) -> torch.Tensor:
         """A tensor of ``numel`` elements viewing this memory from byte ``offset``."""
         import torch
 
-        dtype = dtype or torch.float32
-        return torch.frombuffer(self.mm, dtype=dtype, count=numel, offset=offset)  # type: ignore[arg-type]
+        return torch.frombuffer(self.mm, dtype=dtype or torch.float32, count=numel, offset=offset)
 
     def close(self) -> None:
         try:
@@ -105,7 +107,7 @@ class BufferWindow:
         self.nbytes = nbytes
         self.view = parent.view[offset:offset + nbytes]
 
-    def tensor(self, numel: int, dtype: object = None) -> "object":
+    def tensor(self, numel: int, dtype: torch.dtype | None = None) -> torch.Tensor:
         return self.parent.tensor(numel, dtype, self.offset)
 
     def close(self) -> None:
@@ -222,7 +224,7 @@ class IOHandle:
     def __init__(self, futures: list[Future[int]], after: object = None) -> None:
         self.futures = futures
         self.after = after
-        self.bytes = None
+        self.bytes: int | None = None
 
     def wait(self) -> int:
         if self.bytes is None:

@@ -147,14 +147,14 @@ def dram_latency(entries: int = 1 << 23, steps: int = 300_000, seed: int = 0, on
 # --------------------------------------------------------------------------- CPU Adam
 
 
-def make_cpu_adam(params: object, variant: str, lr: float = 1e-3) -> "torch.optim.Adam":
+def make_cpu_adam(params: torch.Tensor | Sequence[torch.Tensor], variant: str, lr: float = 1e-3) -> torch.optim.Adam:
     """torch.optim.Adam over ``params`` (a tensor, or a list of them) with the ``foreach`` or
     ``fused`` CPU implementation."""
     import torch
 
     if variant not in ("foreach", "fused"):
         raise ValueError(f"unknown Adam variant {variant!r}")
-    group = params if isinstance(params, list) else [params]
+    group = [params] if isinstance(params, torch.Tensor) else list(params)
     return torch.optim.Adam(group, lr=lr, foreach=variant == "foreach", fused=variant == "fused")
 
 

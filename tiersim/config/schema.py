@@ -127,7 +127,7 @@ def _convert(tp: Any, value: object, where: Where) -> Any:
             raise ConfigError(*where, f"expected a mapping, got {value!r}")
         _key_tp, val_tp = typing.get_args(tp)
         return {str(k): _convert(val_tp, v, (where[0], f"{where[1]}.{k}")) for k, v in value.items()}
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return build(tp, value, where[0], where[1])
     if tp is bool:
         if not isinstance(value, bool):
@@ -157,7 +157,7 @@ def build(cls: type[T], data: object, source: str, path: str = "") -> T:
     """Build dataclass ``cls`` from mapping ``data``; errors name ``source`` and the dotted path."""
     if not isinstance(data, dict):
         raise ConfigError(source, path or "(top level)", f"expected a mapping, got {data!r}")
-    hints, fields = _schema(cls)
+    hints, fields = _schema(cls)  # type: ignore[arg-type]  # classes are hashable
     for key in data:
         if key not in fields:
             known = ", ".join(sorted(fields))

@@ -129,12 +129,14 @@ class DriftProbes:
         (scaled to the probe's size), else the fitted model's time."""
         reference = self.model_seconds()
         cal = self.host.calibration if isinstance(self.host.calibration, dict) else {}
-        adam = cal.get("adam") if isinstance(cal.get("adam"), dict) else {}
+        adam = cal.get("adam")
+        adam = adam if isinstance(adam, dict) else {}
         for record in adam.get("records") or ():
             if (record.get("variant"), record.get("numel"), record.get("threads")) == (
                     self.variant, ADAM_PROBE_NUMEL, 1) and record.get("seconds"):
                 reference["adam"] = float(record["seconds"])
-        files = cal.get("file_io") if isinstance(cal.get("file_io"), dict) else {}
+        files = cal.get("file_io")
+        files = files if isinstance(files, dict) else {}
         for record in files.get("records") or ():
             if (record.get("block_size"), record.get("workers")) == (IO_PROBE_BLOCK, IO_PROBE_WORKERS) and \
                     record.get("op") in ("read", "write") and record.get("seconds") and record.get("bytes"):

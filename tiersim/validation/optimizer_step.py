@@ -9,7 +9,7 @@ a real execution of the same algorithm.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Literal, Sequence
+from typing import Sequence
 
 from tiersim.engine import Task, run_graph
 from tiersim.config.hardware import Hardware
@@ -31,14 +31,15 @@ def host_hardware(host: HostProfile, threads: int, gpu: GPUProfile | None = None
 
 def predict_optimizer_step(
     host: HostProfile,
-    strategy: Literal["dram", "nvme"],
+    strategy: str,
     subgroup_numels: Sequence[int],
     *,
     threads: int,
     swap: SwapOptions | None = None,
     gpu: GPUProfile | None = None,
 ) -> float:
-    """Seconds for one optimizer step over sub-groups of ``subgroup_numels`` fp32 elements."""
+    """Seconds for one optimizer step over sub-groups of ``subgroup_numels`` fp32 elements, under
+    ``strategy`` (a name in ``STRATEGIES``: "dram", "nvme", "gpu"; swap options apply to "nvme")."""
     training = TrainingSpec(global_batch=1)
     groups = tuple(SubGroup(i, int(n)) for i, n in enumerate(subgroup_numels))
     step = replace(build_step(_PLACEHOLDER_MODEL, training), subgroups=groups, rank_params=sum(subgroup_numels))
