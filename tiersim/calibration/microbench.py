@@ -7,6 +7,7 @@ caller can drive a progress bar. Times are medians of repeats after a warm-up, i
 from __future__ import annotations
 
 import array
+import functools
 import os
 import statistics
 import tempfile
@@ -68,7 +69,7 @@ def memcpy_bandwidth(
         inner = max(1, (64 << 20) // max(size, 1))
         for t in threads:
             with compute_threads(t):
-                secs, samples = median_time(lambda: dst.copy_(src), repeats, warmup=2, inner=inner)
+                secs, samples = median_time(functools.partial(dst.copy_, src), repeats, warmup=2, inner=inner)
             records.append({"size": numel * 4, "threads": t, "seconds": secs, "samples": samples})
             _tick(on_point)
         del src, dst
@@ -408,6 +409,22 @@ def cuda_available() -> bool:
         return False
 
 
+def _synced_copy(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool) -> None:
+    """Copy ``src`` into ``dst`` and wait for the device."""
+    import torch
+
+    dst.copy_(src, non_blocking=non_blocking)
+    torch.cuda.synchronize()
+
+
+def _synced_step(opt: torch.optim.Optimizer) -> None:
+    """One optimizer step, waited for on the device."""
+    import torch
+
+    opt.step()
+    torch.cuda.synchronize()
+
+
 def cuda_copy(sizes: Sequence[int], repeats: int = 5, on_point: OnPoint = None) -> list[Record]:
     """Host<->device copies of ``size`` bytes, pinned and pageable host memory, both directions,
     synchronised per copy. Records: direction (h2d/d2h), pinned, size, seconds."""
@@ -421,18 +438,11 @@ def cuda_copy(sizes: Sequence[int], repeats: int = 5, on_point: OnPoint = None) 
         for pinned in (True, False):
             host = torch.empty(numel, pin_memory=pinned)
             for direction in ("h2d", "d2h"):
-                if direction == "h2d":
-                    def fn() -> None:
-                        gpu.copy_(host, non_blocking=pinned)
-                        torch.cuda.synchronize()
-                else:
-                    def fn() -> None:
-                        host.copy_(gpu, non_blocking=pinned)
-                        torch.cuda.synchronize()
-                secs, samples = median_time(fn, repeats, warmup=2)
+                dst, src = (gpu, host) if direction == "h2d" else (host, gpu)
+                secs, samples = median_time(functools.partial(_synced_copy, dst, src, pinned), repeats, warmup=2)
                 records.append({"direction": direction, "pinned": pinned, "size": numel * 4, "seconds": secs})
                 _tick(on_point)
-            del host
+            del host, dst, src
         del gpu
     return records
 
@@ -449,12 +459,7 @@ def gpu_adam(numels: Sequence[int], repeats: int = 5, on_point: OnPoint = None) 
             opt = torch.optim.Adam([p], lr=1e-3, fused=True)
         except (RuntimeError, TypeError, ValueError):
             opt = torch.optim.Adam([p], lr=1e-3, foreach=True)
-
-        def fn() -> None:
-            opt.step()
-            torch.cuda.synchronize()
-
-        secs, _ = median_time(fn, repeats, warmup=2)
+        secs, _ = median_time(functools.partial(_synced_step, opt), repeats, warmup=2)
         records.append({"numel": numel, "seconds": secs})
         _tick(on_point)
         del p, opt
