@@ -20,6 +20,7 @@ import os
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import TypeAlias
 
 import plotly.graph_objects as go
@@ -86,7 +87,8 @@ def check_target(path: str | Path | None, option: str = "--plot") -> str | None:
     return fmt
 
 
-def _kaleido(path: str | Path, option: str):  # -> the kaleido module
+def _kaleido(path: str | Path, option: str) -> ModuleType:
+    """The kaleido module, or a ConfigError naming ``option`` when it is not installed."""
     try:
         import kaleido
     except ImportError:

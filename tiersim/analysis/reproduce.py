@@ -12,7 +12,7 @@ import dataclasses
 import math
 import re
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import pandas as pd
 
@@ -20,6 +20,9 @@ from tiersim.config.bundled import bundled_dir
 from tiersim.config.scenario import load_scenario
 from tiersim.simulate import simulate
 from tiersim.workload import build_step
+
+if TYPE_CHECKING:  # pragma: no cover
+    import plotly.graph_objects as go
 
 STUDIES = {
     "seed": "seed-*.yaml",
@@ -227,7 +230,7 @@ _PHASE_LABELS = {"forward": "forward", "backward": "backward", "optimizer_step":
 
 
 def phase_figure(df: pd.DataFrame, measured: pd.DataFrame | None = None,
-                 title: str = "Iteration time by phase"):  # -> go.Figure
+                 title: str = "Iteration time by phase") -> go.Figure:
     """Stacked forward/backward/step bars: one panel per strategy (each with its own seconds
     axis), one bar per model; with ``measured`` (``MEASURED_COLUMNS``), a hatched ``measured``
     bar stands beside the predicted (``tiersim``) one of each model and strategy it has values for."""

@@ -185,7 +185,7 @@ def cpu_adam(
         for variant in variants:
             try:
                 opt = make_cpu_adam(param, variant)
-                opt.step()  # type: ignore[attr-defined]
+                opt.step()
             except (RuntimeError, TypeError, ValueError) as exc:  # fused may be missing
                 records.append({"variant": variant, "numel": numel, "error": str(exc)})
                 continue
@@ -233,13 +233,13 @@ def cpu_adam_overhead(
     for variant in variants:
         try:
             opt = make_cpu_adam(param, variant)
-            opt.step()  # type: ignore[attr-defined]
+            opt.step()
         except (RuntimeError, TypeError, ValueError) as exc:
             records.append({"variant": variant, "numel": numel, "error": str(exc)})
             continue
         for t in threads:
             with compute_threads(t):
-                secs, _ = median_time(opt.step, repeats, warmup=10, inner=200)  # type: ignore[attr-defined]
+                secs, _ = median_time(opt.step, repeats, warmup=10, inner=200)
             records.append({"variant": variant, "numel": numel, "threads": t, "seconds": secs})
             _tick(on_point)
     return records

@@ -141,7 +141,7 @@ def _whole(source: str, key: str, value: object) -> int:
 def _stage(source: str, key: str, value: object) -> int:
     if value not in (0, 1, 2, 3) or isinstance(value, bool):
         raise ConfigError(source, key, f"expected a ZeRO stage 0, 1, 2 or 3, got {value!r}")
-    return int(value)  # type: ignore[call-overload]
+    return int(value)
 
 
 def _boolean(source: str, key: str, value: object) -> bool:
