@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import copy
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +55,7 @@ from tiersim.config.hardware import TIERS, Hardware
 from tiersim.results import PHASES, Result
 from tiersim.config.scenario import RunConfig, scenario_from_dict, with_overrides
 from tiersim.simulate import simulate
+from tiersim.strategies.base import Misfit
 from tiersim.workload import parameter_count
 from tiersim.config.yamlfile import read_yaml
 
@@ -160,23 +160,19 @@ def cost_per_iteration(cost: float | None, iteration_time_s: float | None,
 # --------------------------------------------------------------------------------------------
 # binding constraint
 
-_CAPACITY = re.compile(r"^(\w+) needs ([\d.]+) GB (per GPU|on the node) but has ([\d.]+) GB")
-
-
 def binding_tier(result: Result) -> str | None:
     """The tier whose capacity a non-fitting result exceeds (None if it fits or lacks a device)."""
-    match = _CAPACITY.match(result.reason or "")
-    return match.group(1) if match and not result.fits else None
+    return result.misfit.tier if isinstance(result.misfit, Misfit) else None
 
 
 def binding_constraint(result: Result) -> str:
     """One phrase: the capacity that fails, or the busiest resource of the step and the main phase."""
     if not result.fits:
-        match = _CAPACITY.match(result.reason or "")
-        if match:
-            tier, need, where, have = match.groups()
-            return f"capacity: {tier} (needs {need} GB {where}, has {have} GB)"
-        return f"missing: {result.reason}"
+        misfit = result.misfit
+        if isinstance(misfit, Misfit):
+            return (f"capacity: {misfit.tier} (needs {misfit.need_bytes / 1e9:.1f} GB {misfit.scope}, "
+                    f"has {misfit.have_bytes / 1e9:.1f} GB)")
+        return f"missing: {misfit}"
     assert result.phases is not None and result.iteration_time_s
     phase = max(PHASES, key=lambda p: result.phases[p])  # type: ignore[index]
     share = result.phases[phase] / result.iteration_time_s
