@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 from tiersim.errors import ConfigError
-from tiersim.ingest.log_scenario import PHASES, log_scenario, measured_table
+from tiersim.ingest.log_scenario import PHASES, log_document, measured_table
 from tiersim.ingest.training_log import read_log
 from tiersim.analysis.report import TABLE_WIDTH, format_table
 
@@ -40,7 +40,7 @@ def import_log_command(args: argparse.Namespace) -> int:
     imported = []
     for path in args.logs:
         log = read_log(path)
-        imported.append((log, log_scenario(log), measured_table(log)))
+        imported.append((log, log_document(log).data, measured_table(log)))
     if args.out is not None:
         try:
             args.out.mkdir(parents=True, exist_ok=True)
