@@ -124,9 +124,8 @@ class ScenarioDocument:
     def with_strategy(self, name: str) -> ScenarioDocument:
         """A variant running only strategy ``name``: its entry here, or its default options."""
         entry = self.strategy_entries().get(name, {"name": name})
-        prefix = f"{STRATEGY_SECTION}.{name}."
-        origins = {p: o for p, o in self.origins.items()
-                   if p != STRATEGY_SECTION and (not p.startswith(STRATEGY_SECTION + ".") or p.startswith(prefix))}
+        others = tuple(f"{STRATEGY_SECTION}.{other}." for other in self.strategy_entries() if other != name)
+        origins = {p: o for p, o in self.origins.items() if not p.startswith(others)}
         return replace(self, data={**self.data, STRATEGY_SECTION: [entry]}, origins=origins)
 
     def origin(self, path: str) -> tuple[str, Origin] | None:
