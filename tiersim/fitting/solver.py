@@ -26,7 +26,7 @@ from tiersim.config.hardware import Hardware
 from tiersim.ingest.log_scenario import log_document, steady_state
 from tiersim.ingest.training_log import read_log
 from tiersim.config.profiles import HostProfile
-from tiersim.config.document import Origin, ScenarioDocument
+from tiersim.config.document import Origin
 from tiersim.config.scenario import RunConfig
 from tiersim.simulate import simulate
 
