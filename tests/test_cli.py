@@ -126,7 +126,7 @@ def _scenario(tmp_path: Path, edit: dict[str, object] | None = None, text: str |
         ({"hardware.gpu": "h900"}, None, "bad.yaml: hardware.gpu: unknown gpu profile 'h900'"),
         ({"model.hidden": 4100}, None, "bad.yaml: model.hidden: hidden 4100 is not divisible by heads 32"),
         ({"training.global_batch": -4}, None, "bad.yaml: training.global_batch: must be greater than 0"),
-        ({"strategies": ["gpu", "warp"]}, None, "bad.yaml: strategies[1].name: unknown strategy 'warp'"),
+        ({"strategies": ["gpu", "warp"]}, None, "bad.yaml: strategies: unknown strategy 'warp'"),
     ],
 )
 def test_bad_scenarios_exit_2_with_one_line(tmp_path: Path, edit: dict[str, object] | None, text: str | None,

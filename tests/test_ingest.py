@@ -17,7 +17,7 @@ import yaml
 
 from tiersim.errors import ConfigError
 from tiersim.ingest.ds_config import apply_ds_config
-from tiersim.ingest.log_scenario import log_scenario, measured_table, steady_state
+from tiersim.ingest.log_scenario import log_document, measured_table, steady_state
 from tiersim.ingest.training_log import GIB, read_log
 from tiersim.config.scenario import NotModeledWarning, load_scenario
 
@@ -98,7 +98,7 @@ def test_memory_reports() -> None:
 
 @pytest.mark.parametrize(("log", "strategy"), [(DRAM, "dram"), (CXL, "cxl"), (NVME, "nvme")])
 def test_scenario_of_each_log(log: Path, strategy: str) -> None:
-    scenario = log_scenario(read_log(log))
+    scenario = log_document(read_log(log)).data
     assert scenario["model"] == {"name": log.stem, "layers": 80, "hidden": 8192, "heads": 64, "kv_heads": 4,
                                  "ffn": 28672, "vocab": 32000, "activation": "swiglu", "norm": "rmsnorm",
                                  "bias": False, "tied_embeddings": False}

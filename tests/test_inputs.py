@@ -107,7 +107,8 @@ def test_profiles_name_unknown_lists_every_known_name() -> None:
     ("model=&a [*a]", "self-referencing"),
 ])
 def test_an_error_in_a_set_value_is_blamed_on_the_set(assignment: str, message: str) -> None:
-    line = one_line_exit_2(tiersim("run", str(QUICKSTART), "--set", assignment), f"--set: {assignment}:", message)
+    key = assignment.partition("=")[0]
+    line = one_line_exit_2(tiersim("run", str(QUICKSTART), "--set", assignment), f"--set: {key}:", message)
     assert "quickstart.yaml" not in line
 
 
@@ -121,7 +122,7 @@ def test_an_error_in_the_file_itself_is_still_blamed_on_the_file(tmp_path: Path)
 
 def test_plan_blames_a_set_value_too() -> None:
     one_line_exit_2(tiersim("plan", str(QUICKSTART), "--objective", "fastest", "--set", "training.micro_batch=0"),
-                    "--set: training.micro_batch=0: must be greater than 0")
+                    "--set: training.micro_batch: must be greater than 0")
 
 
 def test_parse_yaml_follows_shared_aliases_once() -> None:

@@ -13,10 +13,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tiersim.analysis.plan import binding_constraint, binding_tier
 from tiersim.config.hardware import Hardware
 from tiersim.results import Result
 from tiersim.config.scenario import RunConfig, load_scenario
 from tiersim.simulate import simulate
+from tiersim.strategies.base import Misfit, MissingDevice
 from tiersim.workload import build_step
 
 QUICKSTART = Path(__file__).resolve().parent.parent / "scenarios" / "quickstart.yaml"
@@ -251,6 +253,31 @@ def test_misfit_reason_names_the_tier(strategy: str, overrides: list[str], tier:
     assert result.fits is False
     assert result.iteration_time_s is None
     assert result.reason is not None and tier in result.reason.lower()
+
+
+def test_misfit_is_typed_and_renders_the_reason() -> None:
+    """The verdict's fields are read as they are (no text parsed); the sentence comes from them."""
+    (config,) = load_scenario(QUICKSTART, [*SMALL, "hardware.dram_capacity=1 GiB"], ["dram"])
+    result = simulate(config)
+    misfit = result.misfit
+    assert isinstance(misfit, Misfit)
+    assert (misfit.tier, misfit.scope) == ("dram", "on the node")
+    assert misfit.need_bytes == result.reserved_bytes["dram"] > misfit.have_bytes == config.hardware.usable("dram")
+    assert result.reason == (f"dram needs {misfit.need_bytes / 1e9:.1f} GB on the node "
+                             f"but has {misfit.have_bytes / 1e9:.1f} GB")
+    assert binding_tier(result) == "dram"
+    assert binding_constraint(result) == (f"capacity: dram (needs {misfit.need_bytes / 1e9:.1f} GB on the node, "
+                                          f"has {misfit.have_bytes / 1e9:.1f} GB)")
+    assert str(Misfit("hbm", 2_500_000_000, 1_000_000_000)) == "hbm needs 2.5 GB per GPU but has 1.0 GB"
+
+
+def test_missing_device_is_typed() -> None:
+    (config,) = load_scenario(QUICKSTART, [*SMALL, "hardware.nvme=null"], ["nvme"])
+    result = simulate(config)
+    assert result.misfit == MissingDevice("nvme", "NVMe drives")
+    assert result.reason == "no NVMe drives in hardware.nvme"
+    assert binding_tier(result) is None
+    assert binding_constraint(result) == "missing: no NVMe drives in hardware.nvme"
 
 
 # --- determinism and ordering ------------------------------------------------------------

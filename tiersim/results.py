@@ -19,6 +19,7 @@ import pandas as pd
 from tiersim.engine import TaskGraph
 from tiersim.engine.runner import EngineRun, TaskRecord
 from tiersim.config.scenario import RunConfig
+from tiersim.strategies.base import Unfit
 from tiersim.strategies.estimator import zero3_estimate
 
 PHASES = ("forward", "backward", "optimizer_step")
@@ -32,7 +33,8 @@ class Result:
 
     config: RunConfig
     fits: bool
-    reason: str | None
+    misfit: Unfit | None
+    """Why it does not fit (a tier short of bytes or a missing device); None when it fits."""
     iteration_time_s: float | None
     phases: dict[str, float] | None
     exposed_transfer_s: float | None
@@ -62,6 +64,11 @@ class Result:
     def graph(self) -> TaskGraph | None:
         """Every task of the run (simulated in full if need be)."""
         return self._full[1]
+
+    @property
+    def reason(self) -> str | None:
+        """Why it does not fit, in words (None when it fits)."""
+        return None if self.misfit is None else str(self.misfit)
 
     @property
     def strategy(self) -> str:

@@ -31,7 +31,7 @@ def simulate(config: RunConfig, trace: bool = False, fast_forward: bool = True,
     capacity = {tier: config.hardware.capacity(tier) for tier in TIERS}
     items = list(plan.placement.items)
     if not plan.fits or plan.schedule is None or plan.capacity_of is None:
-        return Result(config, False, plan.reason, None, None, None, peak, capacity, items, 0)
+        return Result(config, False, plan.misfit, None, None, None, peak, capacity, items, 0)
     try:
         run, graph = run_schedule(plan.schedule, plan.capacity_of, fast_forward and not trace, max_tasks)
     except TaskLimit as built:
@@ -41,7 +41,7 @@ def simulate(config: RunConfig, trace: bool = False, fast_forward: bool = True,
     return Result(
         config=config,
         fits=True,
-        reason=None,
+        misfit=None,
         iteration_time_s=run.makespan,
         phases={phase: accounts.spans.get(phase, 0.0) for phase in PHASES},
         exposed_transfer_s=accounts.exposed,

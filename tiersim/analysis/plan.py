@@ -1,7 +1,9 @@
 """Capacity planning: which model fits, which sizing is fastest, which hardware is cheapest.
 
-Pure functions over a scenario mapping (as read from YAML, overrides applied); each returns a
-``pandas.DataFrame`` with one row per candidate, ranked. Every candidate is simulated with
+Pure functions over a scenario document (as read from YAML, overrides applied); each returns a
+``pandas.DataFrame`` with one row per candidate, ranked. A candidate or search probe is a
+variant of the document (``with_values``: only the branches it changes are new, and hardware
+specs already resolved are reused). Every candidate is simulated with
 ``simulate`` (no shortcuts), so a planner answer is exactly what ``tiersim run`` would say.
 
 Objectives
@@ -41,9 +43,7 @@ A candidate that does not fit is bound by capacity: ``capacity: <tier> (needs X 
 
 from __future__ import annotations
 
-import copy
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,10 +54,11 @@ import pandas as pd
 from tiersim.errors import ConfigError
 from tiersim.config.hardware import TIERS, Hardware
 from tiersim.results import PHASES, Result
-from tiersim.config.scenario import RunConfig, scenario_from_dict, with_overrides
+from tiersim.config.document import Origin, ScenarioDocument, load_document
+from tiersim.config.scenario import RunConfig
 from tiersim.simulate import simulate
+from tiersim.strategies.base import Misfit
 from tiersim.workload import parameter_count
-from tiersim.config.yamlfile import read_yaml
 
 GIB = 2**30
 SECONDS_PER_YEAR = 365 * 24 * 3600
@@ -89,34 +90,48 @@ _USES = {"gpu": (), "dram": (), "cxl": ("cxl",), "nvme": ("nvme",)}
 """Optional devices each strategy needs (others are left out of its candidates)."""
 
 
+CANDIDATE = Origin("plan", "a candidate's tier sizing")
+"""Where the planner's tier sizings come from (an error names the field and this)."""
+PROBE = Origin("plan", "a model size tried")
+"""Where the planner's model shapes come from."""
+
+
 @dataclass(frozen=True)
 class Scenario:
-    """A scenario mapping (overrides applied) plus where it came from, for re-validation."""
+    """The scenario planned for (overrides applied) and whether the work limit is lifted."""
 
-    data: dict[str, Any]
-    source: str
-    search: tuple[Path, ...] = ()
+    document: ScenarioDocument
     force: bool = False
     """Lift the work limit on each candidate (``tiersim.config.worksize``)."""
 
-    def configs(self, data: dict[str, Any] | None = None, strategies: Sequence[str] = ()) -> list[RunConfig]:
-        """Validate ``data`` (default: the scenario itself) into run configs."""
-        return scenario_from_dict(self.data if data is None else data, self.source, strategies, self.search,
-                                  force=self.force)
+    @property
+    def data(self) -> dict[str, Any]:
+        """The scenario mapping (read only)."""
+        return self.document.data
+
+    @property
+    def source(self) -> str:
+        """The scenario's file."""
+        return self.document.source
+
+    def configs(self, strategies: Sequence[str] = ()) -> list[RunConfig]:
+        """Validate into run configs (of ``strategies``, default all)."""
+        return self.document.configs(strategies, self.force)
 
     def strategies(self) -> list[str]:
         """Strategy names in scenario order."""
-        return [c.strategy for c in self.configs()]
+        return self.document.strategy_names()
+
+    def with_values(self, values: dict[str, Any], origin: Origin) -> Scenario:
+        """A variant with these canonical paths set (see ``ScenarioDocument.with_values``)."""
+        return Scenario(self.document.with_values(values, origin), self.force)
 
 
 def read_scenario(path: str | Path, overrides: Sequence[str] = (), force: bool = False) -> Scenario:
     """Read a scenario YAML and apply ``--set`` overrides (validated once here)."""
-    path = Path(path)
-    data = read_yaml(path)
-    if not isinstance(data, dict):
-        raise ConfigError(str(path), "", "a scenario must be a mapping")
-    merged, _configs = with_overrides(data, overrides, str(path), (), (path.parent,), force)
-    return Scenario(merged, str(path), (path.parent,), force)
+    document = load_document(path).with_overrides(overrides)
+    document.configs((), force)
+    return Scenario(document, force)
 
 
 # --------------------------------------------------------------------------------------------
@@ -160,23 +175,19 @@ def cost_per_iteration(cost: float | None, iteration_time_s: float | None,
 # --------------------------------------------------------------------------------------------
 # binding constraint
 
-_CAPACITY = re.compile(r"^(\w+) needs ([\d.]+) GB (per GPU|on the node) but has ([\d.]+) GB")
-
-
 def binding_tier(result: Result) -> str | None:
     """The tier whose capacity a non-fitting result exceeds (None if it fits or lacks a device)."""
-    match = _CAPACITY.match(result.reason or "")
-    return match.group(1) if match and not result.fits else None
+    return result.misfit.tier if isinstance(result.misfit, Misfit) else None
 
 
 def binding_constraint(result: Result) -> str:
     """One phrase: the capacity that fails, or the busiest resource of the step and the main phase."""
     if not result.fits:
-        match = _CAPACITY.match(result.reason or "")
-        if match:
-            tier, need, where, have = match.groups()
-            return f"capacity: {tier} (needs {need} GB {where}, has {have} GB)"
-        return f"missing: {result.reason}"
+        misfit = result.misfit
+        if isinstance(misfit, Misfit):
+            return (f"capacity: {misfit.tier} (needs {misfit.need_bytes / 1e9:.1f} GB {misfit.scope}, "
+                    f"has {misfit.have_bytes / 1e9:.1f} GB)")
+        return f"missing: {misfit}"
     assert result.phases is not None and result.iteration_time_s
     phase = max(PHASES, key=lambda p: result.phases[p])  # type: ignore[index]
     share = result.phases[phase] / result.iteration_time_s
@@ -202,20 +213,18 @@ class Sizing:
     nvme_count: int
 
 
-def sized(data: dict[str, Any], sizing: Sizing, source: str = "plan") -> dict[str, Any]:
-    """A copy of the scenario mapping with this tier sizing (count 0 removes the device)."""
-    out = copy.deepcopy(data)
-    hw = out["hardware"]
-    hw["dram_capacity"] = int(sizing.dram_per_socket)
+def sized(scenario: Scenario, sizing: Sizing) -> Scenario:
+    """The scenario with this tier sizing (count 0 removes the device)."""
+    values: dict[str, Any] = {"hardware.dram_capacity": int(sizing.dram_per_socket)}
     for key, count in (("cxl", sizing.cxl_count), ("nvme", sizing.nvme_count)):
         if count == 0:
-            hw.pop(key, None)
-            continue
-        device = hw.get(key)
-        if not isinstance(device, dict) or "device" not in device:
-            raise ConfigError(source, f"hardware.{key}", f"--{key}-counts needs hardware.{key}.device in the scenario")
-        hw[key] = {**device, "count": int(count)}
-    return out
+            values[f"hardware.{key}"] = None
+        elif scenario.document.get(f"hardware.{key}.device") is None:
+            raise ConfigError(CANDIDATE.source, f"hardware.{key}",
+                              f"--{key}-counts needs hardware.{key}.device in the scenario")
+        else:
+            values[f"hardware.{key}.count"] = int(count)
+    return scenario.with_values(values, CANDIDATE)
 
 
 def sizings(scenario: Scenario, strategy: str, dram_gib: Sequence[float], cxl_counts: Sequence[int],
@@ -247,7 +256,7 @@ def candidate_configs(scenario: Scenario, strategies: Sequence[str] = (),
     out = []
     for name in names:
         for sizing in sizings(scenario, name, dram_gib, cxl_counts, nvme_counts):
-            (config,) = scenario.configs(sized(scenario.data, sizing, scenario.source), [name])
+            (config,) = sized(scenario, sizing).configs([name])
             out.append((sizing, config))
     return out
 
@@ -384,15 +393,13 @@ def plan_cheapest(scenario: Scenario, **kwargs: Any) -> pd.DataFrame:
 # largest model
 
 
-def with_model(data: dict[str, Any], **fields: Any) -> dict[str, Any]:
-    """A copy of the scenario mapping with these ``model`` fields replaced."""
-    out = copy.deepcopy(data)
-    out["model"] = {**out["model"], **fields}
-    return out
+def with_model(scenario: Scenario, **fields: Any) -> Scenario:
+    """The scenario with these ``model`` fields replaced."""
+    return scenario.with_values({f"model.{key}": value for key, value in fields.items()}, PROBE)
 
 
 def _simulate_model(scenario: Scenario, strategy: str, fields: dict[str, Any]) -> Result:
-    (config,) = scenario.configs(with_model(scenario.data, **fields), [strategy])
+    (config,) = with_model(scenario, **fields).configs([strategy])
     return simulate(config)
 
 
@@ -410,7 +417,7 @@ def largest_layers(scenario: Scenario, strategy: str,
             cache[layers] = _simulate_model(scenario, strategy, {"layers": layers})
         return cache[layers]
 
-    start = min(int(scenario.data["model"]["layers"]), max_layers)
+    start = min(int(scenario.document.get("model.layers")), max_layers)
     if run(start).fits:
         lo, hi = start, None
         while hi is None:
@@ -469,7 +476,7 @@ def plan_largest_model(scenario: Scenario, strategies: Sequence[str] = (), scale
         raise ConfigError("plan", "--max-layers", f"expected a positive layer count, got {max_layers}")
     names = list(strategies) or scenario.strategies()
     scenario.configs(strategies=names)
-    base = scenario.data["model"]
+    base = scenario.document.get("model")
     rows = []
     for name in names:
         if scale == "layers":
@@ -511,7 +518,7 @@ def memory_by_model_size(scenario: Scenario, frame: pd.DataFrame, scale: str = "
                   for rung in LADDER]
     else:
         depths = [int(v) for v in frame["layers"] if not pd.isna(v)]
-        top = max([d + 1 for d in depths] + [int(scenario.data["model"]["layers"])])
+        top = max([d + 1 for d in depths] + [int(scenario.document.get("model.layers"))])
         grid = {max(1, round(1 + i * (1.25 * top - 1) / (points - 1))) for i in range(points)}
         grid |= {d for d in depths} | {d + 1 for d in depths}
         shapes = [{"layers": d} for d in sorted(grid)]

@@ -163,6 +163,7 @@ def measured_runs(scenario_paths: Sequence[str | Path], overrides: Sequence[str]
     study scenario's model at its global batch (after ``overrides``): columns model, strategy,
     phase, seconds."""
     from tiersim.ingest.log_scenario import PHASES
+    from tiersim.config.document import ScenarioDocument
     from tiersim.config.profiles import read_yaml
     from tiersim.config.schema import build
     from tiersim.workload import ModelSpec
@@ -186,8 +187,7 @@ def measured_runs(scenario_paths: Sequence[str | Path], overrides: Sequence[str]
         if key is None or key not in study or not table.is_file():
             continue
         assert isinstance(data, dict)
-        entry = data["strategies"][0]
-        strategy = entry if isinstance(entry, str) else entry["name"]
+        strategy = ScenarioDocument(data, str(imported)).strategy_names()[0]
         measured = pd.read_csv(table)
         steady = measured[measured["iteration"] == "steady"].set_index("quantity")["value"]
         for phase in (*PHASES, "iteration"):

@@ -13,7 +13,8 @@ from pathlib import Path
 import yaml
 
 from tiersim.errors import ConfigError
-from tiersim.ingest.log_scenario import PHASES, log_scenario, measured_table
+from tiersim.config.document import ScenarioDocument
+from tiersim.ingest.log_scenario import PHASES, log_document, measured_table
 from tiersim.ingest.training_log import read_log
 from tiersim.analysis.report import TABLE_WIDTH, format_table
 
@@ -40,20 +41,20 @@ def import_log_command(args: argparse.Namespace) -> int:
     imported = []
     for path in args.logs:
         log = read_log(path)
-        imported.append((log, log_scenario(log), measured_table(log)))
+        imported.append((log, log_document(log), measured_table(log)))
     if args.out is not None:
         try:
             args.out.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise ConfigError(str(args.out), "--out", f"cannot create directory ({exc.strerror})") from None
         for log, scenario, table in imported:
-            stem = scenario["name"]
-            text = _HEADER.format(log=log.path) + yaml.safe_dump(scenario, sort_keys=False)
+            stem = scenario.data["name"]
+            text = _HEADER.format(log=log.path) + yaml.safe_dump(scenario.data, sort_keys=False)
             (args.out / f"{stem}.yaml").write_text(text)
             table.to_csv(args.out / f"{stem}.measured.csv", index=False)
             print(f"wrote {args.out / f'{stem}.yaml'} and {args.out / f'{stem}.measured.csv'}", file=sys.stderr)
     if args.format == "json":
-        print(json.dumps([{"log": log.path, "scenario": scenario, "measured": table.to_dict(orient="records")}
+        print(json.dumps([{"log": log.path, "scenario": scenario.data, "measured": table.to_dict(orient="records")}
                           for log, scenario, table in imported], indent=2))
         return 0
     for log, scenario, table in imported:
@@ -65,11 +66,9 @@ def import_log_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _summary(scenario: dict[str, object]) -> str:
-    model, training, hardware = scenario["model"], scenario["training"], scenario["hardware"]
-    assert isinstance(model, dict) and isinstance(training, dict) and isinstance(hardware, dict)
-    strategy = scenario["strategies"][0]  # type: ignore[index]
-    name = strategy if isinstance(strategy, str) else strategy["name"]
+def _summary(scenario: ScenarioDocument) -> str:
+    model, training = scenario.data["model"], scenario.data["training"]
+    name = scenario.strategy_names()[0]
     return (f"model: {model['layers']} layers, hidden {model['hidden']}, {model['heads']} heads "
             f"({model['kv_heads']} KV), FFN {model['ffn']}, vocab {model['vocab']}; training: seq "
             f"{training['seq_len']}, micro-batch {training['micro_batch']}, global batch {training['global_batch']}, "

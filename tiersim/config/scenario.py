@@ -2,14 +2,15 @@
 
 A scenario YAML has ``name``, ``description``, ``seed``, ``model``, ``training``,
 ``hardware`` and ``strategies`` (a list of names, or mappings ``{name: ..., option: ...}``
-whose options are the strategy's ``Options`` fields). ``--set key=value`` overrides any field
-by dotted path before validation; the value is read as YAML (``--set training.global_batch=64``).
+whose options are the strategy's ``Options`` fields). ``scenario_from_dict`` validates such a
+mapping; errors name the field by its canonical dotted path (``strategies.nvme.buffer_count``).
+Reading a file, ``--set key=value`` overrides (values read as YAML) and other variants go
+through ``tiersim.config.document``.
 """
 
 from __future__ import annotations
 
 import copy
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -23,9 +24,11 @@ from tiersim.config.schema import build, to_plain
 from tiersim.strategies import STRATEGIES
 from tiersim.workload import ModelSpec, TrainingSpec
 from tiersim.config.worksize import check_bytes, check_run
-from tiersim.config.yamlfile import parse_value, read_yaml
+from tiersim.config.yamlfile import parse_value
 
 SECTIONS = ("name", "description", "seed", "model", "training", "hardware", "strategies")
+STRATEGY_SECTION = "strategies"
+"""The section listing the strategies; an option is addressed ``strategies.NAME.OPTION``."""
 
 
 @dataclass(frozen=True)
@@ -57,57 +60,13 @@ def copy_plain(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
-def apply_overrides(data: dict[str, Any], overrides: Sequence[str], source: str = "--set") -> dict[str, Any]:
-    """Return a copy of ``data`` with each ``dotted.key=value`` applied (value parsed as YAML)."""
-    result = copy_plain(data)
-    for item in overrides:
-        key, value = parse_assignment(item, source, item)
-        assign(result, key, value, source, key)
-    return result
-
-
-def parse_assignment(item: str, source: str, where: str) -> tuple[str, Any]:
-    """``"dotted.key=value"`` -> (key, value read as YAML, or the raw text if it is not YAML)."""
+def parse_assignment(item: str, source: str, where: str | None = None) -> tuple[str, Any]:
+    """``"dotted.key=value"`` -> (key, value read as YAML, or the raw text if it is not YAML).
+    Errors name ``where`` (default: the item when it is malformed, else the key)."""
     key, sep, raw = item.partition("=")
     if not sep or not key:
-        raise ConfigError(source, where, "expected KEY=VALUE, e.g. training.global_batch=64")
-    return key, parse_value(raw, source, where)
-
-
-def assign(data: dict[str, Any], key: str, value: Any, source: str, label: str) -> None:
-    """Set dotted ``key`` in a scenario mapping, creating mappings on the way.
-
-    ``strategies.NAME.OPTION`` sets an option of the strategy entry called NAME (a plain name
-    entry becomes a mapping). Errors name ``source`` and ``label`` (the key as the user wrote it).
-    """
-    parts = key.split(".")
-    if parts[0] == "strategies" and len(parts) == 3 and isinstance(data.get("strategies"), list):
-        entry = _strategy_entry(data["strategies"], parts[1], source, label)
-        entry[parts[2]] = copy_plain(value)
-        return
-    node: Any = data
-    for depth, part in enumerate(parts[:-1]):
-        child = node.get(part) if isinstance(node, dict) else None
-        if child is None:
-            child = {}
-            node[part] = child
-        if not isinstance(child, dict):
-            inner = ".".join(parts[: depth + 1])
-            raise ConfigError(source, label, f"{inner} is not a mapping; cannot set a field inside it")
-        node = child
-    node[parts[-1]] = copy_plain(value)
-
-
-def _strategy_entry(entries: list[Any], name: str, source: str, label: str) -> dict[str, Any]:
-    """The mapping of strategy ``name`` in a ``strategies:`` list (made a mapping if a name)."""
-    for i, item in enumerate(entries):
-        if item == name:
-            entries[i] = {"name": name}
-            return entries[i]  # type: ignore[no-any-return]
-        if isinstance(item, dict) and item.get("name") == name:
-            return item
-    names = [e if isinstance(e, str) else e.get("name") for e in entries if isinstance(e, (str, dict))]
-    raise ConfigError(source, label, f"strategy {name!r} is not in this scenario (has: {', '.join(map(str, names))})")
+        raise ConfigError(source, where or item, "expected KEY=VALUE, e.g. training.global_batch=64")
+    return key, parse_value(raw, source, where or key)
 
 
 class NotModeledWarning(UserWarning):
@@ -121,57 +80,10 @@ def load_scenario(
     """Read, override and validate a scenario; one ``RunConfig`` per (selected) strategy.
     ``force`` lifts the work limit (``tiersim.config.worksize``). ``ds_config``: a DeepSpeed JSON whose
     ZeRO, offload, aio, batch and precision settings replace the scenario's (``--set`` still
-    wins); the keys tiersim does not model are named in one ``NotModeledWarning``."""
-    path = Path(path)
-    data = read_yaml(path)
-    if not isinstance(data, dict):
-        raise ConfigError(str(path), "", "a scenario must be a mapping")
-    if ds_config is not None:
-        from tiersim.ingest.ds_config import apply_ds_config, read_ds_config
+    wins; see ``tiersim.config.document.load_document``)."""
+    from tiersim.config.document import load_document
 
-        data, unmodeled = apply_ds_config(data, read_ds_config(ds_config), str(ds_config))
-        if unmodeled:
-            warnings.warn(NotModeledWarning(f"{ds_config}: not modeled, read past: {', '.join(unmodeled)}"),
-                          stacklevel=2)
-    return with_overrides(data, overrides, str(path), strategies, (path.parent,), force)[1]
-
-
-def with_overrides(
-    data: dict[str, Any], overrides: Sequence[str], source: str, strategies: Sequence[str] = (),
-    search: tuple[Path, ...] = (), force: bool = False,
-) -> tuple[dict[str, Any], list[RunConfig]]:
-    """A copy of scenario mapping ``data`` with ``--set`` overrides applied, and its run
-    configs; an error in a value that an override gave is blamed on that ``--set``."""
-    merged = apply_overrides(data, overrides)
-    try:
-        return merged, scenario_from_dict(merged, source, strategies, search, force=force)
-    except ConfigError as exc:
-        if exc.source == source:
-            field = named_field(exc.field, merged)
-            for item in reversed(overrides):
-                if touches(item.partition("=")[0], field):
-                    raise ConfigError("--set", item, exc.message) from None
-        raise
-
-
-def named_field(field: str, data: dict[str, Any]) -> str:
-    """An error's dotted field with ``strategies[i].x`` written ``strategies.NAME.x`` (as
-    overrides and sweep factors name strategy options)."""
-    if not field.startswith("strategies["):
-        return field
-    close = field.find("]")
-    try:
-        entry = data["strategies"][int(field[len("strategies["):close])]
-    except (ValueError, IndexError, KeyError, TypeError):
-        return field
-    name = entry if isinstance(entry, str) else entry.get("name") if isinstance(entry, dict) else None
-    rest = field[close + 1:].removeprefix(".")
-    return f"strategies.{name}.{rest}" if isinstance(name, str) and rest and rest != "name" else field
-
-
-def touches(key: str, field: str) -> bool:
-    """Whether setting dotted ``key`` sets ``field`` (or a part of it, or a mapping around it)."""
-    return bool(field) and (field == key or field.startswith((key + ".", key + "[")) or key.startswith(field + "."))
+    return load_document(path, ds_config).with_overrides(overrides).configs(strategies, force)
 
 
 def scenario_from_dict(
@@ -211,7 +123,7 @@ def scenario_from_dict(
         hardware = resolve_hardware(hardware_spec, source, search, host)
         if resolved is not None:
             resolved[key] = hardware
-    entries = _strategy_entries(data["strategies"], source)
+    entries = _strategy_options(data[STRATEGY_SECTION], source)
     if strategies:
         unknown = [s for s in strategies if s not in entries]
         if unknown:
@@ -228,24 +140,30 @@ def scenario_from_dict(
     return configs
 
 
-def _strategy_entries(raw: object, source: str) -> dict[str, Any]:
-    """Parse ``strategies:``: names or ``{name, options...}`` -> {name: Options instance}."""
+def strategy_entries(raw: object, source: str) -> dict[str, dict[str, Any]]:
+    """Parse ``strategies:``, names or ``{name, options...}`` mappings, into {name: mapping with
+    ``name``} in list order (a mapping entry is the list's own, not a copy)."""
     if not isinstance(raw, list) or not raw:
-        raise ConfigError(source, "strategies", "expected a non-empty list of strategy names or mappings")
-    entries: dict[str, Any] = {}
-    for i, item in enumerate(raw):
-        where = f"strategies[{i}]"
+        raise ConfigError(source, STRATEGY_SECTION, "expected a non-empty list of strategy names or mappings")
+    entries: dict[str, dict[str, Any]] = {}
+    for item in raw:
         fields = {"name": item} if isinstance(item, str) else item
         if not isinstance(fields, dict) or "name" not in fields:
-            raise ConfigError(source, where, "expected a strategy name or a mapping with 'name'")
+            raise ConfigError(source, STRATEGY_SECTION, f"expected a strategy name or a mapping with 'name', got {item!r}")
         name = fields["name"]
         if not isinstance(name, str) or name not in STRATEGIES:
-            raise ConfigError(source, f"{where}.name", f"unknown strategy {name!r} (known: {', '.join(STRATEGIES)})")
+            raise ConfigError(source, STRATEGY_SECTION, f"unknown strategy {name!r} (known: {', '.join(STRATEGIES)})")
         if name in entries:
-            raise ConfigError(source, f"{where}.name", f"strategy {name!r} listed twice")
-        options = {k: v for k, v in fields.items() if k != "name"}
-        entries[name] = build(STRATEGIES[name].Options, options, source, where)
+            raise ConfigError(source, STRATEGY_SECTION, f"strategy {name!r} listed twice")
+        entries[name] = fields
     return entries
+
+
+def _strategy_options(raw: object, source: str) -> dict[str, Any]:
+    """{name: its ``Options`` instance} for the ``strategies:`` list (errors at ``strategies.NAME.OPTION``)."""
+    return {name: build(STRATEGIES[name].Options, {k: v for k, v in fields.items() if k != "name"}, source,
+                        f"{STRATEGY_SECTION}.{name}")
+            for name, fields in strategy_entries(raw, source).items()}
 
 
 def with_strategy(config: RunConfig, strategy: str, options: Any = None) -> RunConfig:

@@ -23,10 +23,11 @@ from tiersim.errors import ConfigError
 from tiersim.fitting.predicted import predicted_quantities
 from tiersim.fitting.system import System, Unknown
 from tiersim.config.hardware import Hardware
-from tiersim.ingest.log_scenario import log_scenario, steady_state
+from tiersim.ingest.log_scenario import log_document, steady_state
 from tiersim.ingest.training_log import read_log
 from tiersim.config.profiles import HostProfile
-from tiersim.config.scenario import RunConfig, assign, scenario_from_dict
+from tiersim.config.document import Origin
+from tiersim.config.scenario import RunConfig
 from tiersim.simulate import simulate
 
 Z95 = 1.959963984540054
@@ -94,13 +95,14 @@ class Problem:
         self.measured: list[Measured] = []
         for path in logs:
             log = read_log(path)
-            data = log_scenario(log)
+            doc = log_document(log)
+            settings = Origin(system.source, "settings")
             for key, value in system.settings.items():
-                if key.startswith("strategies.") and not _has_strategy(data, key):
-                    continue
-                assign(data, key, value, system.source, f"settings.{key}")
-            data["hardware"]["host"] = system.name
-            (config,) = scenario_from_dict(data, log.path, host=node_profile(system, system.parts))
+                if key.startswith("strategies.") and key.split(".")[1] not in doc.strategy_names():
+                    continue  # an option of a strategy this log did not run
+                doc = doc.with_values({key: value}, settings)
+            doc = doc.with_values({"hardware.host": system.name}, Origin(system.source, "name"))
+            (config,) = doc.configs(host=node_profile(system, system.parts))
             steady = steady_state(log)
             wanted = [q for q in system.measures if q in steady]
             if not wanted:
@@ -185,12 +187,6 @@ def _intervals(jac: np.ndarray, fun: np.ndarray, x: np.ndarray) -> list[tuple[fl
         else:
             out.append((math.exp(x[k] - Z95 * sigma), math.exp(x[k] + Z95 * sigma)))
     return out
-
-
-def _has_strategy(data: dict[str, Any], key: str) -> bool:
-    """Whether a ``strategies.NAME.OPTION`` setting names a strategy this log's scenario has."""
-    name = key.split(".")[1]
-    return any(e == name or (isinstance(e, dict) and e.get("name") == name) for e in data["strategies"])
 
 
 def node_profile(system: System, parts: dict[str, Any]) -> HostProfile:

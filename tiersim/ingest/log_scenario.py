@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 from tiersim.errors import ConfigError
+from tiersim.config.document import ScenarioDocument
 from tiersim.ingest.training_log import TIMER_PHASES, TrainingLog
 from tiersim.config.schema import UNKNOWN
 
@@ -27,14 +28,15 @@ TIMER_PREFIX = "ds:"
 """How the measured table names a DeepSpeed timer that is not one of the three phases."""
 
 
-def log_scenario(log: TrainingLog) -> dict[str, Any]:
-    """The scenario mapping the log describes (``unknown`` where it cannot say)."""
+def log_document(log: TrainingLog) -> ScenarioDocument:
+    """The scenario the log describes (``unknown`` where it cannot say), its values blamed on
+    the log."""
     source = log.path
     args = log.args
     ranks = len(log.bindings) or _integer(args, "world_size", source, default=1)
     parallel = _integer(args, "tensor_model_parallel_size", source, 1) * _integer(
         args, "pipeline_model_parallel_size", source, 1)
-    return {
+    return ScenarioDocument({
         "name": Path(source).stem,
         "description": f"imported by tiersim import-log from {Path(source).name}",
         "seed": 0,
@@ -42,7 +44,7 @@ def log_scenario(log: TrainingLog) -> dict[str, Any]:
         "training": _training(log, ranks // parallel),
         "hardware": _hardware(log, ranks),
         "strategies": [_strategy(log)],
-    }
+    }, source)
 
 
 def _model(log: TrainingLog) -> dict[str, Any]:

@@ -118,6 +118,41 @@ class Placement:
         return sums
 
 
+@dataclass(frozen=True)
+class Misfit:
+    """A tier short of capacity: the bytes a run holds on it against the bytes it has (per GPU
+    for hbm, on the node for the host tiers)."""
+
+    tier: str
+    need_bytes: int
+    have_bytes: int
+
+    @property
+    def scope(self) -> str:
+        """What the bytes count: "per GPU" (hbm) or "on the node" (host tiers)."""
+        return "per GPU" if self.tier == "hbm" else "on the node"
+
+    def __str__(self) -> str:
+        return (f"{self.tier} needs {self.need_bytes / 1e9:.1f} GB {self.scope} "
+                f"but has {self.have_bytes / 1e9:.1f} GB")
+
+
+@dataclass(frozen=True)
+class MissingDevice:
+    """A device a strategy needs that the hardware lacks: its tier (``cxl``, ``nvme``) and
+    what it is called in words ("CXL devices")."""
+
+    tier: str
+    what: str
+
+    def __str__(self) -> str:
+        return f"no {self.what} in hardware.{self.tier}"
+
+
+Unfit = Misfit | MissingDevice
+"""Why a run does not fit: a tier short of bytes or a missing device."""
+
+
 @dataclass
 class Plan:
     """A strategy's output: placement, fit verdict and (when it fits) the schedule, which
@@ -125,7 +160,7 @@ class Plan:
 
     placement: Placement
     fits: bool
-    reason: str | None
+    misfit: Unfit | None
     schedule: Callable[[Session], None] | None
     capacity_of: Callable[[str], float] | None = None
     """Capacity of each of the rank's links the schedule uses (units/s), by name."""
@@ -235,8 +270,8 @@ class Strategy(ABC):
     def optimizer_step(self, b: StepBuilder, begin: str) -> None:
         """Tasks of the optimizer step over all sub-groups, starting after ``begin``."""
 
-    def check(self, hw: Hardware) -> str | None:
-        """Why this strategy cannot run on ``hw`` at all (missing device), or None."""
+    def check(self, hw: Hardware) -> MissingDevice | None:
+        """The device this strategy needs that ``hw`` lacks, or None."""
         return None
 
     @abstractmethod
@@ -276,9 +311,7 @@ class Strategy(ABC):
         for tier, need in placement.reserved().items():
             have = hw.usable(tier)
             if need > have:
-                where = "per GPU" if tier == "hbm" else "on the node"
-                reason = f"{tier} needs {need / 1e9:.1f} GB {where} but has {have / 1e9:.1f} GB"
-                return Plan(placement, False, reason, None)
+                return Plan(placement, False, Misfit(tier, need, have), None)
         return Plan(placement, True, None, functools.partial(self._schedule, step, hw),
                     functools.partial(rank_link_capacity, hw))
 

@@ -26,6 +26,7 @@ from tiersim.strategies import footprint
 from tiersim.strategies.base import (
     ADAM_STATE_BYTES,
     FP32_BYTES,
+    MissingDevice,
     Placement,
     StepBuilder,
     Strategy,
@@ -137,8 +138,8 @@ class CXLInterleave(HostOffload):
     summary = "ZeRO-Offload with host memory interleaved DRAM:CXL"
     Options = InterleaveOptions
 
-    def check(self, hw: Hardware) -> str | None:
-        return None if hw.cxl is not None else "no CXL devices in hardware.cxl"
+    def check(self, hw: Hardware) -> MissingDevice | None:
+        return None if hw.cxl is not None else MissingDevice("cxl", "CXL devices")
 
     def memory(self, hw: Hardware) -> HostMemory:
         return HostMemory.interleave(hw, self.options.dram_weight, self.options.cxl_weight)

@@ -16,6 +16,7 @@ from tiersim.config.hardware import Hardware
 from tiersim.strategies import footprint
 from tiersim.strategies.base import (
     FP32_BYTES,
+    MissingDevice,
     Placement,
     StepBuilder,
     Strategy,
@@ -47,8 +48,8 @@ class NVMeSwap(Strategy):
     summary = "ZeRO-Infinity: state on NVMe, swapped through pinned buffers"
     Options = SwapOptions
 
-    def check(self, hw: Hardware) -> str | None:
-        return None if hw.nvme is not None else "no NVMe drives in hardware.nvme"
+    def check(self, hw: Hardware) -> MissingDevice | None:
+        return None if hw.nvme is not None else MissingDevice("nvme", "NVMe drives")
 
     def place(self, step: TrainingStep, hw: Hardware, placement: Placement) -> None:
         """ZeRO-Infinity, per rank: fp32 params, Adam's moments and fp32 gradients in swap files

@@ -24,8 +24,10 @@ A factor is any scenario field by dotted path (``model.layers``, ``hardware.cxl.
   point whose ``strategy`` is another one it is ignored.
 
 Order of application: base, the file's ``set``, ``--set`` (``overrides``), the point's factors.
-Every point is resolved into its ``RunConfig`` objects before anything runs, so a bad point is a
-``ConfigError`` naming the sweep file and the factor (``grid.hardware.nvme.countt``).
+Every point is resolved into its ``RunConfig`` objects before anything runs (each point a
+variant of one ``tiersim.config.document.ScenarioDocument``), so a bad value is a ``ConfigError``
+naming the sweep file and the field's canonical path (``hardware.nvme.countt``), as ``--set``
+and the scenario file would.
 
 Each run becomes one flat row: ``point`` (index of its point), ``point_id`` (hash of the point's
 factors and the strategy), every factor (column named by its dotted path; ``strategy`` is the
@@ -51,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 from tiersim._version import __version__
 from tiersim.errors import ConfigError
+from tiersim.config.document import SET, Origin, ScenarioDocument, load_document, show_value
 from tiersim.config.limits import FORCE_HINT, MAX_SWEEP_RUNS, MAX_SWEEP_TASKS
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -67,28 +70,38 @@ STRATEGY_OPTIONS = "strategies."
 
 @dataclass(frozen=True)
 class Setting:
-    """One assignment ``key = value``; ``source`` and ``label`` name where it was written."""
+    """One assignment: canonical path ``key`` = ``value``, written at ``origin``."""
 
     key: str
     value: Any
-    source: str
-    label: str
+    origin: Origin
 
 
 @dataclass
 class Sweep:
-    """A parsed sweep: the base scenario mapping, sweep-level settings and the points."""
+    """A parsed sweep: the base scenario with the sweep-level settings applied, and the points."""
 
     name: str
     source: str
-    base: dict[str, Any]
-    base_source: str
-    search: tuple[Path, ...]
+    document: ScenarioDocument
+    """The base scenario, the file's ``set`` and ``--set`` applied (but for options of
+    strategies the base does not list: see ``pending``)."""
     settings: list[Setting]
     kind: str  # "grid" or "points"
     points: list[dict[str, Any]]
     factors: list[str]
     description: str = ""
+    pending: tuple[Setting, ...] = ()
+    """Settings of strategies the base does not list, applied where a point selects them."""
+
+    @property
+    def base_source(self) -> str:
+        """The base scenario's file (or ``SWEEP: base`` for a mapping)."""
+        return self.document.source
+
+    def origin(self, index: int) -> Origin:
+        """Where the factor values of point ``index`` are written."""
+        return Origin(self.source, "grid" if self.kind == "grid" else f"points[{index}]")
 
     def point_label(self, index: int, key: str | None = None) -> str:
         """Where in the sweep file a point (or one of its factors) is written."""
@@ -131,8 +144,8 @@ def load_sweep(spec: str | Path | Mapping[str, Any], overrides: Sequence[str] = 
             raise ConfigError(source, str(key), f"unknown field (known: {', '.join(SWEEP_KEYS)})")
     if "base" not in data:
         raise ConfigError(source, "base", "required field is missing (the scenario file to sweep over)")
-    base, base_source, search = _read_base(data["base"], source, here)
-    settings = _settings(data.get("set"), source, "set") + _settings(list(overrides), "--set", None)
+    base = _read_base(data["base"], source, here)
+    settings = _settings(data.get("set"), source, "set") + _settings(list(overrides), SET.source, None)
     if ("grid" in data) == ("points" in data):
         raise ConfigError(source, "grid", "give exactly one of 'grid' (a cartesian product) or 'points' (a list)")
     kind = "grid" if "grid" in data else "points"
@@ -146,7 +159,7 @@ def load_sweep(spec: str | Path | Mapping[str, Any], overrides: Sequence[str] = 
         for point in points:
             factors.extend(k for k in point if k not in factors)
         count = len(points)
-    per_point = 1 if STRATEGY_FACTOR in factors else max(1, _strategy_count(base))
+    per_point = 1 if STRATEGY_FACTOR in factors else max(1, _strategy_count(base.data))
     if count * per_point > MAX_SWEEP_RUNS and not force:
         raise ConfigError(source, kind, f"{count:,} points x {per_point} strategies = {count * per_point:,} runs; "
                                         f"the limit is {MAX_SWEEP_RUNS:,} runs per sweep ({FORCE_HINT})")
@@ -154,21 +167,39 @@ def load_sweep(spec: str | Path | Mapping[str, Any], overrides: Sequence[str] = 
         keys = [key for key, _values in axes]
         points = [dict(zip(keys, combo)) for combo in itertools.product(*(values for _key, values in axes))]
     for setting in settings:
-        if setting.source == "--set" and setting.key in factors:
-            raise ConfigError("--set", setting.key, "is a factor of this sweep; change its values in the sweep file")
+        if setting.origin == SET and setting.key in factors:
+            raise ConfigError(SET.source, setting.key, "is a factor of this sweep; change its values in the sweep file")
     name = data.get("name", Path(source).stem if source != "<sweep>" else "sweep")
     if not isinstance(name, str) or not name:
         raise ConfigError(source, "name", f"expected a non-empty string, got {name!r}")
     description = data.get("description") or ""
-    return Sweep(str(name), source, base, base_source, search, settings, kind, points, factors, str(description))
+    document, pending = _with_settings(base, settings)
+    return Sweep(str(name), source, document, settings, kind, points, factors, str(description), pending)
 
 
-def _read_base(raw: object, source: str, here: Path) -> tuple[dict[str, Any], str, tuple[Path, ...]]:
+def _with_settings(base: ScenarioDocument, settings: list[Setting]) -> tuple[ScenarioDocument, tuple[Setting, ...]]:
+    """The base with the sweep-level settings applied (fields first, then strategy options),
+    and the options of strategies the base does not list (for the points that select them)."""
+    doc = base
+    for setting in settings:
+        if not setting.key.startswith(STRATEGY_OPTIONS):
+            doc = doc.with_values({setting.key: setting.value}, setting.origin)
+    listed = doc.strategy_names()
+    pending = []
+    for setting in settings:
+        if setting.key.startswith(STRATEGY_OPTIONS):
+            if setting.key.split(".")[1] in listed:
+                doc = doc.with_values({setting.key: setting.value}, setting.origin)
+            else:
+                pending.append(setting)
+    return doc, tuple(pending)
+
+
+def _read_base(raw: object, source: str, here: Path) -> ScenarioDocument:
     from tiersim.config.scenario import copy_plain
-    from tiersim.config.yamlfile import read_yaml
 
     if isinstance(raw, Mapping):
-        return copy_plain(dict(raw)), f"{source}: base", (here,)
+        return ScenarioDocument(copy_plain(dict(raw)), f"{source}: base", (here,))
     if not isinstance(raw, (str, Path)) or not str(raw):
         raise ConfigError(source, "base", f"expected a scenario file path or mapping, got {raw!r}")
     path = Path(raw)
@@ -176,10 +207,7 @@ def _read_base(raw: object, source: str, here: Path) -> tuple[dict[str, Any], st
         path = here / path
     if not path.is_file():
         raise ConfigError(source, "base", f"scenario file {str(raw)!r} not found (looked for {path})")
-    data = read_yaml(path)
-    if not isinstance(data, dict):
-        raise ConfigError(str(path), "", "a scenario must be a mapping")
-    return data, str(path), (path.parent,)
+    return load_document(path)
 
 
 def _settings(raw: object, source: str, label: str | None) -> list[Setting]:
@@ -189,10 +217,11 @@ def _settings(raw: object, source: str, label: str | None) -> list[Setting]:
     if raw is None:
         return []
     out: list[Setting] = []
+    origin = Origin(source, label) if label else SET
     if isinstance(raw, Mapping):
         for key, value in raw.items():
             _check_key(key, source, f"{label}.{key}")
-            out.append(Setting(str(key), value, source, f"{label}.{key}"))
+            out.append(Setting(str(key), value, origin))
         return out
     if not isinstance(raw, list):
         raise ConfigError(source, label or "", "expected a list of KEY=VALUE strings or a mapping")
@@ -202,7 +231,7 @@ def _settings(raw: object, source: str, label: str | None) -> list[Setting]:
             raise ConfigError(source, where, f"expected KEY=VALUE, got {item!r}")
         key, value = parse_assignment(item, source, where)
         _check_key(key, source, where)
-        out.append(Setting(key, value, source, f"{label}.{key}" if label else key))
+        out.append(Setting(key, value, origin))
     return out
 
 
@@ -211,7 +240,7 @@ def _check_key(key: object, source: str, where: str) -> None:
         raise ConfigError(source, where, f"expected a dotted field path, got {key!r}")
 
 
-def _strategy_count(base: dict[str, Any]) -> int:
+def _strategy_count(base: Mapping[str, Any]) -> int:
     """How many strategies the base scenario lists (each is a run of every point)."""
     strategies = base.get("strategies")
     return len(strategies) if isinstance(strategies, list) else 1
@@ -260,10 +289,6 @@ def _canon(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=str)
 
 
-def show_value(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, default=str)
-
-
 # --------------------------------------------------------------------------------------------
 # Resolution: points -> RunConfigs (all of them, before anything runs)
 # --------------------------------------------------------------------------------------------
@@ -284,12 +309,11 @@ def plan_sweep(sweep: Sweep, force: bool = False,
 
     runs: list[PlannedRun] = []
     hardware_digests: dict[int, tuple[Any, str]] = {}
-    resolved: dict[Any, Any] = {}
     total_tasks = 0
     for index, point in enumerate(sweep.points):
         if on_progress is not None and index % PROGRESS_EVERY == 0 and index:
             on_progress(index, len(sweep.points))
-        for config in resolve_point(sweep, index, resolved, force):
+        for config in resolve_point(sweep, index, force):
             tasks = run_tasks(config)
             total_tasks += tasks
             ident = {"point": {k: v for k, v in point.items() if k != STRATEGY_FACTOR},
@@ -344,99 +368,45 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def resolve_point(sweep: Sweep, index: int, resolved: dict[Any, Any] | None = None,
-                  force: bool = False) -> list[RunConfig]:
-    """The run configs of one point; errors name the sweep file and the factor. ``resolved``:
-    hardware resolved for earlier points (see ``scenario_from_dict``); ``force`` lifts the
-    work limit of a run."""
-    from tiersim.config.scenario import copy_plain, scenario_from_dict
+def point_document(sweep: Sweep, index: int) -> ScenarioDocument:
+    """The scenario of point ``index``: the sweep's document with the point's factors set (each
+    blamed on the point), its ``strategy`` selected, then the strategy options (those of a
+    strategy the point does not run are left out)."""
     from tiersim.strategies import STRATEGIES
 
     point = sweep.points[index]
-    data = copy_plain(sweep.base)
-    assignments = list(sweep.settings) + [
-        Setting(k, v, sweep.source, sweep.point_label(index, k)) for k, v in point.items() if k != STRATEGY_FACTOR
-    ]
-    option_settings: list[tuple[Setting, str, str]] = []
-    for setting in assignments:
-        if setting.key.startswith(STRATEGY_OPTIONS):
-            parts = setting.key.split(".")
-            if len(parts) != 3:
-                raise ConfigError(setting.source, setting.label,
-                                  "strategy options are written strategies.NAME.OPTION, e.g. strategies.nvme.buffer_count")
-            name, option = parts[1], parts[2]
-            if name not in STRATEGIES:
-                raise ConfigError(setting.source, setting.label,
-                                  f"unknown strategy {name!r} (known: {', '.join(STRATEGIES)})")
-            option_names = _option_fields(STRATEGIES[name].Options)
-            if option not in option_names:
-                known = ", ".join(sorted(option_names)) or "none"
-                raise ConfigError(setting.source, setting.label,
-                                  f"strategy {name!r} has no option {option!r} (known: {known})")
-            option_settings.append((setting, name, option))
-        else:
-            _assign(data, setting)
-    selected: str | None = None
+    origin = sweep.origin(index)
+    doc = sweep.document
+    options = list(sweep.pending)
+    for key, value in point.items():
+        if key.startswith(STRATEGY_OPTIONS):
+            options.append(Setting(key, value, origin))
+        elif key != STRATEGY_FACTOR:
+            doc = doc.with_values({key: value}, origin)
+    selected = point.get(STRATEGY_FACTOR)
     if STRATEGY_FACTOR in point:
-        selected = point[STRATEGY_FACTOR]
-        label = sweep.point_label(index, STRATEGY_FACTOR)
         if not isinstance(selected, str) or selected not in STRATEGIES:
-            raise ConfigError(sweep.source, label, f"unknown strategy {selected!r} (known: {', '.join(STRATEGIES)})")
-        entries = _entries(data, sweep.base_source)
-        entry = entries.get(selected, {"name": selected})
-        data["strategies"] = [entry]
-    for setting, name, option in option_settings:
-        entries = _entries(data, sweep.base_source)
-        if name not in entries:
-            if selected is not None:
-                continue  # this point runs another strategy: the option does not apply
-            raise ConfigError(setting.source, setting.label,
-                              f"strategy {name!r} is not in the base scenario's strategies (has: {', '.join(entries)})")
-        entries[name][option] = setting.value
-        data["strategies"] = list(entries.values())
+            raise ConfigError(sweep.source, sweep.point_label(index, STRATEGY_FACTOR),
+                              f"unknown strategy {selected!r} (known: {', '.join(STRATEGIES)})")
+        doc = doc.with_strategy(selected)
+    for setting in options:
+        name = setting.key.split(".")[1]
+        if selected is not None and name != selected and name in STRATEGIES:
+            continue  # this point runs another strategy: the option does not apply
+        doc = doc.with_values({setting.key: setting.value}, setting.origin)
+    return doc
+
+
+def resolve_point(sweep: Sweep, index: int, force: bool = False) -> list[RunConfig]:
+    """The run configs of one point (``force`` lifts the work limit of a run). An invalid value
+    a setting or factor gave names its canonical path and where it is written; an error in the
+    base's own values (or a profile) names the point that ran into it."""
+    doc = point_document(sweep, index)
     try:
-        return scenario_from_dict(data, sweep.base_source, (), sweep.search, resolved, force)
+        return doc.configs((), force)
     except ConfigError as exc:
-        raise _attribute(exc, data, assignments, sweep, index) from None
-
-
-def _option_fields(options_cls: type) -> set[str]:
-    import dataclasses
-
-    return {f.name for f in dataclasses.fields(options_cls) if f.init}
-
-
-def _entries(data: dict[str, Any], source: str) -> dict[str, dict[str, Any]]:
-    """The ``strategies`` list as {name: mapping} (string entries become mappings)."""
-    raw = data.get("strategies")
-    if not isinstance(raw, list):
-        raise ConfigError(source, "strategies", "expected a non-empty list of strategy names or mappings")
-    entries: dict[str, dict[str, Any]] = {}
-    for i, item in enumerate(raw):
-        fields = {"name": item} if isinstance(item, str) else item
-        if not isinstance(fields, dict) or not isinstance(fields.get("name"), str):
-            raise ConfigError(source, f"strategies[{i}]", "expected a strategy name or a mapping with 'name'")
-        entries.setdefault(fields["name"], dict(fields))
-    return entries
-
-
-def _assign(data: dict[str, Any], setting: Setting) -> None:
-    """Set ``setting.key`` (dotted) in ``data`` as ``--set`` would (``tiersim.config.scenario.assign``)."""
-    from tiersim.config.scenario import assign
-
-    assign(data, setting.key, setting.value, setting.source, setting.label)
-
-
-def _attribute(exc: ConfigError, data: dict[str, Any], assignments: list[Setting], sweep: Sweep,
-               index: int) -> ConfigError:
-    """Name the factor (or setting) an error in the resolved scenario comes from."""
-    from tiersim.config.scenario import named_field, touches
-
-    fld = named_field(exc.field, data)
-    if exc.source == sweep.base_source:
-        for setting in reversed(assignments):
-            if touches(setting.key, fld):
-                return ConfigError(setting.source, setting.label, f"{exc.message} (value {show_value(setting.value)})")
-    if STRATEGY_FACTOR in sweep.points[index] and (fld.startswith("strategies") or fld == ""):
-        return ConfigError(sweep.source, sweep.point_label(index, STRATEGY_FACTOR), str(exc))
-    return ConfigError(sweep.source, sweep.point_label(index), str(exc))
+        if exc.source in (sweep.source, SET.source):
+            raise
+        selected = STRATEGY_FACTOR in sweep.points[index] and exc.field.startswith(STRATEGY_OPTIONS)
+        label = sweep.point_label(index, STRATEGY_FACTOR if selected else None)
+        raise ConfigError(sweep.source, label, str(exc)) from None

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from tiersim._version import __version__
 from tiersim.errors import ConfigError
+from tiersim.config.document import show_value
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -31,7 +32,6 @@ from tiersim.sweeping.points import (
     PlannedRun,
     Sweep,
     plan_digest,
-    show_value,
 )
 
 RESULTS_FILE = "results.parquet"
