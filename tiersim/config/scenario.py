@@ -117,12 +117,12 @@ def scenario_from_dict(
             "training.data_parallel",
             f"{training.data_parallel} ranks but hardware.gpus is {hardware_spec.gpus} (one rank per GPU)",
         )
-    key = (hardware_spec, search)
-    hardware = resolved.get(key) if resolved is not None else None
+    spec_key = (hardware_spec, search)
+    hardware = resolved.get(spec_key) if resolved is not None else None
     if hardware is None:
         hardware = resolve_hardware(hardware_spec, source, search, host)
         if resolved is not None:
-            resolved[key] = hardware
+            resolved[spec_key] = hardware
     entries = _strategy_options(data[STRATEGY_SECTION], source)
     if strategies:
         unknown = [s for s in strategies if s not in entries]

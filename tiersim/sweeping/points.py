@@ -132,13 +132,16 @@ def load_sweep(spec: str | Path | Mapping[str, Any], overrides: Sequence[str] = 
     More than ``MAX_SWEEP_RUNS`` runs is refused before any point is made, unless ``force``."""
     from tiersim.config.yamlfile import read_yaml
 
+    data: dict[str, Any]
     if isinstance(spec, Mapping):
         source, data, here = "<sweep>", dict(spec), Path.cwd()
     else:
         path = Path(spec)
-        source, data, here = str(path), read_yaml(path), path.parent
-        if not isinstance(data, dict):
+        source, here = str(path), path.parent
+        read = read_yaml(path)
+        if not isinstance(read, dict):
             raise ConfigError(source, "", "a sweep file must be a mapping with 'base' and 'grid' or 'points'")
+        data = read
     for key in data:
         if key not in SWEEP_KEYS:
             raise ConfigError(source, str(key), f"unknown field (known: {', '.join(SWEEP_KEYS)})")
