@@ -117,7 +117,7 @@ def test_plotlyjs_directory_and_cdn(tmp_path: Path) -> None:
     assert f'src="{PLOTLYJS_FILE}"' in shared and shared.count("<script charset=\"utf-8\" src=") == 1
     assert len(shared) < 100_000 and (tmp_path / "shared" / PLOTLYJS_FILE).stat().st_size > 1_000_000
     assert 'src="https://cdn.plot.ly' in cdn and len(cdn) < 100_000
-    with pytest.raises(ConfigError, match="--plotlyjs"):
+    with pytest.raises(ConfigError, match="x.html: plotlyjs: expected one of"):
         write_html(tmp_path / "x.html", [fig], "t", "web")
 
 

@@ -306,6 +306,23 @@ def test_resume_reuses_this_sweeps_rows_and_refuses_another_sweeps_folder(tmp_pa
     assert {p.name: p.stat().st_mtime_ns for p in (tmp_path / "o").rglob("*")} == before  # nothing touched
 
 
+def test_a_bad_argument_names_the_parameter_from_python_and_the_flag_from_the_cli(tmp_path: Path) -> None:
+    for kwargs, name in (({"jobs": 0}, "jobs"), ({"chunk_size": 0}, "chunk_size")):
+        with pytest.raises(ConfigError) as raised:
+            tiersim.sweep(SMALL, **kwargs)  # type: ignore[arg-type]
+        assert str(raised.value) == f"<api>: {name}: must be a whole number of at least 1, got 0"
+        assert "--" not in str(raised.value)
+    sweep_file = write(tmp_path / "s.yaml", SMALL)
+    for flag in ("--jobs", "--chunk-size"):
+        proc = tiersim_cli("sweep", str(sweep_file), flag, "0", "--out", str(tmp_path / "o"))
+        assert proc.returncode == 2
+        assert proc.stderr == f"tiersim: error: {flag}: must be a whole number of at least 1, got 0\n"
+    run_sweep(SMALL, out=tmp_path / "p")
+    with pytest.raises(ConfigError) as raised:
+        run_sweep(SMALL, out=tmp_path / "p")
+    assert str(raised.value).startswith(f"{tmp_path / 'p'}: out: already holds this sweep")
+
+
 def test_points_strategy_factor_and_strategy_options(tmp_path: Path) -> None:
     spec = {"base": str(QUICKSTART), "set": {"model.layers": 2},
             "points": [{"strategy": "nvme", "strategies.nvme.buffer_count": 4},

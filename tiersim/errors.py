@@ -5,6 +5,10 @@ engine (a bug in tiersim or in a strategy, not in the user's input). Both are ``
 from __future__ import annotations
 
 
+API = "<api>"
+"""The ``source`` of an error about the arguments of a Python call (not a file)."""
+
+
 class TiersimError(Exception):
     """Every error tiersim raises on purpose; the CLI prints one line for it."""
 
@@ -12,7 +16,8 @@ class TiersimError(Exception):
 class ConfigError(TiersimError):
     """Bad input: a malformed file, an unknown field or profile, an impossible value.
 
-    ``source`` names the file (or "--set", "<api>"), ``field`` the dotted path inside it.
+    ``source`` names the file (or "--set", or ``API`` for a Python call), ``field`` the dotted
+    path inside it, or the parameter of the call (the command line maps it to its flag).
     """
 
     def __init__(self, source: str, field: str, message: str) -> None:

@@ -27,6 +27,7 @@ from tiersim.analysis import plan
 from tiersim.config.bundled import resolve
 from tiersim.errors import ConfigError
 from tiersim.analysis.figure_export import add_plot_arguments, check_target, write_figure
+from tiersim.commands.options import flags
 from tiersim.analysis.report import format_table
 
 SIZING_COLUMNS = [("rank", "rank"), ("strategy", "strategy"), ("dram_gib_per_socket", "dram_GiB/socket"),
@@ -78,7 +79,8 @@ def plan_command(args: argparse.Namespace) -> int:
     if args.top is not None and args.top < 1:
         raise ConfigError("plan", "--top", f"must be at least 1, got {args.top}")
     scenario = plan.read_scenario(resolve(args.scenario, "scenarios"), args.overrides, args.force)
-    check_target(args.plot)
+    with flags(path="--plot"):
+        check_target(args.plot)
     if args.objective == "largest-model":
         if args.budget is not None or args.max_iteration_time is not None:
             raise ConfigError("plan", "--budget/--max-iteration-time",
@@ -95,7 +97,8 @@ def plan_command(args: argparse.Namespace) -> int:
         columns = SIZING_COLUMNS
     name = str(scenario.data.get("name", scenario.source))
     if args.plot is not None:
-        path = write_figure(plan_figure(scenario, frame, args), args.plot, args.plotlyjs)
+        with flags(path="--plot", frame="--plot"):
+            path = write_figure(plan_figure(scenario, frame, args), args.plot, args.plotlyjs)
         print(f"tiersim: wrote {path}", file=sys.stderr)
     answered = not frame["fits"].eq(False).all() if args.objective == "largest-model" else \
         not frame["rank"].isna().all()

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from tiersim.errors import ConfigError
 from tiersim.analysis.figure_export import add_plot_arguments, check_target, write_figure
+from tiersim.commands.options import flags
 from tiersim.analysis.report import TABLE_WIDTH
 from tiersim.analysis.reproduce import (
     MEASURED_DIR,
@@ -67,7 +68,8 @@ def reproduce_command(args: argparse.Namespace) -> int:
         where = args.scenarios or "scenarios/"
         raise ConfigError(str(where), "--scenarios", f"no {STUDIES[args.study]} scenario files found")
     figure = None if args.no_figure else (args.plot or args.out / f"{args.study}.html")
-    check_target(figure)
+    with flags(path="--plot"):
+        check_target(figure)
     df = run_study(paths, args.overrides)
     speed = speedup_table(df)
     measured = measured_runs(paths, args.overrides, args.measured)
@@ -80,7 +82,8 @@ def reproduce_command(args: argparse.Namespace) -> int:
     if figure is not None:
         fig = phase_figure(df, measured if len(measured) else None,
                            title=f"tiersim reproduce {args.study}: iteration time by phase")
-        write_figure(fig, figure, args.plotlyjs)
+        with flags(path="--plot"):
+            write_figure(fig, figure, args.plotlyjs)
     if args.format == "json":
         rows = [{k: _clean(v) for k, v in row.items()} for row in df.to_dict(orient="records")]
         summary = [{k: _clean(v) for k, v in row.items()} for row in speed.to_dict(orient="records")]

@@ -10,6 +10,7 @@ from pathlib import Path
 from tiersim.config.bundled import resolve
 from tiersim.errors import ConfigError
 from tiersim.analysis.figure_export import add_plot_arguments, check_target
+from tiersim.commands.options import flags
 from tiersim.config.limits import MAX_TASKS, NOTICE_TASKS
 from tiersim.analysis.report import csv_text, flat_row, results_table
 from tiersim.results import Result
@@ -48,7 +49,8 @@ def run_command(args: argparse.Namespace) -> int:
     """Load, simulate each strategy, print in the chosen format, optionally write files."""
     configs = load_scenario(resolve(args.scenario, "scenarios"), args.overrides, args.strategy, args.force,
                             args.ds_config)
-    check_target(args.plot)
+    with flags(path="--plot"):
+        check_target(args.plot)
     scenario = configs[0].scenario
     tasks = sum(run_tasks(config) for config in configs)
     if tasks >= NOTICE_TASKS:
@@ -63,7 +65,8 @@ def run_command(args: argparse.Namespace) -> int:
         from tiersim.analysis.plots import write_report
 
         fitted = [r.strategy for r in results if r.fits]
-        path = write_report(results, args.plot, plotlyjs=args.plotlyjs)
+        with flags(path="--plot", results="--plot"):
+            path = write_report(results, args.plot, plotlyjs=args.plotlyjs)
         print(f"tiersim: wrote {path} (phase bars; critical path, timeline and utilisation of "
               f"{', '.join(fitted)})", file=sys.stderr)
     if args.format == "json":

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from tiersim.analysis.report import format_table, seconds
+from tiersim.commands.options import flags
 
 TABLE_ROWS = 40
 
@@ -62,24 +63,25 @@ def sweep_command(args: argparse.Namespace) -> int:
     if out is None:
         out = Path("out") / f"sweep-{load_sweep(args.sweep_file, args.overrides, args.force).name}"
     progress = not args.quiet and sys.stderr.isatty()
-    try:
-        outcome = run_sweep(args.sweep_file, jobs=args.jobs, scheduler=args.scheduler, out=out,
-                            resume=args.resume, overrides=args.overrides, progress=progress,
-                            chunk_size=args.chunk_size, force=args.force,
-                            notice=lambda line: print(f"tiersim: {line}", file=sys.stderr))
-    except FolderInUse as exc:
-        what = "read its results again (nothing is rerun)" if exc.stored == exc.total else "continue it"
-        raise ConfigError(exc.source, exc.field, f"{exc.message}; to {what}: {_again(args, out)}; to run it "
-                                                 f"afresh: another --out, or delete {out}") from None
-    except SweepInterrupted as exc:
-        how = "terminated" if exc.signum == signal.SIGTERM else "interrupted"
-        print(f"tiersim: {how}: {exc.saved} of {exc.total} runs saved in {out / 'parts'}; "
-              f"continue with: {_again(args, out)}", file=sys.stderr)
-        return 128 + int(exc.signum)
-    except SweepAborted as exc:
-        print(f"tiersim: error: sweep stopped: {exc.reason}; {exc.saved} of {exc.total} runs saved in "
-              f"{out / 'parts'}; continue with: {_again(args, out)}", file=sys.stderr)
-        return 1
+    with flags(jobs="--jobs", chunk_size="--chunk-size", scheduler="--scheduler", out="--out"):
+        try:
+            outcome = run_sweep(args.sweep_file, jobs=args.jobs, scheduler=args.scheduler, out=out,
+                                resume=args.resume, overrides=args.overrides, progress=progress,
+                                chunk_size=args.chunk_size, force=args.force,
+                                notice=lambda line: print(f"tiersim: {line}", file=sys.stderr))
+        except FolderInUse as exc:
+            what = "read its results again (nothing is rerun)" if exc.stored == exc.total else "continue it"
+            raise ConfigError(exc.source, exc.field, f"{exc.message}; to {what}: {_again(args, out)}; to run it "
+                                                     f"afresh: another --out, or delete {out}") from None
+        except SweepInterrupted as exc:
+            how = "terminated" if exc.signum == signal.SIGTERM else "interrupted"
+            print(f"tiersim: {how}: {exc.saved} of {exc.total} runs saved in {out / 'parts'}; "
+                  f"continue with: {_again(args, out)}", file=sys.stderr)
+            return 128 + int(exc.signum)
+        except SweepAborted as exc:
+            print(f"tiersim: error: sweep stopped: {exc.reason}; {exc.saved} of {exc.total} runs saved in "
+                  f"{out / 'parts'}; continue with: {_again(args, out)}", file=sys.stderr)
+            return 1
     frame = outcome.frame
     line = (f"sweep: {outcome.sweep.name}: {outcome.total} runs ({outcome.resumed} resumed, "
             f"{outcome.computed} computed {outcome.where}) in {outcome.seconds:.1f} s -> {outcome.results}")

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 from tiersim._version import __version__
-from tiersim.errors import ConfigError
+from tiersim.errors import API, ConfigError, ModelError
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -246,7 +246,7 @@ def _dask_client(scheduler: Any) -> tuple[Any, bool]:
     try:
         from distributed import Client
     except ImportError:
-        raise ConfigError("--scheduler", "", "needs dask[distributed]: pip install 'tiersim[dask]'") from None
+        raise ConfigError(API, "scheduler", "needs dask[distributed]: pip install 'tiersim[dask]'") from None
     if isinstance(scheduler, Client):
         return scheduler, False
     try:
@@ -254,7 +254,7 @@ def _dask_client(scheduler: Any) -> tuple[Any, bool]:
             return Client(scheduler, timeout="10s", set_as_default=False), True
         return Client(scheduler, set_as_default=False), True
     except (OSError, TimeoutError, ValueError) as exc:
-        raise ConfigError("--scheduler", str(scheduler), f"cannot connect to the Dask scheduler ({exc})") from None
+        raise ConfigError(API, "scheduler", f"cannot connect to the Dask scheduler {scheduler!s} ({exc})") from None
 
 
 def _run_dask(client: Any, batches: list[Batch], sink: Sink) -> None:
@@ -317,9 +317,9 @@ def run_sweep(
     planning of such a sweep has got, every tenth)."""
     started = time.perf_counter()
     if jobs is not None and (not isinstance(jobs, int) or jobs < 1):
-        raise ConfigError("--jobs", "", f"must be a whole number of at least 1, got {jobs!r}")
+        raise ConfigError(API, "jobs", f"must be a whole number of at least 1, got {jobs!r}")
     if chunk_size is not None and (not isinstance(chunk_size, int) or chunk_size < 1):
-        raise ConfigError("--chunk-size", "", f"must be a whole number of at least 1, got {chunk_size!r}")
+        raise ConfigError(API, "chunk_size", f"must be a whole number of at least 1, got {chunk_size!r}")
     from tiersim.config.worksize import describe
 
     sweep = load_sweep(spec, overrides, force)
@@ -411,7 +411,7 @@ def run_sweep(
     found = stored_rows(table, runs)
     missing = len(runs) - len(found)
     if missing:  # pragma: no cover - would be a bug (a part lost between write and read)
-        raise RuntimeError(f"sweep finished but {missing} of {len(runs)} runs have no row")
+        raise ModelError(f"sweep finished but {missing} of {len(runs)} runs have no row")
     assert table is not None
     final = final_table(table, found, sweep, overrides)
     results_path = None
