@@ -204,6 +204,16 @@ def test_a_worker_killed_from_outside_stops_the_sweep_in_one_line_keeping_its_pa
     assert finished.resumed == saved and finished.resumed + finished.computed == 60
 
 
+def patch_simulate(monkeypatch: pytest.MonkeyPatch, fake: object) -> None:
+    """Replace ``tiersim.simulate.simulate`` (what a sweep's runs call) for one test, after the
+    CLI's commands have imported the real one (so that no later test gets the fake)."""
+    import tiersim.simulate as simulate_module
+    from tiersim import cli
+
+    cli.build_parser()
+    monkeypatch.setattr(simulate_module, "simulate", fake)
+
+
 def test_a_failing_run_is_a_row_with_its_error_and_the_sweep_carries_on(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     import tiersim.simulate as simulate_module
@@ -215,7 +225,7 @@ def test_a_failing_run_is_a_row_with_its_error_and_the_sweep_carries_on(
             raise RuntimeError("engine fell over")
         return real(config)
 
-    monkeypatch.setattr(simulate_module, "simulate", flaky)
+    patch_simulate(monkeypatch, flaky)
     sweep_file = write(tmp_path / "s.yaml", SMALL)
     from tiersim import cli
 
@@ -238,12 +248,10 @@ def test_a_failing_run_is_a_row_with_its_error_and_the_sweep_carries_on(
 
 def test_a_sweep_whose_runs_all_fail_still_prints_its_table(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    import tiersim.simulate as simulate_module
-
     def broken(config):  # type: ignore[no-untyped-def]
         raise ValueError("no")
 
-    monkeypatch.setattr(simulate_module, "simulate", broken)
+    patch_simulate(monkeypatch, broken)
     from tiersim import cli
 
     sweep_file = write(tmp_path / "s.yaml", {"base": str(QUICKSTART), "grid": {"strategy": ["dram", "nvme"]}})
