@@ -13,6 +13,7 @@ from pathlib import Path
 import yaml
 
 from tiersim.errors import ConfigError
+from tiersim.jsonout import plain_records
 from tiersim.ingest.log_scenario import PHASES, log_scenario, measured_table
 from tiersim.ingest.training_log import read_log
 from tiersim.analysis.report import TABLE_WIDTH, format_table
@@ -53,7 +54,7 @@ def import_log_command(args: argparse.Namespace) -> int:
             table.to_csv(args.out / f"{stem}.measured.csv", index=False)
             print(f"wrote {args.out / f'{stem}.yaml'} and {args.out / f'{stem}.measured.csv'}", file=sys.stderr)
     if args.format == "json":
-        print(json.dumps([{"log": log.path, "scenario": scenario, "measured": table.to_dict(orient="records")}
+        print(json.dumps([{"log": log.path, "scenario": scenario, "measured": plain_records(table)}
                           for log, scenario, table in imported], indent=2))
         return 0
     for log, scenario, table in imported:

@@ -16,6 +16,7 @@ import textwrap
 from pathlib import Path
 
 from tiersim.errors import ConfigError
+from tiersim.jsonout import plain_records
 from tiersim.analysis.figure_export import add_plot_arguments, check_target, write_figure
 from tiersim.commands.options import flags
 from tiersim.analysis.report import TABLE_WIDTH
@@ -53,14 +54,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.set_defaults(func=reproduce_command)
 
 
-def _clean(value: object) -> object:
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if hasattr(value, "item"):
-        return value.item()  # numpy scalar -> Python
-    return value
-
-
 def reproduce_command(args: argparse.Namespace) -> int:
     """Run the study, print it, write the figure and CSV."""
     paths = study_scenarios(args.study, args.scenarios)
@@ -85,11 +78,8 @@ def reproduce_command(args: argparse.Namespace) -> int:
         with flags(path="--plot"):
             write_figure(fig, figure, args.plotlyjs)
     if args.format == "json":
-        rows = [{k: _clean(v) for k, v in row.items()} for row in df.to_dict(orient="records")]
-        summary = [{k: _clean(v) for k, v in row.items()} for row in speed.to_dict(orient="records")]
-        compared = [{k: _clean(v) for k, v in row.items()} for row in comparison.to_dict(orient="records")]
-        print(json.dumps({"study": args.study, "scenarios": [str(p) for p in paths], "rows": rows,
-                          "speedup": summary, "measured": compared}, indent=2))
+        print(json.dumps({"study": args.study, "scenarios": [str(p) for p in paths], "rows": plain_records(df),
+                          "speedup": plain_records(speed), "measured": plain_records(comparison)}, indent=2))
     else:
         print(f"study: {args.study} ({len(paths)} scenarios)")
         print(study_table(df))

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import signal
 import sys
 from pathlib import Path
 
 from tiersim.analysis.report import format_table, seconds
 from tiersim.commands.options import flags
+from tiersim.jsonout import plain, plain_records
 
 TABLE_ROWS = 40
 
@@ -89,9 +89,8 @@ def sweep_command(args: argparse.Namespace) -> int:
         print(frame.to_csv(index=False), end="")
         print(line, file=sys.stderr)
     elif args.format == "json":
-        rows = [{k: _clean(v) for k, v in row.items()} for row in frame.to_dict(orient="records")]
         print(json.dumps({"sweep": outcome.sweep.name, "results": str(outcome.results), "runs": outcome.total,
-                          "resumed": outcome.resumed, "rows": rows}, indent=2))
+                          "resumed": outcome.resumed, "rows": plain_records(frame)}, indent=2))
     elif args.format == "none":
         print(line, file=sys.stderr)
     else:
@@ -100,12 +99,12 @@ def sweep_command(args: argparse.Namespace) -> int:
         headers = ["point", "strategy", *factors, "fits", "iteration_s", "bottleneck / reason"]
         rows = []
         for rec in frame.head(TABLE_ROWS).to_dict(orient="records"):
-            error = _clean(rec.get("error"))
-            fits = bool(_clean(rec.get("fits")))
+            error = plain(rec.get("error"))
+            fits = bool(plain(rec.get("fits")))
             verdict = "ERROR" if error else "yes" if fits else "NO"
             why = error or (rec.get("bottleneck") if fits else rec.get("reason"))
             rows.append([rec["point"], rec["strategy"], *[_cell(rec[k]) for k in factors], verdict,
-                         seconds(_clean(rec.get("iteration_time_s"))), why])
+                         seconds(plain(rec.get("iteration_time_s"))), why])
         print(format_table(headers, rows))
         if len(frame) > TABLE_ROWS:
             print(f"... {len(frame) - TABLE_ROWS} more rows in {outcome.results}")
@@ -123,17 +122,9 @@ def _again(args: argparse.Namespace, out: Path) -> str:
                      *[f"--set {o}" for o in args.overrides], *(["--force"] if args.force else [])])
 
 
-def _clean(value: object) -> object:
-    if hasattr(value, "item"):
-        value = value.item()  # numpy scalar -> Python
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    return value
-
-
 def _cell(value: object) -> object:
     """A factor value for the table: integral floats (ints next to missing values) as ints."""
-    value = _clean(value)
+    value = plain(value)
     if isinstance(value, float) and value.is_integer():
         return int(value)
     return value
