@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 from tiersim._version import __version__
 from tiersim.errors import API, ConfigError, ModelError
+from tiersim.progress import progress_bar
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -349,13 +350,13 @@ def _plan(spec: str | Path | Mapping[str, Any], overrides: Sequence[str], force:
     loud = progress or len(sweep.points) >= NOTICE_RUNS
     if notice is not None and loud:
         notice(f"sweep {sweep.name}: planning {len(sweep.points):,} points")
-    with _progress_bar(progress, len(sweep.points), 0, f"plan {sweep.name}", "points") as planned:
+    with progress_bar(progress, len(sweep.points), f"plan {sweep.name}", "points") as planned:
         tenths = 0
 
         def report(done: int, total: int) -> None:
             """The bar, or without one a line every tenth of a large sweep."""
             nonlocal tenths
-            planned(done, absolute=True)
+            planned.reach(done)
             if notice is not None and loud and not progress and done < total and done * 10 // total > tenths:
                 tenths = done * 10 // total
                 notice(f"sweep {sweep.name}: planned {done:,} of {total:,} points")
@@ -455,12 +456,12 @@ def _execute(store: _Store, batches: list[Batch], scheduler: Any, workers: int, 
     try:
         with _sigterm_interrupts():
             backend, release = _choose_backend(scheduler, workers) if batches else (_run_inline, _nothing)
-            with _progress_bar(progress, total, resumed, label, "runs") as advance:
+            with progress_bar(progress, total, label, "runs", resumed) as bar:
 
                 def sink(results: list[tuple[int, dict[str, Any]]]) -> None:
                     if results:
                         store.add(results)
-                        advance(len(results))
+                        bar.advance(len(results))
 
                 backend(batches, sink)
     except KeyboardInterrupt as exc:
@@ -496,36 +497,6 @@ def sweep(
     with its ``error``; the others carry on.
     """
     return run_sweep(sweep_file_or_dict, jobs, scheduler, out, resume, overrides, progress, chunk_size, force).frame
-
-
-@contextlib.contextmanager
-def _progress_bar(enabled: bool, total: int, done: int, label: str,
-                  unit: str) -> Iterator[Callable[..., None]]:
-    """A rich progress bar with rate and ETA on stderr (a no-op when disabled); the callback
-    advances it by ``n`` ``unit``, or sets it to ``n`` done with ``absolute=True``."""
-    if not enabled:
-        yield lambda n, absolute=False: None
-        return
-    from rich.console import Console
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn,
-                               TimeElapsedColumn, TimeRemainingColumn)
-
-    console = Console(stderr=True)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TaskProgressColumn(),
-                  TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TextColumn("ETA"),
-                  TimeRemainingColumn(), console=console, transient=False) as bar:
-        task = bar.add_task(label, total=total, completed=done, rate="")
-        start, count = time.perf_counter(), 0
-
-        def advance(n: int, absolute: bool = False) -> None:
-            nonlocal count
-            step = n - count if absolute else n
-            count += step
-            elapsed = time.perf_counter() - start
-            rate = f"{count / elapsed:.1f} {unit}/s" if elapsed > 0 else ""
-            bar.update(task, advance=step, rate=rate)
-
-        yield advance
 
 
 __all__ = ["SweepAborted", "SweepInterrupted", "SweepOutcome", "run_batch", "run_sweep", "sweep", "results_frame", "default_jobs",
