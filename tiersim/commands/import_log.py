@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from tiersim.errors import ConfigError
+from tiersim.commands.options import output_folder
 from tiersim.jsonout import plain_records
 from tiersim.ingest.log_scenario import PHASES, log_scenario, measured_table
 from tiersim.ingest.training_log import read_log
@@ -43,10 +43,7 @@ def import_log_command(args: argparse.Namespace) -> int:
         log = read_log(path)
         imported.append((log, log_scenario(log), measured_table(log)))
     if args.out is not None:
-        try:
-            args.out.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ConfigError(str(args.out), "--out", f"cannot create directory ({exc.strerror})") from None
+        output_folder(args.out)
         for log, scenario, table in imported:
             stem = scenario["name"]
             text = _HEADER.format(log=log.path) + yaml.safe_dump(scenario, sort_keys=False)

@@ -18,7 +18,7 @@ from pathlib import Path
 from tiersim.errors import ConfigError
 from tiersim.jsonout import plain_records
 from tiersim.analysis.figure_export import add_plot_arguments, check_target, write_figure
-from tiersim.commands.options import flags
+from tiersim.commands.options import flags, output_folder
 from tiersim.analysis.report import TABLE_WIDTH
 from tiersim.analysis.reproduce import (
     MEASURED_DIR,
@@ -67,10 +67,7 @@ def reproduce_command(args: argparse.Namespace) -> int:
     speed = speedup_table(df)
     measured = measured_runs(paths, args.overrides, args.measured)
     comparison = measured_comparison(df, measured)
-    try:
-        args.out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(str(args.out), "--out", f"cannot create directory ({exc.strerror})") from None
+    output_folder(args.out)
     df.to_csv(args.out / f"{args.study}.csv", index=False)
     if figure is not None:
         fig = phase_figure(df, measured if len(measured) else None,

@@ -8,9 +8,8 @@ import sys
 from pathlib import Path
 
 from tiersim.config.bundled import resolve
-from tiersim.errors import ConfigError
 from tiersim.analysis.figure_export import add_plot_arguments, check_target
-from tiersim.commands.options import flags
+from tiersim.commands.options import flags, output_folder
 from tiersim.config.limits import MAX_TASKS, NOTICE_TASKS
 from tiersim.analysis.report import csv_text, flat_row, results_table
 from tiersim.results import Result
@@ -82,10 +81,7 @@ def run_command(args: argparse.Namespace) -> int:
 def write_outputs(out: Path, scenario: str, results: list[Result], trace_format: str) -> list[Path]:
     """summary.json, summary.csv, and per strategy config, trace, utilisation and placement;
     returns the files written."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(str(out), "--out", f"cannot create directory ({exc.strerror})") from None
+    output_folder(out)
     written = [out / "summary.json", out / "summary.csv"]
     written[0].write_text(json.dumps({"scenario": scenario, "results": [r.summary() for r in results]}, indent=2))
     written[1].write_text(csv_text([flat_row(scenario, r) for r in results]))
