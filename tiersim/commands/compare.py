@@ -21,6 +21,7 @@ from typing import Any, Sequence
 import pandas as pd
 
 from tiersim.errors import ConfigError
+from tiersim.commands.options import add_format
 from tiersim.jsonout import plain, plain_records
 from tiersim.analysis.report import TABLE_WIDTH, format_table
 
@@ -35,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument("b", type=Path, help="second results.parquet")
     parser.add_argument("--on", action="append", default=[], metavar="COLUMN",
                         help="match on this column (repeatable); default: shared factor columns + strategy")
-    parser.add_argument("--format", choices=("table", "json", "csv"), default="table")
+    add_format(parser, "table", "json", "csv")
     parser.set_defaults(func=compare_command)
 
 

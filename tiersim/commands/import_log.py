@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from tiersim.commands.options import output_folder
+from tiersim.commands.options import add_format, output_folder
 from tiersim.jsonout import plain_records
 from tiersim.ingest.log_scenario import PHASES, log_scenario, measured_table
 from tiersim.ingest.training_log import read_log
@@ -32,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument("logs", nargs="+", metavar="LOG", help="Megatron-DeepSpeed training log")
     parser.add_argument("--out", type=Path, metavar="DIR",
                         help="write DIR/NAME.yaml (scenario) and DIR/NAME.measured.csv per log")
-    parser.add_argument("--format", choices=("table", "json"), default="table")
+    add_format(parser, "table", "json")
     parser.set_defaults(func=import_log_command)
 
 

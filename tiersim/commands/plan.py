@@ -27,7 +27,7 @@ from tiersim.analysis import plan
 from tiersim.config.bundled import resolve
 from tiersim.errors import ConfigError
 from tiersim.analysis.figure_export import add_plot_arguments, check_target, write_figure
-from tiersim.commands.options import flags
+from tiersim.commands.options import add_format, add_overrides, add_strategy, flags
 from tiersim.analysis.report import format_table
 
 SIZING_COLUMNS = [("rank", "rank"), ("strategy", "strategy"), ("dram_gib_per_socket", "dram_GiB/socket"),
@@ -47,10 +47,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("scenario", help="scenario YAML file (or the name of a bundled one)")
     parser.add_argument("--objective", choices=plan.OBJECTIVES, required=True)
-    parser.add_argument("--strategy", action="append", default=[], metavar="NAME",
-                        help="only this strategy (repeatable); default: all in the scenario")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
-                        help="override a scenario field by dotted path before planning")
+    add_strategy(parser)
+    add_overrides(parser)
     parser.add_argument("--budget", type=float, metavar="USD", help="hardware cost limit (fastest, cheapest)")
     parser.add_argument("--max-iteration-time", type=float, metavar="S",
                         help="iteration-time target in seconds (cheapest; also filters fastest)")
@@ -67,7 +65,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument("--lifetime-years", type=float, default=plan.DEFAULT_LIFETIME_YEARS,
                         help="amortisation period for cost per iteration (default %(default)s)")
     parser.add_argument("--top", type=int, default=None, metavar="N", help="table: only the first N rows")
-    parser.add_argument("--format", choices=("table", "json"), default="table")
+    add_format(parser, "table", "json")
     add_plot_arguments(parser, "a picture of the answer (see above)")
     parser.add_argument("--force", action="store_true", help="simulate candidates past the limit of tasks per run")
     parser.set_defaults(func=plan_command)

@@ -18,7 +18,7 @@ from pathlib import Path
 from tiersim.errors import ConfigError
 from tiersim.jsonout import plain_records
 from tiersim.analysis.figure_export import add_plot_arguments, check_target, write_figure
-from tiersim.commands.options import flags, output_folder
+from tiersim.commands.options import add_format, add_overrides, flags, output_folder
 from tiersim.analysis.report import TABLE_WIDTH
 from tiersim.analysis.reproduce import (
     MEASURED_DIR,
@@ -41,9 +41,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument("study", choices=sorted(STUDIES), help="which study")
     parser.add_argument("--out", type=Path, default=Path("out"), metavar="DIR",
                         help="where to write <study>.html and <study>.csv (default: out/)")
-    parser.add_argument("--format", choices=("table", "json"), default="table")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
-                        help="override a field in every scenario, e.g. training.global_batch=128")
+    add_format(parser, "table", "json")
+    add_overrides(parser, "a field of every scenario")
     parser.add_argument("--scenarios", type=Path, default=None, metavar="DIR",
                         help="directory holding the study's scenario files (default: the bundled scenarios/)")
     parser.add_argument("--measured", type=Path, default=MEASURED_DIR, metavar="DIR",

@@ -9,13 +9,12 @@ from pathlib import Path
 
 from tiersim.config.bundled import resolve
 from tiersim.analysis.figure_export import add_plot_arguments, check_target
-from tiersim.commands.options import flags, output_folder
+from tiersim.commands.options import add_format, add_overrides, add_strategy, flags, output_folder
 from tiersim.config.limits import MAX_TASKS, NOTICE_TASKS
 from tiersim.analysis.report import csv_text, flat_row, results_table
 from tiersim.results import Result
 from tiersim.config.scenario import load_scenario
 from tiersim.simulate import simulate
-from tiersim.strategies import STRATEGIES
 from tiersim.config.worksize import describe, run_tasks
 
 
@@ -24,15 +23,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser = subparsers.add_parser("run", help="simulate a scenario under its strategies",
                                    description=__doc__)
     parser.add_argument("scenario", help="scenario YAML file (or the name of a bundled one, e.g. quickstart)")
-    known = "; ".join(f"{name}: {cls.summary}" for name, cls in STRATEGIES.items())
-    parser.add_argument("--strategy", action="append", default=[], metavar="NAME",
-                        help=f"only this strategy (repeatable); default: all in the scenario ({known})")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
-                        help="override a scenario field by dotted path, e.g. training.global_batch=64")
+    add_strategy(parser)
+    add_overrides(parser)
     parser.add_argument("--ds-config", type=Path, metavar="ds_config.json",
                         help="take the ZeRO, offload, aio, batch and precision settings from this DeepSpeed JSON "
                              "(--set still wins); keys tiersim does not model are named in one warning")
-    parser.add_argument("--format", choices=("table", "json", "csv"), default="table")
+    add_format(parser, "table", "json", "csv")
     parser.add_argument("--out", type=Path, metavar="DIR",
                         help="write summary, resolved configs and traces to DIR")
     parser.add_argument("--trace-format", choices=("csv", "parquet"), default="csv",

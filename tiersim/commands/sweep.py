@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from tiersim.analysis.report import format_table, seconds
-from tiersim.commands.options import flags
+from tiersim.commands.options import add_format, add_overrides, flags
 from tiersim.jsonout import plain, plain_records
 
 TABLE_ROWS = 40
@@ -38,10 +38,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         help="where parts/ and results.parquet go (default: out/sweep-NAME)")
     parser.add_argument("--resume", action="store_true",
                         help="keep the runs already stored in DIR and run only the rest")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
-                        help="override a base scenario field by dotted path, e.g. training.global_batch=64")
-    parser.add_argument("--format", choices=("table", "csv", "json", "none"), default="table",
-                        help="what to print when done (the Parquet file is always written)")
+    add_overrides(parser, "a base scenario field")
+    add_format(parser, "table", "csv", "json", "none", help="what to print when done (the Parquet file is always written)")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     parser.add_argument("--chunk-size", type=int, default=None, metavar="RUNS",
                         help="runs per worker task and per part file (default: automatic, at most 32)")
