@@ -9,15 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-ROOT = Path(__file__).resolve().parent.parent
-QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
-
-
-def tiersim(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m tiersim ARGS`` and capture its output."""
-    return subprocess.run([sys.executable, "-m", "tiersim", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120)
+from clirun import QUICKSTART, ROOT, tiersim
 
 
 def test_run_json_has_the_documented_shape() -> None:

@@ -13,6 +13,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from clirun import QUICKSTART, ROOT
+from clirun import tiersim as tiersim_cli
 
 import tiersim
 from tiersim.errors import ConfigError
@@ -20,8 +22,6 @@ from tiersim.sweeping.points import load_sweep, plan_sweep
 from tiersim.sweeping.store import FolderInUse
 from tiersim.sweeping.runner import run_sweep
 
-ROOT = Path(__file__).resolve().parent.parent
-QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
 
 SMALL = {
     "name": "small",
@@ -46,11 +46,6 @@ LONGER = {
         "strategies.nvme.queue_depth": [4, 16],
     },
 }
-
-
-def tiersim_cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tiersim", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120)
 
 
 def results(frame: pd.DataFrame) -> pd.DataFrame:
