@@ -9,15 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-ROOT = Path(__file__).resolve().parent.parent
-QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
-
-
-def tiersim(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m tiersim ARGS`` and capture its output."""
-    return subprocess.run([sys.executable, "-m", "tiersim", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120)
+from clirun import QUICKSTART, ROOT, tiersim
 
 
 def test_run_json_has_the_documented_shape() -> None:
@@ -190,3 +182,11 @@ def test_calibrate_and_validate_without_torch_name_the_extra(command: str, tmp_p
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith(f"tiersim: error: tiersim {command}: needs PyTorch") and "tiersim[torch]" in line
     assert not list(tmp_path.iterdir())  # nothing was measured or written
+
+
+def test_an_output_folder_that_cannot_be_made_is_one_line_naming_it_and_the_flag(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    out = tmp_path / "file" / "sub"
+    proc = tiersim("run", str(QUICKSTART), "--strategy", "dram", "--out", str(out))
+    assert proc.returncode == 2
+    assert proc.stderr == f"tiersim: error: {out}: --out: cannot create directory (Not a directory)\n"

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from tiersim.engine import Link, Task, TaskGraph, run_graph
 from tiersim.engine.flows import Flow, max_min_rates
 from tiersim.engine.runner import EngineRun
+from tiersim.errors import ModelError, TiersimError
 
 REL = 1e-9
 GB = 1e9
@@ -347,31 +348,31 @@ def test_short_flow_late_in_a_run_conserves_bytes(k: int) -> None:
 
 def test_duplicate_task_name_rejected() -> None:
     g = graph({}, Task("t", "s", "p", "c", delay=1.0))
-    with pytest.raises(ValueError, match="duplicate"):
+    with pytest.raises(ModelError, match="duplicate"):
         g.add(Task("t", "other", "p", "c", delay=1.0))
 
 
 def test_unknown_dep_rejected() -> None:
-    with pytest.raises(ValueError, match="unknown"):
+    with pytest.raises(ModelError, match="unknown"):
         graph({}, Task("t", "s", "p", "c", deps=("nope",)))
 
 
 def test_dep_must_come_earlier() -> None:
     g = TaskGraph()
-    with pytest.raises(ValueError):
+    with pytest.raises(ModelError):
         g.add(Task("a", "s", "p", "c", deps=("b",)))
 
 
 def test_undeclared_link_rejected() -> None:
-    with pytest.raises(ValueError, match="undeclared"):
+    with pytest.raises(ModelError, match="undeclared"):
         graph({"L": 1.0}, flow("t", 1.0, ("M",)))
 
 
 @pytest.mark.parametrize("capacity", [0.0, -1.0, math.inf, math.nan])
 def test_bad_link_capacity_rejected(capacity: float) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ModelError):
         Link("L", capacity)
-    with pytest.raises(ValueError):
+    with pytest.raises(ModelError):
         TaskGraph().link("L", capacity)
 
 
@@ -379,7 +380,7 @@ def test_link_redeclared_with_other_capacity_rejected() -> None:
     g = TaskGraph()
     g.link("L", 1.0)
     g.link("L", 1.0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ModelError):
         g.link("L", 2.0)
 
 
@@ -391,9 +392,37 @@ def test_link_redeclared_with_other_capacity_rejected() -> None:
 def test_bad_task_rejected_by_the_graph(kwargs: dict[str, object]) -> None:
     g = TaskGraph()
     g.link("L", 1.0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ModelError):
         g.add(Task("t", "s", "p", "c", **kwargs))  # type: ignore[arg-type]
     assert not g.tasks and not g.dependents
+
+
+def test_graph_errors_are_model_errors_the_cli_prints_in_one_line(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from tiersim import cli
+
+    g = graph({}, Task("t", "s", "p", "c", delay=1.0))
+    with pytest.raises(TiersimError):
+        g.add(Task("t", "s", "p", "c", delay=1.0))
+
+    def broken(args: object) -> int:
+        g.add(Task("t", "s", "p", "c", delay=1.0))
+        return 0
+
+    monkeypatch.setattr("tiersim.commands.profiles.profiles_command", broken)
+    assert cli.main(["profiles"]) == 1
+    err = capsys.readouterr().err
+    assert err == "tiersim: error: duplicate task name 't'\n"
+
+
+def test_records_of_a_fast_forwarded_run_name_the_trace_option() -> None:
+    from dataclasses import replace
+
+    from tiersim.errors import ConfigError
+
+    run = replace(run_graph(graph({}, Task("t", "s", "p", "c", delay=1.0))), complete=False)
+    with pytest.raises(ConfigError, match="trace"):
+        run.records
 
 
 def _without_shortcuts(g: TaskGraph, monkeypatch: pytest.MonkeyPatch) -> EngineRun:

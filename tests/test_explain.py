@@ -3,29 +3,20 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import plotly.graph_objects as go
 import pytest
+from clirun import QUICKSTART, ROOT, SMALL, tiersim
 
 from tiersim.analysis.explain import critical_path, explain, task_graph
 from tiersim.analysis.plots import phase_bars, timeline_bars, timeline_figure, utilisation_figure
 from tiersim.config.scenario import load_scenario
 from tiersim.simulate import simulate
 
-ROOT = Path(__file__).resolve().parent.parent
-QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
-SMALL = ["model.layers=6", "training.global_batch=2"]
 MULTI = ROOT / "scenarios" / "llama2-70b-offload.yaml"
 MULTI_SMALL = ["model.layers=4", "training.global_batch=8"]
-
-
-@pytest.fixture(scope="module")
-def results() -> list:
-    return [simulate(c) for c in load_scenario(QUICKSTART, SMALL)]
 
 
 @pytest.fixture(scope="module")
@@ -99,11 +90,6 @@ def test_figures(results: list) -> None:
     assert len(util.data) == 4
     bars = phase_bars(results)
     assert len(bars.data) == 3 and list(bars.data[0].y) == [r.strategy for r in results if r.fits]
-
-
-def tiersim(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tiersim", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120)
 
 
 def test_run_plot_writes_offline_html(tmp_path: Path) -> None:

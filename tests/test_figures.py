@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import os
 import stat
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import plotly.graph_objects as go
 import pytest
 from browser import blank_fraction, browser_or_skip, png_size
+from clirun import QUICKSTART, ROOT, tiersim
 
 from tiersim.analysis import plan
 from tiersim.errors import ConfigError
@@ -21,22 +20,6 @@ from tiersim.analysis.figure_export import (BROWSER_NAMES, PLOTLYJS_FILE, check_
                                    write_figure, write_html)
 from tiersim.analysis.plan_plots import binding_label, largest_model_figure, pareto_front, sizing_figure
 from tiersim.analysis.plots import phase_bars, stack_figures, timeline_figure, utilisation_figure
-from tiersim.config.scenario import load_scenario
-from tiersim.simulate import simulate
-
-ROOT = Path(__file__).resolve().parent.parent
-QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
-SMALL = ["model.layers=6", "training.global_batch=2"]
-
-
-def tiersim(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tiersim", *args], cwd=ROOT, capture_output=True, text=True, check=False,
-                          timeout=180, env=env)
-
-
-@pytest.fixture(scope="module")
-def results() -> list:
-    return [simulate(c) for c in load_scenario(QUICKSTART, SMALL)]
 
 
 def _fake_executable(path: Path) -> Path:
@@ -117,7 +100,7 @@ def test_plotlyjs_directory_and_cdn(tmp_path: Path) -> None:
     assert f'src="{PLOTLYJS_FILE}"' in shared and shared.count("<script charset=\"utf-8\" src=") == 1
     assert len(shared) < 100_000 and (tmp_path / "shared" / PLOTLYJS_FILE).stat().st_size > 1_000_000
     assert 'src="https://cdn.plot.ly' in cdn and len(cdn) < 100_000
-    with pytest.raises(ConfigError, match="--plotlyjs"):
+    with pytest.raises(ConfigError, match="x.html: plotlyjs: expected one of"):
         write_html(tmp_path / "x.html", [fig], "t", "web")
 
 

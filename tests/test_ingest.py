@@ -6,14 +6,13 @@ every line the reader uses, nothing else."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
+from clirun import ROOT, tiersim
 
 from tiersim.errors import ConfigError
 from tiersim.ingest.ds_config import apply_ds_config
@@ -21,14 +20,8 @@ from tiersim.ingest.log_scenario import log_document, measured_table, steady_sta
 from tiersim.ingest.training_log import GIB, read_log
 from tiersim.config.scenario import NotModeledWarning, load_scenario
 
-ROOT = Path(__file__).resolve().parent.parent
 LOGS = Path(__file__).resolve().parent / "fixtures" / "logs"
 DRAM, CXL, NVME = (LOGS / f"70B-{name}.log" for name in ("dram", "cxl-interleave-12-5", "nvme"))
-
-
-def tiersim(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tiersim", *args], capture_output=True, text=True, timeout=120,
-                          cwd=cwd)
 
 
 # --- the log reader -------------------------------------------------------------------------

@@ -4,23 +4,15 @@ status 2, never a traceback or a hang, for ``run``, ``sweep`` and ``plan`` alike
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from clirun import QUICKSTART, tiersim
 
 from tiersim.errors import ConfigError
 from tiersim.config.limits import MAX_YAML_DEPTH, MAX_YAML_NODES
 from tiersim.config.yamlfile import parse_yaml
-
-ROOT = Path(__file__).resolve().parent.parent
-QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
-
-
-def tiersim(*args: str, cwd: Path = ROOT, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tiersim", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120, env=env, check=False)
 
 
 def one_line_exit_2(proc: subprocess.CompletedProcess[str], *expected: str) -> str:

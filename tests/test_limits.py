@@ -103,7 +103,7 @@ def test_a_huge_grid_is_refused_before_a_single_point_is_made(tmp_path: Path) ->
     spec = {"base": str(QUICKSTART), "grid": {f"model.{k}": values for k in ("layers", "hidden", "heads", "ffn",
                                                                              "vocab", "kv_heads")}}
     with pytest.raises(ConfigError, match=r"grid: 1,000,000,000,000 points x 4 strategies = 4,000,000,000,000 "
-                                          r"runs; the limit is 100,000 runs per sweep \(pass --force"):
+                                          r"runs; the limit is 100,000 runs per sweep \(pass force=True"):
         load_sweep(spec)
 
 

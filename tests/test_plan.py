@@ -5,12 +5,11 @@ from __future__ import annotations
 import copy
 import itertools
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from clirun import QUICKSTART, ROOT, tiersim
 
 from tiersim.errors import ConfigError
 from tiersim.analysis.plan import (
@@ -26,8 +25,6 @@ from tiersim.config.profiles import PROFILE_KINDS, find_profile
 from tiersim.config.scenario import scenario_from_dict
 from tiersim.simulate import simulate
 
-ROOT = Path(__file__).resolve().parent.parent
-QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
 DRAM_GIB = [48, 96, 192]
 CXL = [1, 2]
 NVME = [1, 2]
@@ -209,11 +206,6 @@ def test_missing_price_is_a_config_error(tmp_path: Path) -> None:
         plan_cheapest(scenario, dram_gib=[192], cxl_counts=[1], nvme_counts=[1])
     frame = plan_fastest(scenario, strategies=["dram"], dram_gib=[192])   # no cost asked: cost unknown
     assert frame.iloc[0]["cost_usd"] is None
-
-
-def tiersim(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tiersim", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
 
 
 def test_plan_cli_table_and_json(small: Path) -> None:

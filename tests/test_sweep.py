@@ -13,6 +13,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from clirun import QUICKSTART, ROOT
+from clirun import tiersim as tiersim_cli
 
 import tiersim
 from tiersim.errors import ConfigError
@@ -20,8 +22,6 @@ from tiersim.sweeping.points import load_sweep, plan_sweep
 from tiersim.sweeping.store import FolderInUse
 from tiersim.sweeping.runner import run_sweep
 
-ROOT = Path(__file__).resolve().parent.parent
-QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
 
 SMALL = {
     "name": "small",
@@ -46,11 +46,6 @@ LONGER = {
         "strategies.nvme.queue_depth": [4, 16],
     },
 }
-
-
-def tiersim_cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tiersim", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120)
 
 
 def results(frame: pd.DataFrame) -> pd.DataFrame:
@@ -204,6 +199,16 @@ def test_a_worker_killed_from_outside_stops_the_sweep_in_one_line_keeping_its_pa
     assert finished.resumed == saved and finished.resumed + finished.computed == 60
 
 
+def patch_simulate(monkeypatch: pytest.MonkeyPatch, fake: object) -> None:
+    """Replace ``tiersim.simulate.simulate`` (what a sweep's runs call) for one test, after the
+    CLI's commands have imported the real one (so that no later test gets the fake)."""
+    import tiersim.simulate as simulate_module
+    from tiersim import cli
+
+    cli.build_parser()
+    monkeypatch.setattr(simulate_module, "simulate", fake)
+
+
 def test_a_failing_run_is_a_row_with_its_error_and_the_sweep_carries_on(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     import tiersim.simulate as simulate_module
@@ -215,7 +220,7 @@ def test_a_failing_run_is_a_row_with_its_error_and_the_sweep_carries_on(
             raise RuntimeError("engine fell over")
         return real(config)
 
-    monkeypatch.setattr(simulate_module, "simulate", flaky)
+    patch_simulate(monkeypatch, flaky)
     sweep_file = write(tmp_path / "s.yaml", SMALL)
     from tiersim import cli
 
@@ -238,12 +243,10 @@ def test_a_failing_run_is_a_row_with_its_error_and_the_sweep_carries_on(
 
 def test_a_sweep_whose_runs_all_fail_still_prints_its_table(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    import tiersim.simulate as simulate_module
-
     def broken(config):  # type: ignore[no-untyped-def]
         raise ValueError("no")
 
-    monkeypatch.setattr(simulate_module, "simulate", broken)
+    patch_simulate(monkeypatch, broken)
     from tiersim import cli
 
     sweep_file = write(tmp_path / "s.yaml", {"base": str(QUICKSTART), "grid": {"strategy": ["dram", "nvme"]}})
@@ -304,6 +307,23 @@ def test_resume_reuses_this_sweeps_rows_and_refuses_another_sweeps_folder(tmp_pa
     with pytest.raises(FolderInUse, match=r"already holds this sweep \(complete, 32 runs\)"):
         run_sweep(SMALL, out=tmp_path / "o")
     assert {p.name: p.stat().st_mtime_ns for p in (tmp_path / "o").rglob("*")} == before  # nothing touched
+
+
+def test_a_bad_argument_names_the_parameter_from_python_and_the_flag_from_the_cli(tmp_path: Path) -> None:
+    for kwargs, name in (({"jobs": 0}, "jobs"), ({"chunk_size": 0}, "chunk_size")):
+        with pytest.raises(ConfigError) as raised:
+            tiersim.sweep(SMALL, **kwargs)  # type: ignore[arg-type]
+        assert str(raised.value) == f"<api>: {name}: must be a whole number of at least 1, got 0"
+        assert "--" not in str(raised.value)
+    sweep_file = write(tmp_path / "s.yaml", SMALL)
+    for flag in ("--jobs", "--chunk-size"):
+        proc = tiersim_cli("sweep", str(sweep_file), flag, "0", "--out", str(tmp_path / "o"))
+        assert proc.returncode == 2
+        assert proc.stderr == f"tiersim: error: {flag}: must be a whole number of at least 1, got 0\n"
+    run_sweep(SMALL, out=tmp_path / "p")
+    with pytest.raises(ConfigError) as raised:
+        run_sweep(SMALL, out=tmp_path / "p")
+    assert str(raised.value).startswith(f"{tmp_path / 'p'}: out: already holds this sweep")
 
 
 def test_points_strategy_factor_and_strategy_options(tmp_path: Path) -> None:

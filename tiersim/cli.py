@@ -2,7 +2,8 @@
 
 Every command module exposes ``register(subparsers)``, which adds its parser and sets
 ``func=handler`` where ``handler(args) -> int`` is the exit status. Bad input (a
-``ConfigError``) becomes one line on stderr and exit status 2, never a traceback.
+``ConfigError``) becomes one line on stderr and exit status 2, a broken invariant of the model
+(a ``ModelError``, any other ``TiersimError``) one line and exit status 1, never a traceback.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import warnings
 from collections.abc import Iterator, Sequence
 
 from tiersim._version import __version__
-from tiersim.errors import ConfigError
+from tiersim.errors import ConfigError, TiersimError
 
 COMMAND_MODULES = ("run", "profiles", "import-log", "fit", "calibrate", "validate", "reproduce", "sweep", "plan",
                    "compare")
@@ -67,7 +68,8 @@ def _warning_line(message: Warning | str, category: type[Warning], filename: str
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point: parse, dispatch, and turn bad input into one line and exit 2."""
+    """Entry point: parse, dispatch, and turn bad input into one line and exit 2 (a model
+    error: one line and exit 1)."""
     warnings.showwarning = _warning_line
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -77,6 +79,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"tiersim: error: {exc}", file=sys.stderr)
         return 2
+    except TiersimError as exc:
+        print(f"tiersim: error: {exc}", file=sys.stderr)
+        return 1
     except MemoryError:
         print("tiersim: error: out of memory (the limits in tiersim.config.limits keep runs small; --force lifts them)",
               file=sys.stderr)

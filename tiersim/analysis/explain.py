@@ -28,6 +28,7 @@ import pandas as pd
 from tiersim.engine import TaskGraph
 from tiersim.engine.graph import Task
 from tiersim.errors import ConfigError
+from tiersim.jsonout import plain_records
 from tiersim.results import COMPUTE_CATEGORIES, PHASES, Result, phase_windows
 
 SEGMENT_COLUMNS = ["name", "stream", "phase", "category", "resource", "limit", "via", "start", "end", "seconds"]
@@ -167,10 +168,7 @@ class Explanation:
             "bound_share": self.bound_share,
             "bound_limit": self.bound_limit,
             "critical_path_tasks": int(len(self.path)),
-            "breakdown": [
-                {k: (v.item() if hasattr(v, "item") else v) for k, v in row.items()}
-                for row in self.breakdown.to_dict(orient="records")
-            ],
+            "breakdown": plain_records(self.breakdown),
         }
 
 

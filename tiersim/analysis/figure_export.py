@@ -45,11 +45,11 @@ PagePart: TypeAlias = "str | go.Figure"
 """A piece of an HTML page: trusted HTML text, or a figure to embed."""
 
 
-def figure_format(path: str | Path, option: str = "--plot") -> str:
+def figure_format(path: str | Path) -> str:
     """The export format named by the file's extension (``html``, ``png``, ``svg``, ``pdf``)."""
     suffix = Path(path).suffix.lower().lstrip(".")
     if suffix not in FORMATS:
-        raise ConfigError(str(path), option, f"unknown figure format {Path(path).suffix or '(no extension)'!r}; "
+        raise ConfigError(str(path), "path", f"unknown figure format {Path(path).suffix or '(no extension)'!r}; "
                                              f"use one of {', '.join('.' + f for f in FORMATS)}")
     return suffix
 
@@ -75,37 +75,37 @@ def find_browser() -> str | None:
     return Chromium.find_browser(skip_local=False, skip_typical=True)  # kaleido_get_chrome's download
 
 
-def check_target(path: str | Path | None, option: str = "--plot") -> str | None:
+def check_target(path: str | Path | None) -> str | None:
     """Check before any work that ``path`` can be written: its format, and for a static format
     kaleido and a browser. Returns the format (None for no path)."""
     if path is None:
         return None
-    fmt = figure_format(path, option)
+    fmt = figure_format(path)
     if fmt in STATIC_FORMATS:
-        _kaleido(path, option)
-        _browser(path, option)
+        _kaleido(path)
+        _browser(path)
     return fmt
 
 
-def _kaleido(path: str | Path, option: str) -> ModuleType:
-    """The kaleido module, or a ConfigError naming ``option`` when it is not installed."""
+def _kaleido(path: str | Path) -> ModuleType:
+    """The kaleido module, or a ConfigError naming ``path`` when it is not installed."""
     try:
         import kaleido
     except ImportError:
-        raise ConfigError(str(path), option, "static figures need kaleido: pip install 'tiersim[figures]'") from None
+        raise ConfigError(str(path), "path", "static figures need kaleido: pip install 'tiersim[figures]'") from None
     return kaleido
 
 
-def _browser(path: str | Path, option: str) -> str:
+def _browser(path: str | Path) -> str:
     browser = find_browser()
     if browser is None:
         names = ", ".join(BROWSER_NAMES[:3])
-        raise ConfigError(str(path), option, f"static figures need Chromium or Chrome and none was found (BROWSER_PATH, "
+        raise ConfigError(str(path), "path", f"static figures need Chromium or Chrome and none was found (BROWSER_PATH, "
                                              f"then {names}... on PATH); {INSTALL_BROWSER}")
     return browser
 
 
-def _write_bytes(path: Path, data: bytes | str, option: str) -> None:
+def _write_bytes(path: Path, data: bytes | str) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         if isinstance(data, str):
@@ -113,31 +113,30 @@ def _write_bytes(path: Path, data: bytes | str, option: str) -> None:
         else:
             path.write_bytes(data)
     except OSError as exc:
-        raise ConfigError(str(path), option, f"cannot write file ({exc.strerror})") from None
+        raise ConfigError(str(path), "path", f"cannot write file ({exc.strerror})") from None
 
 
-def write_static(fig: go.Figure, path: str | Path, option: str = "--plot", scale: float = 1.0) -> Path:
+def write_static(fig: go.Figure, path: str | Path, scale: float = 1.0) -> Path:
     """Render ``fig`` to PNG, SVG or PDF (by extension) in a headless browser.
 
     The size is the layout's width and height, else ``DEFAULT_STATIC_WIDTH`` x
     ``DEFAULT_STATIC_HEIGHT``; a PNG has ``scale`` times as many pixels each way.
     """
     path = Path(path)
-    fmt = figure_format(path, option)
+    fmt = figure_format(path)
     if fmt not in STATIC_FORMATS:
-        raise ConfigError(str(path), option, f"not a static format: .{fmt}")
-    kaleido = _kaleido(path, option)
-    browser = _browser(path, option)
+        raise ConfigError(str(path), "path", f"not a static format: .{fmt}")
+    kaleido = _kaleido(path)
+    browser = _browser(path)
     opts = {"format": fmt, "width": fig.layout.width or DEFAULT_STATIC_WIDTH,
             "height": fig.layout.height or DEFAULT_STATIC_HEIGHT, "scale": scale}
     # mathjax=False: the figures use no LaTeX, and kaleido would otherwise fetch MathJax from a CDN
     data = kaleido.calc_fig_sync(fig, opts=opts, kopts={"path": browser, "mathjax": False})
-    _write_bytes(path, data, option)
+    _write_bytes(path, data)
     return path
 
 
-def write_html(path: str | Path, parts: Sequence[PagePart], title: str, plotlyjs: str = "inline",
-               option: str = "--plot") -> Path:
+def write_html(path: str | Path, parts: Sequence[PagePart], title: str, plotlyjs: str = "inline") -> Path:
     """One HTML page: ``title`` as heading, then each part (HTML text or a figure) in order.
 
     plotly.js is loaded once, before the first figure, as ``plotlyjs`` says (module doc);
@@ -145,7 +144,7 @@ def write_html(path: str | Path, parts: Sequence[PagePart], title: str, plotlyjs
     """
     path = Path(path)
     if plotlyjs not in PLOTLYJS_MODES:
-        raise ConfigError(str(path), "--plotlyjs", f"expected one of {', '.join(PLOTLYJS_MODES)}, got {plotlyjs!r}")
+        raise ConfigError(str(path), "plotlyjs", f"expected one of {', '.join(PLOTLYJS_MODES)}, got {plotlyjs!r}")
     include: bool | str = True if plotlyjs == "inline" else plotlyjs  # plotly's include_plotlyjs
     body = [f"<h1>{html.escape(title)}</h1>"]
     for part in parts:
@@ -157,21 +156,20 @@ def write_html(path: str | Path, parts: Sequence[PagePart], title: str, plotlyjs
     page = ("<!DOCTYPE html><html><head><meta charset='utf-8'>"
             f"<title>{html.escape(title)}</title></head><body style='font-family: sans-serif'>\n"
             + "\n".join(body) + "\n</body></html>\n")
-    _write_bytes(path, page, option)
+    _write_bytes(path, page)
     if plotlyjs == "directory":
         from plotly.offline import get_plotlyjs
 
-        _write_bytes(path.parent / PLOTLYJS_FILE, get_plotlyjs(), option)
+        _write_bytes(path.parent / PLOTLYJS_FILE, get_plotlyjs())
     return path
 
 
-def write_figure(fig: go.Figure, path: str | Path, plotlyjs: str = "inline", option: str = "--plot",
-                 title: str | None = None) -> Path:
+def write_figure(fig: go.Figure, path: str | Path, plotlyjs: str = "inline", title: str | None = None) -> Path:
     """Write one figure as HTML (a page titled ``title``) or PNG/SVG/PDF, by the file's extension."""
-    if figure_format(path, option) in STATIC_FORMATS:
-        return write_static(fig, path, option)
+    if figure_format(path) in STATIC_FORMATS:
+        return write_static(fig, path)
     page_title = title or str(fig.layout.title.text or Path(path).stem)
-    return write_html(path, [fig], page_title, plotlyjs, option)
+    return write_html(path, [fig], page_title, plotlyjs)
 
 
 def add_plot_arguments(parser: argparse.ArgumentParser, what: str, default: str | None = None) -> None:

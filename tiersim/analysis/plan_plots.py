@@ -20,7 +20,7 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
-from tiersim.errors import ConfigError
+from tiersim.errors import API, ConfigError
 
 SYMBOLS = {"gpu": "circle", "dram": "square", "cxl": "diamond", "nvme": "triangle-up"}
 TIER_COLOURS = {"hbm": "#4C78A8", "dram": "#54A24B", "cxl": "#F58518", "nvme": "#9D755D"}
@@ -60,7 +60,7 @@ def sizing_figure(frame: pd.DataFrame, title: str, max_iteration_time: float | N
     """Cost against iteration time of a ``fastest``/``cheapest`` frame (see module doc)."""
     drawn = frame[frame["fits"].astype(bool) & frame["cost_usd"].map(lambda v: not _missing(v))]
     if drawn.empty:
-        raise ConfigError("plan", "--plot", "no candidate fits with a price, so there is nothing to plot")
+        raise ConfigError(API, "frame", "no candidate fits with a price, so there is nothing to plot")
     labels = drawn["binding"].map(binding_label)
     colours = {label: BINDING_COLOURS[i % len(BINDING_COLOURS)] for i, label in enumerate(dict.fromkeys(labels))}
     fig = go.Figure()

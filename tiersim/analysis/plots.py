@@ -22,7 +22,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from tiersim.engine import TaskGraph
-from tiersim.errors import ConfigError
+from tiersim.errors import API, ConfigError
 from tiersim.results import PHASES, Result
 
 STREAM_ORDER = ("gpu", "allgather", "reduce_scatter", "h2d", "d2h", "cpu", "aio_read", "aio_write")
@@ -290,14 +290,14 @@ def stack_figures(figures: Sequence[go.Figure], title: str | None = None, width:
     return out
 
 
-def report_parts(results: Sequence[Result], source: str = "--plot") -> list[str | go.Figure]:
+def report_parts(results: Sequence[Result], source: str = API) -> list[str | go.Figure]:
     """What a run's report shows, in order: phase bars, then per strategy its critical-path
     explanation (HTML text), timeline and utilisation, or why it does not fit."""
     from tiersim.analysis.explain import explain
 
     fitted = [r for r in results if r.fits]
     if not fitted:
-        raise ConfigError(source, "--plot", "no strategy fits, so there is nothing to plot")
+        raise ConfigError(source, "results", "no strategy fits, so there is nothing to plot")
     parts: list[str | go.Figure] = [phase_bars(fitted)]
     for r in results:
         if not r.fits:

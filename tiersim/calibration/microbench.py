@@ -13,7 +13,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from tiersim.calibration.directio import (
     ALIGN,
@@ -29,7 +29,8 @@ from tiersim.calibration.placement import compute_threads, io_cpus
 if TYPE_CHECKING:
     import torch
 
-Record = dict[str, object]
+Record = dict[str, Any]
+"""One measured point: what was measured (sizes in bytes, counts) and ``seconds`` it took."""
 OnPoint = Callable[[], None] | None
 
 

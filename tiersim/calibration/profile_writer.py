@@ -6,33 +6,14 @@ Every figure gets a ``sources`` entry "measured by tiersim calibrate on <date> o
 
 from __future__ import annotations
 
-import math
 import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
-import numpy as np
 import yaml
 
 from tiersim.config.profiles import HostProfile, load_profile_file
-
-
-def plain(obj: Any) -> Any:
-    """numpy scalars/arrays, tuples and Paths -> YAML-safe plain values."""
-    if isinstance(obj, Mapping):
-        return {str(k): plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [plain(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return [plain(v) for v in obj.tolist()]
-    if isinstance(obj, (np.integer,)):
-        return int(obj)
-    if isinstance(obj, (np.floating, float)):
-        value = float(obj)
-        return value if math.isfinite(value) else None
-    if isinstance(obj, (bool, int, str)) or obj is None:
-        return obj
-    return str(obj)
+from tiersim.jsonout import plain
 
 
 def build_host_document(

@@ -123,6 +123,26 @@ def _strip_samples(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{k: v for k, v in r.items() if k != "samples"} for r in records]
 
 
+@dataclass(frozen=True)
+class _Part:
+    """What measuring one resource gives: profile figures by section (cpu, dram, nvme, link),
+    how each was measured (same keys), raw records and fits (under ``calibration``) and
+    summary lines."""
+
+    figures: dict[str, dict[str, Any]]
+    methods: dict[str, dict[str, str]]
+    records: dict[str, Any]
+    summary: dict[str, str] = field(default_factory=dict)
+
+
+CPU_FIGURES = ("cores_per_socket", "adam_params_per_core", "memcpy_bandwidth_per_core", "adam_step_overhead",
+               "adam_params_per_s")
+"""The order of the cpu figures in a written profile."""
+
+Tick = Callable[[str], Callable[[], None]]
+"""The progress callback of one kind of measured point, by label."""
+
+
 def run_calibration(
     plan: CalibrationPlan,
     out: Path,
@@ -131,16 +151,58 @@ def run_calibration(
     name: str | None = None,
 ) -> CalibrationResult:
     """Measure, fit, write ``out`` and return the loaded profile. ``on_point(label)`` is called
-    once per measured point."""
+    once per measured point. One function measures and fits each resource, in this order:
+    host memory, CPU Adam, file I/O, and the host<->GPU link when CUDA is present."""
     hostname = socket.gethostname()
     date = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     nvme_dir = Path(nvme_dir) if nvme_dir else microbench.default_nvme_dir()
-    cuda = microbench.cuda_available()
 
     def tick(label: str) -> Callable[[], None]:
         return (lambda: on_point(label)) if on_point else (lambda: None)
 
-    # ---- host memory copies: time = latency + size / bandwidth per thread count
+    memory = _measure_memory(plan, tick)
+    adam = _measure_cpu_adam(plan, tick)
+    mode, io = _measure_file_io(plan, nvme_dir, tick)
+    parts = [adam, memory, io]
+    if microbench.cuda_available():
+        parts.append(_measure_link(plan, tick))
+    figures: dict[str, dict[str, Any]] = {"cpu": {"cores_per_socket": os.cpu_count() or 1}}
+    methods: dict[str, dict[str, str]] = {"cpu": {"cores_per_socket": "os.cpu_count() (all CPUs of this host)"}}
+    calibration: dict[str, Any] = {
+        "tool": "tiersim calibrate" + (" --quick" if plan.quick else ""),
+        "date": date,
+        "hostname": hostname,
+        "nvme_dir": str(nvme_dir),
+        "page_cache_bypass": mode,
+    }
+    summary: dict[str, str] = {}
+    for part in parts:
+        for section, values in part.figures.items():
+            figures.setdefault(section, {}).update(values)
+        for section, texts in part.methods.items():
+            methods.setdefault(section, {}).update(texts)
+        calibration.update(part.records)
+        summary.update(part.summary)
+    summary["page cache bypass"] = mode
+    cpu = figures["cpu"]
+    doc = build_host_document(
+        name=name or Path(out).stem,
+        hostname=hostname,
+        date=date,
+        cpu={k: cpu[k] for k in CPU_FIGURES if k in cpu},
+        dram=figures["dram"],
+        nvme=figures["nvme"],
+        link=figures.get("link"),
+        methods=methods,
+        calibration=calibration,
+    )
+    profile = write_host_profile(Path(out), doc)
+    return CalibrationResult(profile, Path(out), mode, summary)
+
+
+def _measure_memory(plan: CalibrationPlan, tick: Tick) -> _Part:
+    """Host memory: copies (time = latency + size / bandwidth per thread count), STREAM-like
+    kernels (bytes/s) and a pointer chase (latency, s)."""
     mem = microbench.memcpy_bandwidth(plan.memcpy_sizes, plan.memcpy_threads, plan.repeats, tick("memory copy"))
     mem_fits = {}
     for t in plan.memcpy_threads:
@@ -153,8 +215,46 @@ def run_calibration(
     stream = microbench.dram_stream(largest, plan.memcpy_threads, repeats=plan.repeats, on_point=tick("DRAM stream"))
     best_stream = max(r["bytes"] / r["seconds"] for r in stream)  # read+write bytes per second
     lat = microbench.dram_latency(plan.latency_entries, plan.latency_steps, on_point=tick("memory latency"))
+    sizes_txt = ", ".join(f"{s / MB:g} MB" for s in plan.memcpy_sizes)
+    return _Part(
+        figures={
+            "cpu": {"memcpy_bandwidth_per_core": per_core_copy},
+            "dram": {
+                "capacity": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
+                "peak_bandwidth": max(2 * peak_copy, best_stream),
+                "bandwidth": best_stream,
+                "latency": lat["latency_s"],
+            },
+        },
+        methods={
+            "cpu": {
+                "memcpy_bandwidth_per_core": f"torch copy_ of {sizes_txt} fp32 with 1 thread; fit time = latency + "
+                "size/bandwidth; bytes copied per second",
+            },
+            "dram": {
+                "capacity": "os.sysconf(SC_PHYS_PAGES) * SC_PAGE_SIZE (total memory)",
+                "peak_bandwidth": f"best measured of torch copy_ and STREAM-like kernels over {largest / MB:g} MB "
+                f"arrays, {list(plan.memcpy_threads)} threads, read+write bytes counted",
+                "bandwidth": f"best of STREAM-like torch kernels (copy, in-place add_, in-place addcmul_) over "
+                f"{largest / MB:g} MB fp32 arrays and {list(plan.memcpy_threads)} threads, read+write bytes counted "
+                "(in-place kernels move data as Adam does, without write-allocate)",
+                "latency": f"Python pointer chase over a random cycle of {lat['bytes'] // MiB} MiB minus the same "
+                "loop in cache (rough; includes TLB misses)",
+            },
+        },
+        records={"memcpy": {
+            "fits": {str(t): _fit_dict(f) for t, f in mem_fits.items()},
+            "records": _strip_samples(mem),
+            "latency_probe": lat,
+            "stream_records": stream,
+        }},
+        summary={"memcpy": f"{best_copy / 1e9:.1f} GB/s copied (best), {per_core_copy / 1e9:.1f} GB/s per core"},
+    )
 
-    # ---- CPU Adam: time = overhead + numel / rate per (variant, threads)
+
+def _measure_cpu_adam(plan: CalibrationPlan, tick: Tick) -> _Part:
+    """CPU Adam: time = overhead + numel / rate per (variant, threads); the fastest variant at
+    the most threads is the profile's."""
     adam = microbench.cpu_adam(plan.adam_numels, plan.adam_threads, plan.adam_variants, plan.adam_repeats,
                                tick("CPU Adam"))
     overhead = microbench.cpu_adam_overhead(plan.adam_threads, plan.adam_variants, on_point=tick("Adam overhead"))
@@ -173,9 +273,42 @@ def run_calibration(
     top = max(plan.adam_threads)
     variant = max(adam_fits, key=lambda v: adam_fits[v].get(top, next(iter(adam_fits[v].values()))).rate)
     one = min(adam_fits[variant])
-    adam_per_core = adam_fits[variant][one].rate / one
+    chosen = adam_fits[variant]
+    cpu: dict[str, Any] = {
+        "adam_params_per_core": chosen[one].rate / one,
+        "adam_step_overhead": chosen[one].intercept,
+    }
+    measured_threads = sorted(chosen)
+    if measured_threads == list(range(1, len(measured_threads) + 1)) and len(measured_threads) > 1:
+        cpu["adam_params_per_s"] = [chosen[t].rate for t in measured_threads]
+    return _Part(
+        figures={"cpu": cpu},
+        methods={"cpu": {
+            "adam_params_per_core": f"torch.optim.Adam({variant}=True) step over one fp32 tensor of "
+            f"{', '.join(str(n) for n in plan.adam_numels)} params with {one} torch thread(s); "
+            "per-call overhead from a 1024-param step, then fit time = overhead + numel/rate; rate / threads",
+            "adam_step_overhead": f"median time of torch.optim.Adam({variant}=True).step() over a 1024-param tensor",
+            "adam_params_per_s": f"the same Adam fit with 1..{max(plan.adam_threads)} torch threads (params/s each)",
+        }},
+        records={"adam": {
+            "variant": variant,
+            "bytes_per_param": ADAM_BYTES_PER_PARAM,
+            "step_overhead_s": chosen[one].intercept,
+            "params_per_s_by_threads": {str(t): f.rate for t, f in chosen.items()},
+            "step_overhead_s_by_threads": {str(t): f.intercept for t, f in chosen.items()},
+            "fits": {v: {str(t): _fit_dict(f) for t, f in fs.items()} for v, fs in adam_fits.items()},
+            "records": _strip_samples(adam),
+            "overhead_records": overhead,
+        }},
+        summary={"adam": f"{variant}: {chosen[one].rate / 1e6:.0f} M params/s with {one} thread(s), "
+                         f"overhead {chosen[one].intercept * 1e6:.0f} us"},
+    )
 
-    # ---- file I/O: throughput vs (block size, outstanding requests), page cache bypassed
+
+def _measure_file_io(plan: CalibrationPlan, nvme_dir: Path, tick: Tick) -> tuple[str, _Part]:
+    """File I/O in ``nvme_dir``, page cache bypassed: throughput against (block size, outstanding
+    requests) fitted by the queue model, and the latency of single requests. Also returns the
+    bypass mode."""
     mode, io = microbench.file_io(
         nvme_dir, plan.io_file_size, plan.io_block_sizes, plan.io_workers, ("write", "read"), plan.io_repeats, tick("file I/O")
     )
@@ -186,82 +319,17 @@ def run_calibration(
             [r["block_size"] for r in pts], [r["workers"] for r in pts], [r["bytes"] / r["seconds"] for r in pts]
         )
     req_lat = [microbench.request_latency(nvme_dir, op, mode, on_point=tick("file latency")) for op in ("read", "write")]
-
-    # ---- CUDA, when present
-    link = None
-    cuda_cal: dict[str, Any] | None = None
-    if cuda:
-        copies = microbench.cuda_copy(plan.cuda_sizes, plan.repeats, tick("PCIe copy"))
-        link_fits = {}
-        for direction in ("h2d", "d2h"):
-            for pinned in (True, False):
-                pts = [r for r in copies if r["direction"] == direction and r["pinned"] == pinned]
-                link_fits[(direction, pinned)] = fit.fit_latency_bandwidth(
-                    [r["size"] for r in pts], [r["seconds"] for r in pts]
-                )
-        gpu = microbench.gpu_adam(plan.gpu_adam_numels, plan.repeats, tick("GPU Adam"))
-        gpu_fit = fit.fit_overhead_rate([r["numel"] for r in gpu], [r["seconds"] for r in gpu])
-        pinned_bw = min(link_fits[("h2d", True)].rate, link_fits[("d2h", True)].rate)
-        link = {
-            "raw_bandwidth": max(r["size"] / r["seconds"] for r in copies if r["pinned"]),
-            "pinned_bandwidth": pinned_bw,
-            "pageable_bandwidth": min(link_fits[("h2d", False)].rate, link_fits[("d2h", False)].rate),
-            "latency": float(np.mean([link_fits[(d, True)].intercept for d in ("h2d", "d2h")])),
-        }
-        cuda_cal = {
-            "copies": copies,
-            "fits": {f"{d}_{'pinned' if p else 'pageable'}": _fit_dict(f) for (d, p), f in link_fits.items()},
-            "gpu_adam": {"records": gpu, "fit": _fit_dict(gpu_fit), "params_per_s": gpu_fit.rate},
-        }
-
-    nproc = os.cpu_count() or 1
-    cpu_fig = {
-        "cores_per_socket": nproc,
-        "adam_params_per_core": adam_per_core,
-        "memcpy_bandwidth_per_core": per_core_copy,
-        "adam_step_overhead": adam_fits[variant][one].intercept,
-    }
-    measured_threads = sorted(adam_fits[variant])
-    if measured_threads == list(range(1, len(measured_threads) + 1)) and len(measured_threads) > 1:
-        cpu_fig["adam_params_per_s"] = [adam_fits[variant][t].rate for t in measured_threads]
-    dram_fig = {
-        "capacity": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
-        "peak_bandwidth": max(2 * peak_copy, best_stream),
-        "bandwidth": best_stream,
-        "latency": lat["latency_s"],
-    }
-    nvme_fig = {
-        "capacity": shutil.disk_usage(nvme_dir).total,
-        "read_bandwidth": io_fits["read"].bandwidth,
-        "write_bandwidth": io_fits["write"].bandwidth,
-        "read_latency": io_fits["read"].latency,
-        "write_latency": io_fits["write"].latency,
-        "read_queueing": io_fits["read"].queueing,
-        "write_queueing": io_fits["write"].queueing,
-    }
-    sizes_txt = ", ".join(f"{s / MB:g} MB" for s in plan.memcpy_sizes)
-    methods = {
-        "cpu": {
-            "cores_per_socket": "os.cpu_count() (all CPUs of this host)",
-            "adam_params_per_core": f"torch.optim.Adam({variant}=True) step over one fp32 tensor of "
-            f"{', '.join(str(n) for n in plan.adam_numels)} params with {one} torch thread(s); "
-            "per-call overhead from a 1024-param step, then fit time = overhead + numel/rate; rate / threads",
-            "adam_step_overhead": f"median time of torch.optim.Adam({variant}=True).step() over a 1024-param tensor",
-            "adam_params_per_s": f"the same Adam fit with 1..{max(plan.adam_threads)} torch threads (params/s each)",
-            "memcpy_bandwidth_per_core": f"torch copy_ of {sizes_txt} fp32 with 1 thread; fit time = latency + "
-            "size/bandwidth; bytes copied per second",
-        },
-        "dram": {
-            "capacity": "os.sysconf(SC_PHYS_PAGES) * SC_PAGE_SIZE (total memory)",
-            "peak_bandwidth": f"best measured of torch copy_ and STREAM-like kernels over {largest / MB:g} MB arrays, "
-            f"{list(plan.memcpy_threads)} threads, read+write bytes counted",
-            "bandwidth": f"best of STREAM-like torch kernels (copy, in-place add_, in-place addcmul_) over "
-            f"{largest / MB:g} MB fp32 arrays and {list(plan.memcpy_threads)} threads, read+write bytes counted "
-            "(in-place kernels move data as Adam does, without write-allocate)",
-            "latency": f"Python pointer chase over a random cycle of {lat['bytes'] // MiB} MiB minus the same "
-            "loop in cache (rough; includes TLB misses)",
-        },
-        "nvme": {
+    return mode, _Part(
+        figures={"nvme": {
+            "capacity": shutil.disk_usage(nvme_dir).total,
+            "read_bandwidth": io_fits["read"].bandwidth,
+            "write_bandwidth": io_fits["write"].bandwidth,
+            "read_latency": io_fits["read"].latency,
+            "write_latency": io_fits["write"].latency,
+            "read_queueing": io_fits["read"].queueing,
+            "write_queueing": io_fits["write"].queueing,
+        }},
+        methods={"nvme": {
             "capacity": f"shutil.disk_usage({nvme_dir}).total",
             **{
                 f"{op}_{what}": f"{op}s of a {plan.io_file_size / MB:g} MB file in {nvme_dir} ({mode}) at block sizes "
@@ -271,65 +339,47 @@ def run_calibration(
                 for op in ("read", "write")
                 for what in ("bandwidth", "latency", "queueing")
             },
-        },
-        "link": {
-            k: "torch copies host<->cuda of "
-            f"{[s // MiB for s in plan.cuda_sizes]} MiB, synchronised; fit time = latency + size/bandwidth"
-            for k in ("raw_bandwidth", "pinned_bandwidth", "pageable_bandwidth", "latency")
-        },
-    }
-    calibration: dict[str, Any] = {
-        "tool": "tiersim calibrate" + (" --quick" if plan.quick else ""),
-        "date": date,
-        "hostname": hostname,
-        "nvme_dir": str(nvme_dir),
-        "page_cache_bypass": mode,
-        "adam": {
-            "variant": variant,
-            "bytes_per_param": ADAM_BYTES_PER_PARAM,
-            "step_overhead_s": adam_fits[variant][one].intercept,
-            "params_per_s_by_threads": {str(t): f.rate for t, f in adam_fits[variant].items()},
-            "step_overhead_s_by_threads": {str(t): f.intercept for t, f in adam_fits[variant].items()},
-            "fits": {v: {str(t): _fit_dict(f) for t, f in fs.items()} for v, fs in adam_fits.items()},
-            "records": _strip_samples(adam),
-            "overhead_records": overhead,
-        },
-        "memcpy": {
-            "fits": {str(t): _fit_dict(f) for t, f in mem_fits.items()},
-            "records": _strip_samples(mem),
-            "latency_probe": lat,
-            "stream_records": stream,
-        },
-        "file_io": {
+        }},
+        records={"file_io": {
             "fits": {op: _fit_dict(f) for op, f in io_fits.items()},
             "records": _strip_samples(io),
             "request_latency_qd1_4KiB": req_lat,
-        },
-    }
-    if cuda_cal is not None:
-        calibration["cuda"] = cuda_cal
-    name = name or Path(out).stem
-    doc = build_host_document(
-        name=name,
-        hostname=hostname,
-        date=date,
-        cpu=cpu_fig,
-        dram=dram_fig,
-        nvme=nvme_fig,
-        link=link,
-        methods=methods,
-        calibration=calibration,
-    )
-    profile = write_host_profile(Path(out), doc)
-    summary = {
-        "adam": f"{variant}: {adam_fits[variant][one].rate / 1e6:.0f} M params/s with {one} thread(s), "
-        f"overhead {adam_fits[variant][one].intercept * 1e6:.0f} us",
-        "memcpy": f"{best_copy / 1e9:.1f} GB/s copied (best), {per_core_copy / 1e9:.1f} GB/s per core",
-        **{
+        }},
+        summary={
             op: f"B {io_fits[op].bandwidth / 1e9:.2f} GB/s, L {io_fits[op].latency * 1e6:.0f} us, "
             f"q {io_fits[op].queueing:.2f}, max |residual| {io_fits[op].max_abs_residual:.1%}"
             for op in ("read", "write")
         },
-        "page cache bypass": mode,
+    )
+
+
+def _measure_link(plan: CalibrationPlan, tick: Tick) -> _Part:
+    """The host<->GPU link (time = latency + size / bandwidth per direction, pinned or pageable)
+    and GPU Adam (time = overhead + numel / rate); CUDA must be present."""
+    copies = microbench.cuda_copy(plan.cuda_sizes, plan.repeats, tick("PCIe copy"))
+    link_fits = {}
+    for direction in ("h2d", "d2h"):
+        for pinned in (True, False):
+            pts = [r for r in copies if r["direction"] == direction and r["pinned"] == pinned]
+            link_fits[(direction, pinned)] = fit.fit_latency_bandwidth(
+                [r["size"] for r in pts], [r["seconds"] for r in pts]
+            )
+    gpu = microbench.gpu_adam(plan.gpu_adam_numels, plan.repeats, tick("GPU Adam"))
+    gpu_fit = fit.fit_overhead_rate([r["numel"] for r in gpu], [r["seconds"] for r in gpu])
+    link = {
+        "raw_bandwidth": max(r["size"] / r["seconds"] for r in copies if r["pinned"]),
+        "pinned_bandwidth": min(link_fits[("h2d", True)].rate, link_fits[("d2h", True)].rate),
+        "pageable_bandwidth": min(link_fits[("h2d", False)].rate, link_fits[("d2h", False)].rate),
+        "latency": float(np.mean([link_fits[(d, True)].intercept for d in ("h2d", "d2h")])),
     }
-    return CalibrationResult(profile, Path(out), mode, summary)
+    method = (f"torch copies host<->cuda of {[s // MiB for s in plan.cuda_sizes]} MiB, synchronised; "
+              "fit time = latency + size/bandwidth")
+    return _Part(
+        figures={"link": link},
+        methods={"link": dict.fromkeys(link, method)},
+        records={"cuda": {
+            "copies": copies,
+            "fits": {f"{d}_{'pinned' if p else 'pageable'}": _fit_dict(f) for (d, p), f in link_fits.items()},
+            "gpu_adam": {"records": gpu, "fit": _fit_dict(gpu_fit), "params_per_s": gpu_fit.rate},
+        }},
+    )

@@ -38,25 +38,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def run_with_progress(plan: object, out: Path, nvme_dir: Path | None, quiet: bool = False) -> object:
-    """Run the calibration with a rich progress bar (on stderr); returns the CalibrationResult."""
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
+    """Run the calibration with a progress bar (on stderr); returns the CalibrationResult."""
     from tiersim.calibration import microbench
     from tiersim.calibration.runner import run_calibration
+    from tiersim.progress import progress_bar
 
-    console = Console(stderr=True)
     total = plan.points(microbench.cuda_available())  # type: ignore[attr-defined]
-    with Progress(
-        TextColumn("{task.description:<16}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(), console=console, disable=quiet, transient=False,
-    ) as progress:
-        task = progress.add_task("calibrating", total=total)
-
-        def on_point(label: str) -> None:
-            progress.update(task, advance=1, description=label)
-
-        return run_calibration(plan, out, nvme_dir, on_point)  # type: ignore[arg-type]
+    with progress_bar(not quiet, total, "calibrating", "points") as bar:
+        return run_calibration(plan, out, nvme_dir, lambda label: bar.advance(label=label))  # type: ignore[arg-type]
 
 
 def handler(args: argparse.Namespace) -> int:

@@ -21,6 +21,8 @@ from typing import Any, Sequence
 import pandas as pd
 
 from tiersim.errors import ConfigError
+from tiersim.commands.options import add_format
+from tiersim.jsonout import plain, plain_records
 from tiersim.analysis.report import TABLE_WIDTH, format_table
 
 METRICS = ("fits", "iteration_time_s", "forward_s", "backward_s", "optimizer_step_s")
@@ -34,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument("b", type=Path, help="second results.parquet")
     parser.add_argument("--on", action="append", default=[], metavar="COLUMN",
                         help="match on this column (repeatable); default: shared factor columns + strategy")
-    parser.add_argument("--format", choices=("table", "json", "csv"), default="table")
+    add_format(parser, "table", "json", "csv")
     parser.set_defaults(func=compare_command)
 
 
@@ -109,8 +111,7 @@ def compare_command(args: argparse.Namespace) -> int:
     frame, summary = compare_frames(a, b, args.on)
     summary = {"a": str(args.a), "b": str(args.b), **summary}
     if args.format == "json":
-        rows = [{k: _plain(v) for k, v in row.items()} for row in frame.to_dict(orient="records")]
-        print(json.dumps({"summary": summary, "rows": rows}, indent=2, default=str))
+        print(json.dumps(plain({"summary": summary, "rows": plain_records(frame)}), indent=2))
         return 0
     if args.format == "csv":
         print(frame.to_csv(index=False), end="")
@@ -128,14 +129,8 @@ def compare_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _plain(value: Any) -> Any:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return None
-    return value.item() if hasattr(value, "item") else value
-
-
 def _cell(value: Any) -> str:
-    value = _plain(value)
+    value = plain(value)
     if value is None:
         return "-"
     if isinstance(value, bool):

@@ -12,6 +12,7 @@ from pathlib import Path
 import yaml
 
 from tiersim.errors import ConfigError
+from tiersim.commands.options import add_format
 from tiersim.fitting.report import fit_data, fit_markdown, fit_table, profile_document
 from tiersim.fitting.solver import fit_system
 from tiersim.fitting.system import load_system
@@ -27,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         help="a Megatron-DeepSpeed training log (repeatable)")
     parser.add_argument("--out", type=Path, metavar="PROFILE.yaml", help="write the fitted host profile here")
     parser.add_argument("--report", type=Path, metavar="REPORT.md", help="write the fit report as Markdown")
-    parser.add_argument("--format", choices=("table", "json"), default="table")
+    add_format(parser, "table", "json")
     parser.set_defaults(func=fit_command)
 
 

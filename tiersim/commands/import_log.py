@@ -12,8 +12,9 @@ from pathlib import Path
 
 import yaml
 
-from tiersim.errors import ConfigError
+from tiersim.commands.options import add_format, output_folder
 from tiersim.config.document import ScenarioDocument
+from tiersim.jsonout import plain_records
 from tiersim.ingest.log_scenario import PHASES, log_document, measured_table
 from tiersim.ingest.training_log import read_log
 from tiersim.analysis.report import TABLE_WIDTH, format_table
@@ -32,7 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument("logs", nargs="+", metavar="LOG", help="Megatron-DeepSpeed training log")
     parser.add_argument("--out", type=Path, metavar="DIR",
                         help="write DIR/NAME.yaml (scenario) and DIR/NAME.measured.csv per log")
-    parser.add_argument("--format", choices=("table", "json"), default="table")
+    add_format(parser, "table", "json")
     parser.set_defaults(func=import_log_command)
 
 
@@ -43,10 +44,7 @@ def import_log_command(args: argparse.Namespace) -> int:
         log = read_log(path)
         imported.append((log, log_document(log), measured_table(log)))
     if args.out is not None:
-        try:
-            args.out.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ConfigError(str(args.out), "--out", f"cannot create directory ({exc.strerror})") from None
+        output_folder(args.out)
         for log, scenario, table in imported:
             stem = scenario.data["name"]
             text = _HEADER.format(log=log.path) + yaml.safe_dump(scenario.data, sort_keys=False)
@@ -54,7 +52,7 @@ def import_log_command(args: argparse.Namespace) -> int:
             table.to_csv(args.out / f"{stem}.measured.csv", index=False)
             print(f"wrote {args.out / f'{stem}.yaml'} and {args.out / f'{stem}.measured.csv'}", file=sys.stderr)
     if args.format == "json":
-        print(json.dumps([{"log": log.path, "scenario": scenario.data, "measured": table.to_dict(orient="records")}
+        print(json.dumps([{"log": log.path, "scenario": scenario.data, "measured": plain_records(table)}
                           for log, scenario, table in imported], indent=2))
         return 0
     for log, scenario, table in imported:

@@ -27,6 +27,7 @@ from tiersim.analysis import plan
 from tiersim.config.bundled import resolve
 from tiersim.errors import ConfigError
 from tiersim.analysis.figure_export import add_plot_arguments, check_target, write_figure
+from tiersim.commands.options import add_format, add_overrides, add_strategy, flags
 from tiersim.analysis.report import format_table
 
 SIZING_COLUMNS = [("rank", "rank"), ("strategy", "strategy"), ("dram_gib_per_socket", "dram_GiB/socket"),
@@ -46,10 +47,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("scenario", help="scenario YAML file (or the name of a bundled one)")
     parser.add_argument("--objective", choices=plan.OBJECTIVES, required=True)
-    parser.add_argument("--strategy", action="append", default=[], metavar="NAME",
-                        help="only this strategy (repeatable); default: all in the scenario")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
-                        help="override a scenario field by dotted path before planning")
+    add_strategy(parser)
+    add_overrides(parser)
     parser.add_argument("--budget", type=float, metavar="USD", help="hardware cost limit (fastest, cheapest)")
     parser.add_argument("--max-iteration-time", type=float, metavar="S",
                         help="iteration-time target in seconds (cheapest; also filters fastest)")
@@ -66,7 +65,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument("--lifetime-years", type=float, default=plan.DEFAULT_LIFETIME_YEARS,
                         help="amortisation period for cost per iteration (default %(default)s)")
     parser.add_argument("--top", type=int, default=None, metavar="N", help="table: only the first N rows")
-    parser.add_argument("--format", choices=("table", "json"), default="table")
+    add_format(parser, "table", "json")
     add_plot_arguments(parser, "a picture of the answer (see above)")
     parser.add_argument("--force", action="store_true", help="simulate candidates past the limit of tasks per run")
     parser.set_defaults(func=plan_command)
@@ -78,7 +77,8 @@ def plan_command(args: argparse.Namespace) -> int:
     if args.top is not None and args.top < 1:
         raise ConfigError("plan", "--top", f"must be at least 1, got {args.top}")
     scenario = plan.read_scenario(resolve(args.scenario, "scenarios"), args.overrides, args.force)
-    check_target(args.plot)
+    with flags(path="--plot"):
+        check_target(args.plot)
     if args.objective == "largest-model":
         if args.budget is not None or args.max_iteration_time is not None:
             raise ConfigError("plan", "--budget/--max-iteration-time",
@@ -95,7 +95,8 @@ def plan_command(args: argparse.Namespace) -> int:
         columns = SIZING_COLUMNS
     name = str(scenario.data.get("name", scenario.source))
     if args.plot is not None:
-        path = write_figure(plan_figure(scenario, frame, args), args.plot, args.plotlyjs)
+        with flags(path="--plot", frame="--plot"):
+            path = write_figure(plan_figure(scenario, frame, args), args.plot, args.plotlyjs)
         print(f"tiersim: wrote {path}", file=sys.stderr)
     answered = not frame["fits"].eq(False).all() if args.objective == "largest-model" else \
         not frame["rank"].isna().all()

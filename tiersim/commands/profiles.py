@@ -8,6 +8,7 @@ import textwrap
 from dataclasses import fields
 
 from tiersim.config.profiles import PROFILE_KINDS, Profile, find_profile, list_profiles
+from tiersim.commands.options import add_format
 from tiersim.analysis.report import TABLE_WIDTH, format_table
 from tiersim.config.schema import to_plain
 
@@ -19,7 +20,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser = subparsers.add_parser("profiles", help="list or show device profiles", description=__doc__)
     parser.add_argument("name", nargs="?", help="show this profile (name or path)")
     parser.add_argument("--kind", choices=sorted(PROFILE_KINDS), help="only profiles of this kind")
-    parser.add_argument("--format", choices=("table", "json"), default="table")
+    add_format(parser, "table", "json")
     parser.set_defaults(func=profiles_command)
 
 

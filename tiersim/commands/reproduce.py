@@ -16,7 +16,9 @@ import textwrap
 from pathlib import Path
 
 from tiersim.errors import ConfigError
+from tiersim.jsonout import plain_records
 from tiersim.analysis.figure_export import add_plot_arguments, check_target, write_figure
+from tiersim.commands.options import add_format, add_overrides, flags, output_folder
 from tiersim.analysis.report import TABLE_WIDTH
 from tiersim.analysis.reproduce import (
     MEASURED_DIR,
@@ -39,9 +41,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument("study", choices=sorted(STUDIES), help="which study")
     parser.add_argument("--out", type=Path, default=Path("out"), metavar="DIR",
                         help="where to write <study>.html and <study>.csv (default: out/)")
-    parser.add_argument("--format", choices=("table", "json"), default="table")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
-                        help="override a field in every scenario, e.g. training.global_batch=128")
+    add_format(parser, "table", "json")
+    add_overrides(parser, "a field of every scenario")
     parser.add_argument("--scenarios", type=Path, default=None, metavar="DIR",
                         help="directory holding the study's scenario files (default: the bundled scenarios/)")
     parser.add_argument("--measured", type=Path, default=MEASURED_DIR, metavar="DIR",
@@ -52,14 +53,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.set_defaults(func=reproduce_command)
 
 
-def _clean(value: object) -> object:
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if hasattr(value, "item"):
-        return value.item()  # numpy scalar -> Python
-    return value
-
-
 def reproduce_command(args: argparse.Namespace) -> int:
     """Run the study, print it, write the figure and CSV."""
     paths = study_scenarios(args.study, args.scenarios)
@@ -67,26 +60,22 @@ def reproduce_command(args: argparse.Namespace) -> int:
         where = args.scenarios or "scenarios/"
         raise ConfigError(str(where), "--scenarios", f"no {STUDIES[args.study]} scenario files found")
     figure = None if args.no_figure else (args.plot or args.out / f"{args.study}.html")
-    check_target(figure)
+    with flags(path="--plot"):
+        check_target(figure)
     df = run_study(paths, args.overrides)
     speed = speedup_table(df)
     measured = measured_runs(paths, args.overrides, args.measured)
     comparison = measured_comparison(df, measured)
-    try:
-        args.out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(str(args.out), "--out", f"cannot create directory ({exc.strerror})") from None
+    output_folder(args.out)
     df.to_csv(args.out / f"{args.study}.csv", index=False)
     if figure is not None:
         fig = phase_figure(df, measured if len(measured) else None,
                            title=f"tiersim reproduce {args.study}: iteration time by phase")
-        write_figure(fig, figure, args.plotlyjs)
+        with flags(path="--plot"):
+            write_figure(fig, figure, args.plotlyjs)
     if args.format == "json":
-        rows = [{k: _clean(v) for k, v in row.items()} for row in df.to_dict(orient="records")]
-        summary = [{k: _clean(v) for k, v in row.items()} for row in speed.to_dict(orient="records")]
-        compared = [{k: _clean(v) for k, v in row.items()} for row in comparison.to_dict(orient="records")]
-        print(json.dumps({"study": args.study, "scenarios": [str(p) for p in paths], "rows": rows,
-                          "speedup": summary, "measured": compared}, indent=2))
+        print(json.dumps({"study": args.study, "scenarios": [str(p) for p in paths], "rows": plain_records(df),
+                          "speedup": plain_records(speed), "measured": plain_records(comparison)}, indent=2))
     else:
         print(f"study: {args.study} ({len(paths)} scenarios)")
         print(study_table(df))

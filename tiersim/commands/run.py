@@ -8,14 +8,13 @@ import sys
 from pathlib import Path
 
 from tiersim.config.bundled import resolve
-from tiersim.errors import ConfigError
 from tiersim.analysis.figure_export import add_plot_arguments, check_target
+from tiersim.commands.options import add_format, add_overrides, add_strategy, flags, output_folder
 from tiersim.config.limits import MAX_TASKS, NOTICE_TASKS
 from tiersim.analysis.report import csv_text, flat_row, results_table
 from tiersim.results import Result
 from tiersim.config.scenario import load_scenario
 from tiersim.simulate import simulate
-from tiersim.strategies import STRATEGIES
 from tiersim.config.worksize import describe, run_tasks
 
 
@@ -24,15 +23,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser = subparsers.add_parser("run", help="simulate a scenario under its strategies",
                                    description=__doc__)
     parser.add_argument("scenario", help="scenario YAML file (or the name of a bundled one, e.g. quickstart)")
-    known = "; ".join(f"{name}: {cls.summary}" for name, cls in STRATEGIES.items())
-    parser.add_argument("--strategy", action="append", default=[], metavar="NAME",
-                        help=f"only this strategy (repeatable); default: all in the scenario ({known})")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
-                        help="override a scenario field by dotted path, e.g. training.global_batch=64")
+    add_strategy(parser)
+    add_overrides(parser)
     parser.add_argument("--ds-config", type=Path, metavar="ds_config.json",
                         help="take the ZeRO, offload, aio, batch and precision settings from this DeepSpeed JSON "
                              "(--set still wins); keys tiersim does not model are named in one warning")
-    parser.add_argument("--format", choices=("table", "json", "csv"), default="table")
+    add_format(parser, "table", "json", "csv")
     parser.add_argument("--out", type=Path, metavar="DIR",
                         help="write summary, resolved configs and traces to DIR")
     parser.add_argument("--trace-format", choices=("csv", "parquet"), default="csv",
@@ -48,7 +44,8 @@ def run_command(args: argparse.Namespace) -> int:
     """Load, simulate each strategy, print in the chosen format, optionally write files."""
     configs = load_scenario(resolve(args.scenario, "scenarios"), args.overrides, args.strategy, args.force,
                             args.ds_config)
-    check_target(args.plot)
+    with flags(path="--plot"):
+        check_target(args.plot)
     scenario = configs[0].scenario
     tasks = sum(run_tasks(config) for config in configs)
     if tasks >= NOTICE_TASKS:
@@ -63,7 +60,8 @@ def run_command(args: argparse.Namespace) -> int:
         from tiersim.analysis.plots import write_report
 
         fitted = [r.strategy for r in results if r.fits]
-        path = write_report(results, args.plot, plotlyjs=args.plotlyjs)
+        with flags(path="--plot", results="--plot"):
+            path = write_report(results, args.plot, plotlyjs=args.plotlyjs)
         print(f"tiersim: wrote {path} (phase bars; critical path, timeline and utilisation of "
               f"{', '.join(fitted)})", file=sys.stderr)
     if args.format == "json":
@@ -79,10 +77,7 @@ def run_command(args: argparse.Namespace) -> int:
 def write_outputs(out: Path, scenario: str, results: list[Result], trace_format: str) -> list[Path]:
     """summary.json, summary.csv, and per strategy config, trace, utilisation and placement;
     returns the files written."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(str(out), "--out", f"cannot create directory ({exc.strerror})") from None
+    output_folder(out)
     written = [out / "summary.json", out / "summary.csv"]
     written[0].write_text(json.dumps({"scenario": scenario, "results": [r.summary() for r in results]}, indent=2))
     written[1].write_text(csv_text([flat_row(scenario, r) for r in results]))

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import signal
 import sys
 from pathlib import Path
 
 from tiersim.analysis.report import format_table, seconds
+from tiersim.commands.options import add_format, add_overrides, flags
+from tiersim.jsonout import plain, plain_records
 
 TABLE_ROWS = 40
 
@@ -37,10 +38,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         help="where parts/ and results.parquet go (default: out/sweep-NAME)")
     parser.add_argument("--resume", action="store_true",
                         help="keep the runs already stored in DIR and run only the rest")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
-                        help="override a base scenario field by dotted path, e.g. training.global_batch=64")
-    parser.add_argument("--format", choices=("table", "csv", "json", "none"), default="table",
-                        help="what to print when done (the Parquet file is always written)")
+    add_overrides(parser, "a base scenario field")
+    add_format(parser, "table", "csv", "json", "none", help="what to print when done (the Parquet file is always written)")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     parser.add_argument("--chunk-size", type=int, default=None, metavar="RUNS",
                         help="runs per worker task and per part file (default: automatic, at most 32)")
@@ -62,24 +61,25 @@ def sweep_command(args: argparse.Namespace) -> int:
     if out is None:
         out = Path("out") / f"sweep-{load_sweep(args.sweep_file, args.overrides, args.force).name}"
     progress = not args.quiet and sys.stderr.isatty()
-    try:
-        outcome = run_sweep(args.sweep_file, jobs=args.jobs, scheduler=args.scheduler, out=out,
-                            resume=args.resume, overrides=args.overrides, progress=progress,
-                            chunk_size=args.chunk_size, force=args.force,
-                            notice=lambda line: print(f"tiersim: {line}", file=sys.stderr))
-    except FolderInUse as exc:
-        what = "read its results again (nothing is rerun)" if exc.stored == exc.total else "continue it"
-        raise ConfigError(exc.source, exc.field, f"{exc.message}; to {what}: {_again(args, out)}; to run it "
-                                                 f"afresh: another --out, or delete {out}") from None
-    except SweepInterrupted as exc:
-        how = "terminated" if exc.signum == signal.SIGTERM else "interrupted"
-        print(f"tiersim: {how}: {exc.saved} of {exc.total} runs saved in {out / 'parts'}; "
-              f"continue with: {_again(args, out)}", file=sys.stderr)
-        return 128 + int(exc.signum)
-    except SweepAborted as exc:
-        print(f"tiersim: error: sweep stopped: {exc.reason}; {exc.saved} of {exc.total} runs saved in "
-              f"{out / 'parts'}; continue with: {_again(args, out)}", file=sys.stderr)
-        return 1
+    with flags(jobs="--jobs", chunk_size="--chunk-size", scheduler="--scheduler", out="--out"):
+        try:
+            outcome = run_sweep(args.sweep_file, jobs=args.jobs, scheduler=args.scheduler, out=out,
+                                resume=args.resume, overrides=args.overrides, progress=progress,
+                                chunk_size=args.chunk_size, force=args.force,
+                                notice=lambda line: print(f"tiersim: {line}", file=sys.stderr))
+        except FolderInUse as exc:
+            what = "read its results again (nothing is rerun)" if exc.stored == exc.total else "continue it"
+            raise ConfigError(exc.source, exc.field, f"{exc.message}; to {what}: {_again(args, out)}; to run it "
+                                                     f"afresh: another --out, or delete {out}") from None
+        except SweepInterrupted as exc:
+            how = "terminated" if exc.signum == signal.SIGTERM else "interrupted"
+            print(f"tiersim: {how}: {exc.saved} of {exc.total} runs saved in {out / 'parts'}; "
+                  f"continue with: {_again(args, out)}", file=sys.stderr)
+            return 128 + int(exc.signum)
+        except SweepAborted as exc:
+            print(f"tiersim: error: sweep stopped: {exc.reason}; {exc.saved} of {exc.total} runs saved in "
+                  f"{out / 'parts'}; continue with: {_again(args, out)}", file=sys.stderr)
+            return 1
     frame = outcome.frame
     line = (f"sweep: {outcome.sweep.name}: {outcome.total} runs ({outcome.resumed} resumed, "
             f"{outcome.computed} computed {outcome.where}) in {outcome.seconds:.1f} s -> {outcome.results}")
@@ -87,9 +87,8 @@ def sweep_command(args: argparse.Namespace) -> int:
         print(frame.to_csv(index=False), end="")
         print(line, file=sys.stderr)
     elif args.format == "json":
-        rows = [{k: _clean(v) for k, v in row.items()} for row in frame.to_dict(orient="records")]
         print(json.dumps({"sweep": outcome.sweep.name, "results": str(outcome.results), "runs": outcome.total,
-                          "resumed": outcome.resumed, "rows": rows}, indent=2))
+                          "resumed": outcome.resumed, "rows": plain_records(frame)}, indent=2))
     elif args.format == "none":
         print(line, file=sys.stderr)
     else:
@@ -98,12 +97,12 @@ def sweep_command(args: argparse.Namespace) -> int:
         headers = ["point", "strategy", *factors, "fits", "iteration_s", "bottleneck / reason"]
         rows = []
         for rec in frame.head(TABLE_ROWS).to_dict(orient="records"):
-            error = _clean(rec.get("error"))
-            fits = bool(_clean(rec.get("fits")))
+            error = plain(rec.get("error"))
+            fits = bool(plain(rec.get("fits")))
             verdict = "ERROR" if error else "yes" if fits else "NO"
             why = error or (rec.get("bottleneck") if fits else rec.get("reason"))
             rows.append([rec["point"], rec["strategy"], *[_cell(rec[k]) for k in factors], verdict,
-                         seconds(_clean(rec.get("iteration_time_s"))), why])
+                         seconds(plain(rec.get("iteration_time_s"))), why])
         print(format_table(headers, rows))
         if len(frame) > TABLE_ROWS:
             print(f"... {len(frame) - TABLE_ROWS} more rows in {outcome.results}")
@@ -121,17 +120,9 @@ def _again(args: argparse.Namespace, out: Path) -> str:
                      *[f"--set {o}" for o in args.overrides], *(["--force"] if args.force else [])])
 
 
-def _clean(value: object) -> object:
-    if hasattr(value, "item"):
-        value = value.item()  # numpy scalar -> Python
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    return value
-
-
 def _cell(value: object) -> object:
     """A factor value for the table: integral floats (ints next to missing values) as ints."""
-    value = _clean(value)
+    value = plain(value)
     if isinstance(value, float) and value.is_integer():
         return int(value)
     return value

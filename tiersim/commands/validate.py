@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from tiersim.errors import ConfigError
+from tiersim.commands.options import add_format
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -19,7 +20,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--profile", type=Path, default=None,
                    help="host profile (default: newest device_profiles/host-*.yaml; a quick calibration if none)")
     p.add_argument("--quick", action="store_true", help="fewer, smaller cases (under two minutes on 2 cores)")
-    p.add_argument("--format", choices=("table", "json"), default="table")
+    add_format(p, "table", "json")
     p.add_argument("--nvme-dir", type=Path, default=None, help="directory for the swap files (default: temp dir on local disk)")
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads for CPU Adam (default 1; the full set adds a case with all cores)")

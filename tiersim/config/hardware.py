@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from tiersim.errors import ConfigError
+from tiersim.errors import ConfigError, ModelError
 from tiersim.config.profiles import (
     CPUProfile,
     CXLProfile,
@@ -94,16 +94,29 @@ class Hardware:
         return self.gpu is not None and self.link is not None
 
     @property
+    def rank_gpu(self) -> GPUProfile:
+        """The rank's GPU, for a schedule that needs one (a ``ModelError`` on a host-only machine)."""
+        if self.gpu is None:
+            raise ModelError("this schedule needs a GPU and the hardware has none")
+        return self.gpu
+
+    @property
+    def host_link(self) -> LinkProfile:
+        """The host<->GPU link, for a schedule that copies over it (a ``ModelError`` without one)."""
+        if self.link is None:
+            raise ModelError("this schedule needs a host<->GPU link and the hardware has none")
+        return self.link
+
+    @property
     def pcie_bandwidth(self) -> float:
         """Host<->GPU bytes/s per direction for this rank's buffers (pinned or pageable)."""
-        assert self.link is not None
-        return self.link.pinned_bandwidth if self.pinned else self.link.pageable_bandwidth
+        link = self.host_link
+        return link.pinned_bandwidth if self.pinned else link.pageable_bandwidth
 
     @property
     def pcie_latency(self) -> float:
         """Seconds to set up one host<->GPU copy."""
-        assert self.link is not None
-        return self.link.latency
+        return self.host_link.latency
 
     @property
     def fabric_bandwidth(self) -> float:
@@ -111,8 +124,7 @@ class Hardware:
         the GPU's NVLink."""
         if self.fabric is not None:
             return self.fabric.bus_bandwidth
-        assert self.gpu is not None
-        return self.gpu.nvlink_bandwidth
+        return self.rank_gpu.nvlink_bandwidth
 
     @property
     def fabric_latency(self) -> float:
@@ -122,8 +134,7 @@ class Hardware:
     @property
     def pageable_bandwidth(self) -> float:
         """Host->GPU bytes/s of a copy from freshly allocated (pageable) host memory."""
-        assert self.link is not None
-        return self.link.pageable_bandwidth
+        return self.host_link.pageable_bandwidth
 
     @property
     def dram_bandwidth_per_rank(self) -> float:

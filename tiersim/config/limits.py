@@ -32,4 +32,5 @@ MAX_SWEEP_TASKS = 100_000_000
 NOTICE_TASKS = 100_000
 """Work (tasks in all) from which ``run`` says how much it is about to do."""
 
-FORCE_HINT = "pass --force to run it anyway"
+FORCE_HINT = "pass force=True (on the command line: --force) to run it anyway"
+"""The way past a limit, from Python or the CLI (a library error names the parameter first)."""

@@ -19,6 +19,7 @@ import simpy
 
 from tiersim.engine.accounts import Accounts
 from tiersim.engine.graph import Usage
+from tiersim.errors import ModelError
 
 _REL_TOL = 1e-12
 """Relative tolerance for a link counted as saturated or a flow as at its cap."""
@@ -73,7 +74,7 @@ def own_bound(usage: Usage, cap: float, capacity: dict[str, float]) -> float:
         if units > 0 and capacity[link] / units < rate:
             rate = capacity[link] / units
     if not math.isfinite(rate):
-        raise ValueError("a flow has neither a link nor a finite rate cap")
+        raise ModelError("a flow has neither a link nor a finite rate cap")
     return rate
 
 
@@ -99,7 +100,7 @@ def max_min_rates(flows: list[Flow], capacity: dict[str, float]) -> None:
         for link, units in load.items():
             step = min(step, residual[link] / units)
         if not math.isfinite(step):
-            raise ValueError("a flow has neither a link nor a finite rate cap")
+            raise ModelError("a flow has neither a link nor a finite rate cap")
         saturated = set()
         for link, units in load.items():
             residual[link] -= step * units
@@ -199,7 +200,7 @@ class FlowNetwork:
         """Forget the ``done`` callback (typically a method of the network's owner, which holds
         the network: a reference cycle) once no flow is active."""
         if self.flows:
-            raise RuntimeError("closing a flow network with active flows")
+            raise ModelError("closing a flow network with active flows")
         del self.done
 
     def shift(self, seconds: float) -> None:

@@ -15,6 +15,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from tiersim.errors import ModelError
+
 Usage = tuple[tuple[str, float], ...]
 """(link name, link units one byte of a flow consumes) pairs."""
 
@@ -31,7 +33,7 @@ class Link:
 
     def __post_init__(self) -> None:
         if not self.capacity > 0 or not math.isfinite(self.capacity):
-            raise ValueError(f"link {self.name!r}: capacity must be positive and finite, got {self.capacity}")
+            raise ModelError(f"link {self.name!r}: capacity must be positive and finite, got {self.capacity}")
 
 
 @dataclass(slots=True)
@@ -82,7 +84,7 @@ class TaskGraph:
         """Declare a link (units/s) and return its name; redeclaring must agree."""
         existing = self.links.get(name)
         if existing is not None and existing.capacity != capacity:
-            raise ValueError(f"link {name!r} declared twice with different capacities")
+            raise ModelError(f"link {name!r} declared twice with different capacities")
         self.links[name] = Link(name, capacity)
         return name
 
@@ -91,9 +93,9 @@ class TaskGraph:
         its links declared, each named once in its usage."""
         positions = self._positions
         if task.name in positions:
-            raise ValueError(f"duplicate task name {task.name!r}")
+            raise ModelError(f"duplicate task name {task.name!r}")
         if not (task.delay >= 0 and task.size >= 0 and task.rate_cap > 0):
-            raise ValueError(f"task {task.name!r}: delay and size must be >= 0 and rate_cap positive")
+            raise ModelError(f"task {task.name!r}: delay and size must be >= 0 and rate_cap positive")
         here = len(self.tasks)
         try:
             named = task.deps
@@ -108,7 +110,7 @@ class TaskGraph:
             else:
                 deps = ()
         except KeyError as missing:
-            raise ValueError(f"task {task.name!r} depends on unknown task {missing.args[0]!r}") from None
+            raise ModelError(f"task {task.name!r} depends on unknown task {missing.args[0]!r}") from None
         bound = task.rate_cap
         links = self.links
         usage = task.usage
@@ -119,9 +121,9 @@ class TaskGraph:
             if units > 0 and link.capacity / units < bound:
                 bound = link.capacity / units
         if len(usage) > 1 and _repeats_a_link(usage):
-            raise ValueError(f"task {task.name!r} names a link twice in its usage")
+            raise ModelError(f"task {task.name!r} names a link twice in its usage")
         if task.size > 0 and not math.isfinite(bound):
-            raise ValueError(f"task {task.name!r}: a flow needs a link it uses or a finite rate cap")
+            raise ModelError(f"task {task.name!r}: a flow needs a link it uses or a finite rate cap")
         positions[task.name] = here
         self.tasks.append(task)
         self.dep_count.append(len(deps))
@@ -147,7 +149,7 @@ class TaskGraph:
 
     def _undeclared(self, task: Task, name: str) -> Link:
         if self.capacity_of is None:
-            raise ValueError(f"task {task.name!r} uses undeclared link {name!r}")
+            raise ModelError(f"task {task.name!r} uses undeclared link {name!r}")
         self.link(name, self.capacity_of(name))
         return self.links[name]
 

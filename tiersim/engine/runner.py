@@ -13,6 +13,7 @@ import simpy
 from tiersim.engine.accounts import Accounts
 from tiersim.engine.flows import FlowNetwork
 from tiersim.engine.graph import Task, TaskGraph
+from tiersim.errors import ConfigError, ModelError
 
 COMPUTE_CATEGORIES = ("compute", "adam")
 """Task categories that compute (GPU kernels, CPU Adam); the rest move data or mark phases."""
@@ -61,7 +62,8 @@ class EngineRun:
     def records(self) -> list[TaskRecord]:
         """One record per task, in the order they finished."""
         if not self.complete:
-            raise ValueError("a fast-forwarded run keeps no per-task records: simulate(config, trace=True)")
+            raise ConfigError("<api>", "trace", "a fast-forwarded run keeps no per-task records: "
+                              "simulate(config, trace=True)")
         tasks, ready, start, end = self.tasks, self.ready, self.start, self.end
         return [TaskRecord(tasks[i].name, tasks[i].stream, tasks[i].phase, tasks[i].category, ready[i], start[i],
                            end[i], tasks[i].size) for i in self.order]
@@ -148,7 +150,7 @@ class Run:
         """The run's output once the event queue is empty (every task done, or a deadlock)."""
         self.network.close()
         if self.pending:
-            raise RuntimeError("task graph deadlocked: a dependency can never be met")
+            raise ModelError("task graph deadlocked: a dependency can never be met")
         network = self.network
         makespan = max(self.end, default=0.0)
         self.accounts.flush(makespan, ())

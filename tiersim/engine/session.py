@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 
 from tiersim.engine.graph import Task, TaskGraph
 from tiersim.engine.runner import EngineRun, LateTask, Run, run_graph
+from tiersim.errors import ModelError
 
 STATE_BUDGET = 64
 """Pending tasks a loop's states may read per task it has built (plus ``STATE_BUDGET_BASE``):
@@ -218,7 +219,8 @@ class Session:
         """Run until the first task of the loop's last iteration has started; its state then
         (None when not asked for, or when that iteration has no task or never starts)."""
         run = self.run
-        assert run is not None
+        if run is None:
+            raise ModelError("the session has no run in progress")
         run.extend()
         first = loop.first[-1]
         if first >= len(self.graph.tasks):
@@ -246,7 +248,8 @@ class Session:
 
     def _state(self, loop: _Loop) -> _State:
         run = self.run
-        assert run is not None
+        if run is None:
+            raise ModelError("the session has no run in progress")
         network, accounts = run.network, run.accounts
         now = run.env.now
         accounts.flush(now, network.flows)
@@ -278,7 +281,8 @@ class Session:
         """Fast-forward ``times`` periods of ``state.now - before.now`` seconds, each a block of
         ``width`` iterations."""
         run = self.run
-        assert run is not None
+        if run is None:
+            raise ModelError("the session has no run in progress")
         network, accounts, env = run.network, run.accounts, run.env
         accounts.scaled(before.totals["accounts"], state.totals["accounts"], times)
         network.scaled(before.totals["network"], state.totals["network"], times)

@@ -172,8 +172,7 @@ def rank_link_capacity(hw: Hardware, name: str) -> float:
     if name == "fabric":
         return hw.fabric_bandwidth
     if name == "hbm":
-        assert hw.gpu is not None, "this schedule needs a GPU"
-        return hw.gpu.hbm_bandwidth * hw.gpu.memory_efficiency
+        return hw.rank_gpu.hbm_bandwidth * hw.rank_gpu.memory_efficiency
     if name in ("pcie_h2d", "pcie_d2h"):
         return hw.pcie_bandwidth
     if name == "dram":
@@ -206,8 +205,7 @@ class StepBuilder:
     @property
     def gpu(self) -> GPUProfile:
         """The rank's GPU (every schedule but a host-only optimizer step has one)."""
-        assert self.hw.gpu is not None, "this schedule needs a GPU"
-        return self.hw.gpu
+        return self.hw.rank_gpu
 
     @property
     def dp(self) -> int:

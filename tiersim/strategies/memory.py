@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from tiersim.engine.graph import Usage
 from tiersim.config.hardware import Hardware
+from tiersim.errors import ModelError
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,7 @@ class HostMemory:
     def interleave(cls, hw: Hardware, dram_weight: float, cxl_weight: float) -> HostMemory:
         """Weighted interleave of DRAM and CXL pages (numactl --weighted-interleave)."""
         if hw.cxl is None:
-            raise ValueError("interleave needs CXL devices")
+            raise ModelError("a DRAM:CXL interleave on hardware without CXL devices")
         total = dram_weight + cxl_weight
         return cls(
             dram_fraction=dram_weight / total,

@@ -38,6 +38,7 @@ from tiersim.strategies.swap import (
     device_cost,
     stream_rate,
 )
+from tiersim.errors import ModelError
 from tiersim.workload import LayerWork, StepShape, TrainingStep
 
 
@@ -91,7 +92,8 @@ class NVMeSwap(Strategy):
         kind = b.kinds.get(key)
         if kind is None:
             nvme = b.hw.nvme
-            assert nvme is not None
+            if nvme is None:
+                raise ModelError("an NVMe schedule on hardware without NVMe drives")
             usage = (("nvme", device_cost(nvme, write)), ("dram", 1.0))
             latency = nvme.write_latency if write else nvme.read_latency
             category = "nvme_write" if write else "nvme_read"

@@ -6,6 +6,7 @@ stored runs, Ctrl-C keeping what was computed. The sweep file format is in
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import math
 import os
@@ -18,7 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 from tiersim._version import __version__
-from tiersim.errors import ConfigError
+from tiersim.errors import API, ConfigError, ModelError
+from tiersim.progress import progress_bar
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -246,7 +248,7 @@ def _dask_client(scheduler: Any) -> tuple[Any, bool]:
     try:
         from distributed import Client
     except ImportError:
-        raise ConfigError("--scheduler", "", "needs dask[distributed]: pip install 'tiersim[dask]'") from None
+        raise ConfigError(API, "scheduler", "needs dask[distributed]: pip install 'tiersim[dask]'") from None
     if isinstance(scheduler, Client):
         return scheduler, False
     try:
@@ -254,7 +256,7 @@ def _dask_client(scheduler: Any) -> tuple[Any, bool]:
             return Client(scheduler, timeout="10s", set_as_default=False), True
         return Client(scheduler, set_as_default=False), True
     except (OSError, TimeoutError, ValueError) as exc:
-        raise ConfigError("--scheduler", str(scheduler), f"cannot connect to the Dask scheduler ({exc})") from None
+        raise ConfigError(API, "scheduler", f"cannot connect to the Dask scheduler {scheduler!s} ({exc})") from None
 
 
 def _run_dask(client: Any, batches: list[Batch], sink: Sink) -> None:
@@ -314,25 +316,47 @@ def run_sweep(
     (Ctrl-C or SIGTERM) or ``SweepAborted`` (a worker died), having kept what was computed. ``force`` lifts the work limits (``tiersim.config.limits``); ``notice``
     is told the size of the work before planning and before running when ``progress`` is on or
     the sweep has ``NOTICE_RUNS`` points or more (and, without a progress bar, how far the
-    planning of such a sweep has got, every tenth)."""
+    planning of such a sweep has got, every tenth).
+
+    In phases: plan, open the store (the rows ``out`` already holds), choose a backend and
+    execute the rest, consolidate the rows into one table (and ``results.parquet``)."""
     started = time.perf_counter()
     if jobs is not None and (not isinstance(jobs, int) or jobs < 1):
-        raise ConfigError("--jobs", "", f"must be a whole number of at least 1, got {jobs!r}")
+        raise ConfigError(API, "jobs", f"must be a whole number of at least 1, got {jobs!r}")
     if chunk_size is not None and (not isinstance(chunk_size, int) or chunk_size < 1):
-        raise ConfigError("--chunk-size", "", f"must be a whole number of at least 1, got {chunk_size!r}")
+        raise ConfigError(API, "chunk_size", f"must be a whole number of at least 1, got {chunk_size!r}")
+    sweep, runs = _plan(spec, overrides, force, progress, notice)
+    store = _open_store(sweep, runs, Path(out) if out is not None else None, resume)
+    todo = [r for r in runs if r.index not in store.found]
+    resumed = len(runs) - len(todo)
+    workers = 1 if scheduler is None and jobs == 1 else (jobs or default_jobs())
+    batches = _batches(todo, chunk_size or default_chunk_size(len(todo), workers))
+    _execute(store, batches, scheduler, workers, progress, f"sweep {sweep.name}", resumed)
+    final, results_path = store.consolidate(overrides)
+    frame = final.to_pandas()
+    failed = int(frame["error"].notna().sum()) if "error" in frame.columns else 0
+    where = f"on Dask scheduler {scheduler}" if scheduler is not None else (
+        "in-process" if workers == 1 else f"on {workers} worker processes")
+    return SweepOutcome(frame, len(runs), resumed, store.computed, time.perf_counter() - started, results_path,
+                        sweep, workers, where, runs, failed)
+
+
+def _plan(spec: str | Path | Mapping[str, Any], overrides: Sequence[str], force: bool, progress: bool,
+          notice: Callable[[str], None] | None) -> tuple[Sweep, list[PlannedRun]]:
+    """Load the sweep and plan (validate) every run, telling ``notice`` how large it is."""
     from tiersim.config.worksize import describe
 
     sweep = load_sweep(spec, overrides, force)
     loud = progress or len(sweep.points) >= NOTICE_RUNS
     if notice is not None and loud:
         notice(f"sweep {sweep.name}: planning {len(sweep.points):,} points")
-    with _progress_bar(progress, len(sweep.points), 0, f"plan {sweep.name}", "points") as planned:
+    with progress_bar(progress, len(sweep.points), f"plan {sweep.name}", "points") as planned:
         tenths = 0
 
         def report(done: int, total: int) -> None:
             """The bar, or without one a line every tenth of a large sweep."""
             nonlocal tenths
-            planned(done, absolute=True)
+            planned.reach(done)
             if notice is not None and loud and not progress and done < total and done * 10 // total > tenths:
                 tenths = done * 10 // total
                 notice(f"sweep {sweep.name}: planned {done:,} of {total:,} points")
@@ -340,94 +364,115 @@ def run_sweep(
         runs = plan_sweep(sweep, force, report)
     if notice is not None and (loud or len(runs) >= NOTICE_RUNS):
         notice(f"sweep {sweep.name}: {describe(len(runs), sum(r.tasks for r in runs))}")
-    rows_table = RowTable(sweep, runs)
-    out_dir = Path(out) if out is not None else None
-    parts = out_dir / PARTS_DIR if out_dir is not None else None
+    return sweep, runs
 
+
+@dataclass
+class _Store:
+    """Where a sweep's rows go: Parquet parts under ``out``, or tables kept in memory (no
+    ``out``). ``found``: {run index: row} of the rows ``out`` held before this sweep ran."""
+
+    sweep: Sweep
+    runs: list[PlannedRun]
+    out: Path | None
+    found: dict[int, int]
+    rows: RowTable
+    memory: list[Any] = field(default_factory=list)
+    computed: int = 0
+
+    def add(self, results: list[tuple[int, dict[str, Any]]]) -> None:
+        """Store the rows of one finished batch."""
+        table = self.rows.table([self.rows.row(self.runs[i], row) for i, row in results])
+        if self.out is not None:
+            write_part(self.out / PARTS_DIR, table)
+        else:
+            self.memory.append(table)
+        self.computed += len(results)
+
+    def consolidate(self, overrides: Sequence[str]) -> tuple[Any, Path | None]:
+        """Every run's row in run order as one Arrow table, written to ``results.parquet``
+        under ``out`` (whose path comes back; None without ``out``)."""
+        if self.out is not None:
+            table = concat_tables(read_parts(self.out / PARTS_DIR), self.out)
+        else:
+            table = concat_tables(self.memory)
+        runs = self.runs
+        found = stored_rows(table, runs)
+        missing = len(runs) - len(found)
+        if missing or table is None:  # pragma: no cover - would be a bug (a part lost between write and read)
+            raise ModelError(f"sweep finished but {missing} of {len(runs)} runs have no row")
+        final = final_table(table, found, self.sweep, overrides)
+        if self.out is None:
+            return final, None
+        import pyarrow.parquet as pq
+
+        results_path = self.out / RESULTS_FILE
+        tmp = self.out / f".{RESULTS_FILE}.tmp"
+        pq.write_table(final, tmp)
+        os.replace(tmp, results_path)
+        return final, results_path
+
+
+def _open_store(sweep: Sweep, runs: list[PlannedRun], out: Path | None, resume: bool) -> _Store:
+    """The store of this sweep: ``out`` checked (see ``store.open_folder``) and its rows of
+    this sweep found."""
     found: dict[int, int] = {}
-    if out_dir is not None:
-        found = stored_rows(concat_tables(open_folder(out_dir, sweep, runs, resume), out_dir), runs, failed=False)
-    todo = [r for r in runs if r.index not in found]
-    resumed = len(runs) - len(todo)
-    memory_tables: list[Any] = []
-    computed = 0
+    if out is not None:
+        found = stored_rows(concat_tables(open_folder(out, sweep, runs, resume), out), runs, failed=False)
+    return _Store(sweep, runs, out, found, RowTable(sweep, runs))
 
-    workers = 1 if scheduler is None and jobs == 1 else (jobs or default_jobs())
-    size = chunk_size or default_chunk_size(len(todo), workers)
-    batches = _batches(todo, size)
 
-    backend: Any = None
-    owned = False
+Backend = Callable[[list[Batch], Sink], None]
+"""Runs batches, handing each one's rows to the sink as it finishes."""
+
+
+def _choose_backend(scheduler: Any, workers: int) -> tuple[Backend, Callable[[], None]]:
+    """The backend (on the Dask ``scheduler``, a pool of ``workers`` processes, or in this
+    process) and how to let go of it afterwards."""
+    if scheduler is not None:
+        client, owned = _dask_client(scheduler)
+        return functools.partial(_run_dask, client), client.close if owned else _nothing
+    if workers > 1:
+        executor = _start_pool(workers)
+        return (functools.partial(_run_pool, executor),
+                functools.partial(executor.shutdown, wait=True, cancel_futures=True))
+    return _run_inline, _nothing
+
+
+def _nothing() -> None:
+    """Letting go of the in-process backend (or of a Dask client the caller owns)."""
+
+
+def _execute(store: _Store, batches: list[Batch], scheduler: Any, workers: int, progress: bool, label: str,
+             resumed: int) -> None:
+    """Run the batches on the chosen backend into ``store``, with a progress bar over every run
+    (``resumed`` of them done before); Ctrl-C, SIGTERM and a dead worker keep what was stored."""
+    release = _nothing
+    total = len(store.runs)
     # The planned configs (thousands of objects) live as long as the sweep: keep them out of
     # the collector's full passes, here and in forked workers (whose pages the passes would
     # also copy); see gc.freeze.
     gc.freeze()
     try:
         with _sigterm_interrupts():
-            if batches and scheduler is not None:
-                backend, owned = _dask_client(scheduler)
-            elif batches and workers > 1:
-                backend, owned = _start_pool(workers), True
-            with _progress_bar(progress, len(runs), resumed, f"sweep {sweep.name}", "runs") as advance:
+            backend, release = _choose_backend(scheduler, workers) if batches else (_run_inline, _nothing)
+            with progress_bar(progress, total, label, "runs", resumed) as bar:
 
                 def sink(results: list[tuple[int, dict[str, Any]]]) -> None:
-                    nonlocal computed
-                    if not results:
-                        return
-                    table = rows_table.table([rows_table.row(runs[i], row) for i, row in results])
-                    if parts is not None:
-                        write_part(parts, table)
-                    else:
-                        memory_tables.append(table)
-                    computed += len(results)
-                    advance(len(results))
+                    if results:
+                        store.add(results)
+                        bar.advance(len(results))
 
-                if not batches:
-                    pass
-                elif scheduler is not None:
-                    _run_dask(backend, batches, sink)
-                elif workers == 1:
-                    _run_inline(batches, sink)
-                else:
-                    _run_pool(backend, batches, sink)
+                backend(batches, sink)
     except KeyboardInterrupt as exc:
         signum = signal.SIGTERM if isinstance(exc, _Terminated) else signal.SIGINT
-        raise SweepInterrupted(resumed + computed, len(runs), out_dir, signum) from None
+        raise SweepInterrupted(resumed + store.computed, total, store.out, signum) from None
     except BrokenProcessPool:
-        raise SweepAborted(resumed + computed, len(runs), out_dir,
+        raise SweepAborted(resumed + store.computed, total, store.out,
                            "a worker process died (killed from outside, e.g. by the out-of-memory killer)") from None
     finally:
         gc.unfreeze()
-        if owned and backend is not None:
-            if scheduler is not None:
-                backend.close()
-            else:
-                backend.shutdown(wait=True, cancel_futures=True)
-
-    if parts is not None:
-        table = concat_tables(read_parts(parts), out_dir)
-    else:
-        table = concat_tables(memory_tables)
-    found = stored_rows(table, runs)
-    missing = len(runs) - len(found)
-    if missing:  # pragma: no cover - would be a bug (a part lost between write and read)
-        raise RuntimeError(f"sweep finished but {missing} of {len(runs)} runs have no row")
-    assert table is not None
-    final = final_table(table, found, sweep, overrides)
-    results_path = None
-    if out_dir is not None:
-        import pyarrow.parquet as pq
-
-        results_path = out_dir / RESULTS_FILE
-        tmp = out_dir / f".{RESULTS_FILE}.tmp"
-        pq.write_table(final, tmp)
-        os.replace(tmp, results_path)
-    frame = final.to_pandas()
-    failed = int(frame["error"].notna().sum()) if "error" in frame.columns else 0
-    where = f"on Dask scheduler {scheduler}" if scheduler is not None else (
-        "in-process" if workers == 1 else f"on {workers} worker processes")
-    return SweepOutcome(frame, len(runs), resumed, computed, time.perf_counter() - started, results_path, sweep,
-                        workers, where, runs, failed)
+        release()
 
 
 def sweep(
@@ -452,36 +497,6 @@ def sweep(
     with its ``error``; the others carry on.
     """
     return run_sweep(sweep_file_or_dict, jobs, scheduler, out, resume, overrides, progress, chunk_size, force).frame
-
-
-@contextlib.contextmanager
-def _progress_bar(enabled: bool, total: int, done: int, label: str,
-                  unit: str) -> Iterator[Callable[..., None]]:
-    """A rich progress bar with rate and ETA on stderr (a no-op when disabled); the callback
-    advances it by ``n`` ``unit``, or sets it to ``n`` done with ``absolute=True``."""
-    if not enabled:
-        yield lambda n, absolute=False: None
-        return
-    from rich.console import Console
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn,
-                               TimeElapsedColumn, TimeRemainingColumn)
-
-    console = Console(stderr=True)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TaskProgressColumn(),
-                  TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TextColumn("ETA"),
-                  TimeRemainingColumn(), console=console, transient=False) as bar:
-        task = bar.add_task(label, total=total, completed=done, rate="")
-        start, count = time.perf_counter(), 0
-
-        def advance(n: int, absolute: bool = False) -> None:
-            nonlocal count
-            step = n - count if absolute else n
-            count += step
-            elapsed = time.perf_counter() - start
-            rate = f"{count / elapsed:.1f} {unit}/s" if elapsed > 0 else ""
-            bar.update(task, advance=step, rate=rate)
-
-        yield advance
 
 
 __all__ = ["SweepAborted", "SweepInterrupted", "SweepOutcome", "run_batch", "run_sweep", "sweep", "results_frame", "default_jobs",

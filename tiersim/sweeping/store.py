@@ -182,7 +182,7 @@ class FolderInUse(ConfigError):
     def __init__(self, out: Path, stored: int, total: int) -> None:
         self.out, self.stored, self.total = out, stored, total
         state = f"complete, {total:,} runs" if stored == total else f"{stored:,} of {total:,} runs"
-        super().__init__(str(out), "--out", f"already holds this sweep ({state})")
+        super().__init__(str(out), "out", f"already holds this sweep ({state})")
 
 
 def open_folder(out: Path, sweep: Sweep, runs: Sequence[PlannedRun], resume: bool) -> list[pa.Table]:
@@ -195,13 +195,13 @@ def open_folder(out: Path, sweep: Sweep, runs: Sequence[PlannedRun], resume: boo
     record = _read_record(record_path)
     if record is None:
         if (out / RESULTS_FILE).exists() or any(parts.glob("part-*.parquet")):
-            raise ConfigError(str(out), "--out", f"holds sweep results without a {SWEEP_FILE} (another tool's or an "
-                                                 "older tiersim's); nothing was changed: choose another --out")
+            raise ConfigError(str(out), "out", f"holds sweep results without a {SWEEP_FILE} (another tool's or an "
+                                               "older tiersim's); nothing was changed: choose another folder")
     elif record.get("plan") != digest:
-        raise ConfigError(str(out), "--out", f"belongs to sweep {record.get('name')!r} ({record.get('runs')} runs, "
-                                             f"plan {record.get('plan')}), not to this one ({sweep.name!r}, "
-                                             f"{len(runs)} runs, plan {digest}); nothing was changed: "
-                                             f"choose another --out")
+        raise ConfigError(str(out), "out", f"belongs to sweep {record.get('name')!r} ({record.get('runs')} runs, "
+                                           f"plan {record.get('plan')}), not to this one ({sweep.name!r}, "
+                                           f"{len(runs)} runs, plan {digest}); nothing was changed: "
+                                           f"choose another folder")
     elif not resume:
         stored = stored_rows(concat_tables(read_parts(parts, clean=False), out), runs, failed=False)
         raise FolderInUse(out, len(stored), len(runs))
@@ -216,7 +216,7 @@ def open_folder(out: Path, sweep: Sweep, runs: Sequence[PlannedRun], resume: boo
             tmp.write_text(json.dumps(meta, indent=2, default=str) + "\n")
             os.replace(tmp, record_path)
     except OSError as exc:
-        raise ConfigError(str(out), "--out", f"cannot write there ({exc.strerror})") from None
+        raise ConfigError(str(out), "out", f"cannot write there ({exc.strerror})") from None
     return tables
 
 
@@ -229,7 +229,7 @@ def _read_record(path: Path) -> dict[str, Any] | None:
     except (OSError, UnicodeDecodeError, ValueError):
         record = None
     if not isinstance(record, dict):
-        raise ConfigError(str(path), "", "is not a sweep record written by tiersim; choose another --out")
+        raise ConfigError(str(path), "", "is not a sweep record written by tiersim; choose another folder")
     return record
 
 
