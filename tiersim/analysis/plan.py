@@ -51,7 +51,7 @@ from typing import Any
 
 import pandas as pd
 
-from tiersim.errors import ConfigError
+from tiersim.errors import API, ConfigError
 from tiersim.config.hardware import TIERS, Hardware
 from tiersim.results import PHASES, Result
 from tiersim.config.document import Origin, ScenarioDocument, load_document
@@ -221,7 +221,7 @@ def sized(scenario: Scenario, sizing: Sizing) -> Scenario:
             values[f"hardware.{key}"] = None
         elif scenario.document.get(f"hardware.{key}.device") is None:
             raise ConfigError(CANDIDATE.source, f"hardware.{key}",
-                              f"--{key}-counts needs hardware.{key}.device in the scenario")
+                              f"{key}_counts needs hardware.{key}.device in the scenario")
         else:
             values[f"hardware.{key}.count"] = int(count)
     return scenario.with_values(values, CANDIDATE)
@@ -238,11 +238,11 @@ def sizings(scenario: Scenario, strategy: str, dram_gib: Sequence[float], cxl_co
 
 def _check_lists(dram_gib: Sequence[float], cxl_counts: Sequence[int], nvme_counts: Sequence[int]) -> None:
     if not dram_gib or any(not (g > 0) for g in dram_gib):
-        raise ConfigError("plan", "--dram-gib", "expected positive sizes in GiB per socket")
+        raise ConfigError(API, "dram_gib", "expected positive sizes in GiB per socket")
     if not cxl_counts or any(c < 1 for c in cxl_counts):
-        raise ConfigError("plan", "--cxl-counts", "expected counts >= 1 (CXL is left out where unused)")
+        raise ConfigError(API, "cxl_counts", "expected counts >= 1 (CXL is left out where unused)")
     if not nvme_counts or any(n < 1 for n in nvme_counts):
-        raise ConfigError("plan", "--nvme-counts", "expected counts >= 1 (NVMe is left out where unused)")
+        raise ConfigError(API, "nvme_counts", "expected counts >= 1 (NVMe is left out where unused)")
 
 
 def candidate_configs(scenario: Scenario, strategies: Sequence[str] = (),
@@ -284,11 +284,11 @@ def result_row(result: Result, lifetime_years: float = DEFAULT_LIFETIME_YEARS) -
 
 def _check_limits(budget: float | None, max_iteration_time: float | None, lifetime_years: float) -> None:
     if budget is not None and not budget > 0:
-        raise ConfigError("plan", "--budget", f"expected a positive amount in USD, got {budget}")
+        raise ConfigError(API, "budget", f"expected a positive amount in USD, got {budget}")
     if max_iteration_time is not None and not max_iteration_time > 0:
-        raise ConfigError("plan", "--max-iteration-time", f"expected positive seconds, got {max_iteration_time}")
+        raise ConfigError(API, "max_iteration_time", f"expected positive seconds, got {max_iteration_time}")
     if not (lifetime_years > 0 and math.isfinite(lifetime_years)):
-        raise ConfigError("plan", "--lifetime-years", f"expected a positive number of years, got {lifetime_years}")
+        raise ConfigError(API, "lifetime_years", f"expected a positive number of years, got {lifetime_years}")
 
 
 def rank_rows(rows: list[dict[str, Any]], objective: str, budget: float | None = None,
@@ -365,7 +365,7 @@ def plan_sizing(scenario: Scenario, objective: str, strategies: Sequence[str] = 
                 lifetime_years: float = DEFAULT_LIFETIME_YEARS) -> pd.DataFrame:
     """The ``fastest`` or ``cheapest`` answer: every candidate simulated, ranked (see module doc)."""
     if objective not in ("fastest", "cheapest"):
-        raise ConfigError("plan", "--objective", f"expected fastest or cheapest here, got {objective!r}")
+        raise ConfigError(API, "objective", f"expected fastest or cheapest here, got {objective!r}")
     _check_limits(budget, max_iteration_time, lifetime_years)
     candidates = candidate_configs(scenario, strategies, dram_gib, cxl_counts, nvme_counts)
     if objective == "cheapest" or budget is not None:
@@ -471,9 +471,9 @@ def plan_largest_model(scenario: Scenario, strategies: Sequence[str] = (), scale
     """Per strategy, the largest model that fits this hardware, ranked by size (see module doc)."""
     _check_limits(None, None, lifetime_years)
     if scale not in ("layers", "ladder"):
-        raise ConfigError("plan", "--scale", f"expected layers or ladder, got {scale!r}")
+        raise ConfigError(API, "scale", f"expected layers or ladder, got {scale!r}")
     if max_layers < 1:
-        raise ConfigError("plan", "--max-layers", f"expected a positive layer count, got {max_layers}")
+        raise ConfigError(API, "max_layers", f"expected a positive layer count, got {max_layers}")
     names = list(strategies) or scenario.strategies()
     scenario.configs(strategies=names)
     base = scenario.document.get("model")
@@ -545,18 +545,3 @@ def parse_list(text: str, option: str, kind: type = float) -> list[Any]:
     if not values:
         raise ConfigError("plan", option, "expected at least one value")
     return values
-
-
-def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
-    """A ranked frame as JSON-ready records (NaN -> None)."""
-    out = []
-    for row in frame.to_dict(orient="records"):
-        out.append({k: (None if isinstance(v, float) and math.isnan(v) else _plain(v)) for k, v in row.items()})
-    return out
-
-
-def _plain(value: Any) -> Any:
-    if hasattr(value, "item"):
-        return value.item()
-    return value
-

@@ -28,6 +28,7 @@ from tiersim.config.bundled import resolve
 from tiersim.errors import ConfigError
 from tiersim.analysis.figure_export import add_plot_arguments, check_target, write_figure
 from tiersim.commands.options import add_format, add_overrides, add_strategy, flags
+from tiersim.jsonout import plain_records
 from tiersim.analysis.report import format_table
 
 SIZING_COLUMNS = [("rank", "rank"), ("strategy", "strategy"), ("dram_gib_per_socket", "dram_GiB/socket"),
@@ -71,6 +72,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.set_defaults(func=plan_command)
 
 
+PLANNER_FLAGS = {name: "--" + name.replace("_", "-") for name in (
+    "dram_gib", "cxl_counts", "nvme_counts", "budget", "max_iteration_time", "lifetime_years", "objective", "scale",
+    "max_layers")}
+"""The planner's parameters by the flags that give them."""
+
+
 def plan_command(args: argparse.Namespace) -> int:
     """Read the scenario, run the chosen planner, print a ranked table or JSON (and the picture
     with --plot); exit 1 (naming the nearest miss) when no candidate meets the constraints."""
@@ -83,15 +90,17 @@ def plan_command(args: argparse.Namespace) -> int:
         if args.budget is not None or args.max_iteration_time is not None:
             raise ConfigError("plan", "--budget/--max-iteration-time",
                                    "apply to --objective fastest or cheapest, not largest-model")
-        frame = plan.plan_largest_model(scenario, args.strategy, args.scale, args.max_layers, args.lifetime_years)
+        with flags(**PLANNER_FLAGS):
+            frame = plan.plan_largest_model(scenario, args.strategy, args.scale, args.max_layers, args.lifetime_years)
         columns = MODEL_COLUMNS
     else:
-        frame = plan.plan_sizing(
-            scenario, args.objective, args.strategy,
-            dram_gib=plan.parse_list(args.dram_gib, "--dram-gib"),
-            cxl_counts=plan.parse_list(args.cxl_counts, "--cxl-counts", int),
-            nvme_counts=plan.parse_list(args.nvme_counts, "--nvme-counts", int),
-            budget=args.budget, max_iteration_time=args.max_iteration_time, lifetime_years=args.lifetime_years)
+        with flags(**PLANNER_FLAGS):
+            frame = plan.plan_sizing(
+                scenario, args.objective, args.strategy,
+                dram_gib=plan.parse_list(args.dram_gib, "--dram-gib"),
+                cxl_counts=plan.parse_list(args.cxl_counts, "--cxl-counts", int),
+                nvme_counts=plan.parse_list(args.nvme_counts, "--nvme-counts", int),
+                budget=args.budget, max_iteration_time=args.max_iteration_time, lifetime_years=args.lifetime_years)
         columns = SIZING_COLUMNS
     name = str(scenario.data.get("name", scenario.source))
     if args.plot is not None:
@@ -103,7 +112,7 @@ def plan_command(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps({"scenario": name, "objective": args.objective, "lifetime_years": args.lifetime_years,
                           "budget_usd": args.budget, "max_iteration_time_s": args.max_iteration_time,
-                          "rows": plan.records(frame)}, indent=2))
+                          "rows": plain_records(frame)}, indent=2))
     else:
         shown = frame.head(args.top) if args.top is not None else frame
         print(f"scenario: {name}  objective: {args.objective}")

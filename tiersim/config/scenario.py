@@ -128,7 +128,7 @@ def scenario_from_dict(
         unknown = [s for s in strategies if s not in entries]
         if unknown:
             raise ConfigError(source, "strategies",
-                              f"--strategy {unknown[0]!r} is not in this scenario (has: {', '.join(entries)})")
+                              f"strategy {unknown[0]!r} is not in this scenario (has: {', '.join(entries)})")
         entries = {name: entries[name] for name in strategies}
     configs = [
         RunConfig(str(name), seed, model, training, hardware, strategy, options)
