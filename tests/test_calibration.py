@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tiersim.calibration import fit
-from tiersim.calibration.directio import O_DIRECT_MODE, FSYNC_MODE, probe_bypass_mode
+from tiersim.calibration.directio import FSYNC_MODE, O_DIRECT_MODE, probe_bypass_mode
 from tiersim.calibration.profile_writer import build_host_document, write_host_profile
 from tiersim.config.profiles import HostProfile, load_profile_file
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tiersim.errors import ConfigError
 from tiersim.analysis.plan import Sizing, read_scenario, sized, with_model
 from tiersim.config.document import SET, Origin, load_document
+from tiersim.errors import ConfigError
 from tiersim.sweeping.points import load_sweep, plan_sweep
 
 ROOT = Path(__file__).resolve().parent.parent

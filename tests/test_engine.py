@@ -8,7 +8,6 @@ import signal
 from collections.abc import Iterator
 
 import pytest
-import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -109,7 +108,6 @@ def test_late_arrival_shares_the_remaining_bytes() -> None:
 
 def test_rate_cap_below_fair_share_leaves_the_rest_to_others() -> None:
     network_capacity = {"L": 10.0}
-    env = simpy.Environment()
     capped = Flow(10.0, (("L", 1.0),), 2.0)
     free = Flow(10.0, (("L", 1.0),), math.inf)
     max_min_rates([capped, free], network_capacity)
@@ -130,7 +128,6 @@ def test_flow_without_links_runs_at_its_cap() -> None:
 
 
 def test_two_link_flow_limited_by_tighter_link_other_gets_leftover() -> None:
-    env = simpy.Environment()
     both = Flow(2.0, (("tight", 1.0), ("loose", 1.0)), math.inf)
     loose_only = Flow(6.0, (("loose", 1.0),), math.inf)
     max_min_rates([both, loose_only], {"tight": 1.0, "loose": 3.0})
@@ -194,7 +191,6 @@ def test_usage_coefficient_scales_the_byte_rate(units: float) -> None:
 
 def test_weighted_max_min_with_coefficients() -> None:
     # a costs 0.5 units/byte, b 1 unit/byte, capacity 3: equal byte rates r with 1.5 r = 3 -> r = 2.
-    env = simpy.Environment()
     a = Flow(1.0, (("dev", 0.5),), math.inf)
     b = Flow(1.0, (("dev", 1.0),), math.inf)
     max_min_rates([a, b], {"dev": 3.0})
@@ -422,7 +418,7 @@ def test_records_of_a_fast_forwarded_run_name_the_trace_option() -> None:
 
     run = replace(run_graph(graph({}, Task("t", "s", "p", "c", delay=1.0))), complete=False)
     with pytest.raises(ConfigError, match="trace"):
-        run.records
+        _ = run.records
 
 
 def _without_shortcuts(g: TaskGraph, monkeypatch: pytest.MonkeyPatch) -> EngineRun:

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tiersim.config.scenario import RunConfig, load_scenario
 from tiersim.engine import Task
 from tiersim.engine.session import Session, run_schedule, runs_of
 from tiersim.results import Result
-from tiersim.config.scenario import RunConfig, load_scenario
 from tiersim.simulate import simulate
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -15,11 +15,18 @@ from browser import blank_fraction, browser_or_skip, png_size
 from clirun import QUICKSTART, ROOT, tiersim
 
 from tiersim.analysis import plan
-from tiersim.errors import ConfigError
-from tiersim.analysis.figure_export import (BROWSER_NAMES, PLOTLYJS_FILE, check_target, figure_format, find_browser,
-                                   write_figure, write_html)
+from tiersim.analysis.figure_export import (
+    BROWSER_NAMES,
+    PLOTLYJS_FILE,
+    check_target,
+    figure_format,
+    find_browser,
+    write_figure,
+    write_html,
+)
 from tiersim.analysis.plan_plots import binding_label, largest_model_figure, pareto_front, sizing_figure
 from tiersim.analysis.plots import phase_bars, stack_figures, timeline_figure, utilisation_figure
+from tiersim.errors import ConfigError
 
 
 def _fake_executable(path: Path) -> Path:

@@ -11,9 +11,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tiersim.config.scenario import load_scenario
 from tiersim.fitting.footprint import calibrate
 from tiersim.fitting.system import load_system
-from tiersim.config.scenario import load_scenario
 from tiersim.simulate import simulate
 from tiersim.strategies import footprint
 from tiersim.strategies.estimator import largest_module_params, zero3_estimate

@@ -40,8 +40,9 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, PageReport]:
         folder = tmp_path_factory.mktemp(kind)
         paths[kind] = folder / f"{kind}.html"
         args = [a.replace("{dir}", str(folder)) for a in argv] + ["--plot", str(paths[kind])]
-        proc = subprocess.run([sys.executable, "-m", "tiersim", *args], cwd=ROOT, capture_output=True, text=True, check=False,
-                              timeout=300)
+        proc = subprocess.run(
+            [sys.executable, "-m", "tiersim", *args], cwd=ROOT, capture_output=True, text=True, check=False, timeout=300
+        )
         assert proc.returncode == 0, (kind, proc.stderr)
     reports = inspect_pages(browser, list(paths.values()), *VIEWPORT)
     return dict(zip(paths, reports))

@@ -14,11 +14,11 @@ import pytest
 import yaml
 from clirun import ROOT, tiersim
 
+from tiersim.config.scenario import NotModeledWarning, load_scenario
 from tiersim.errors import ConfigError
 from tiersim.ingest.ds_config import apply_ds_config
 from tiersim.ingest.log_scenario import log_document, measured_table, steady_state
 from tiersim.ingest.training_log import GIB, read_log
-from tiersim.config.scenario import NotModeledWarning, load_scenario
 
 LOGS = Path(__file__).resolve().parent / "fixtures" / "logs"
 DRAM, CXL, NVME = (LOGS / f"70B-{name}.log" for name in ("dram", "cxl-interleave-12-5", "nvme"))

@@ -10,9 +10,9 @@ import pytest
 import yaml
 from clirun import QUICKSTART, tiersim
 
-from tiersim.errors import ConfigError
 from tiersim.config.limits import MAX_YAML_DEPTH, MAX_YAML_NODES
 from tiersim.config.yamlfile import parse_yaml
+from tiersim.errors import ConfigError
 
 
 def one_line_exit_2(proc: subprocess.CompletedProcess[str], *expected: str) -> str:
@@ -87,17 +87,23 @@ def test_profiles_name_unknown_lists_every_known_name() -> None:
     line = one_line_exit_2(tiersim("profiles", "h900"), "unknown profile 'h900'")
     for name in ("a100-80gb", "h100-sxm", "samsung-pm9a3", "xeon-8480"):
         assert name in line
-    one_line_exit_2(tiersim("profiles", "h900", "--kind", "gpu"), "unknown gpu profile 'h900' (known: a100-80gb, h100-pcie, h100-sxm")
+    one_line_exit_2(
+        tiersim("profiles", "h900", "--kind", "gpu"),
+        "unknown gpu profile 'h900' (known: a100-80gb, h100-pcie, h100-sxm",
+    )
 
 
-@pytest.mark.parametrize(("assignment", "message"), [
-    ("training.global_batch=-4", "must be greater than 0"),
-    ("training.zero_stage=5", "must be at most 3"),
-    ("strategies.nvme.buffer_count=2", "must be at least 4"),
-    ("hardware.gpu=h900", "unknown gpu profile 'h900'"),
-    ("model.layers=1e17", "larger than 2^53"),
-    ("model=&a [*a]", "self-referencing"),
-])
+@pytest.mark.parametrize(
+    ("assignment", "message"),
+    [
+        ("training.global_batch=-4", "must be greater than 0"),
+        ("training.zero_stage=5", "must be at most 3"),
+        ("strategies.nvme.buffer_count=2", "must be at least 4"),
+        ("hardware.gpu=h900", "unknown gpu profile 'h900'"),
+        ("model.layers=1e17", "larger than 2^53"),
+        ("model=&a [*a]", "self-referencing"),
+    ],
+)
 def test_an_error_in_a_set_value_is_blamed_on_the_set(assignment: str, message: str) -> None:
     key = assignment.partition("=")[0]
     line = one_line_exit_2(tiersim("run", str(QUICKSTART), "--set", assignment), f"--set: {key}:", message)
@@ -113,8 +119,10 @@ def test_an_error_in_the_file_itself_is_still_blamed_on_the_file(tmp_path: Path)
 
 
 def test_plan_blames_a_set_value_too() -> None:
-    one_line_exit_2(tiersim("plan", str(QUICKSTART), "--objective", "fastest", "--set", "training.micro_batch=0"),
-                    "--set: training.micro_batch: must be greater than 0")
+    one_line_exit_2(
+        tiersim("plan", str(QUICKSTART), "--objective", "fastest", "--set", "training.micro_batch=0"),
+        "--set: training.micro_batch: must be greater than 0",
+    )
 
 
 def test_parse_yaml_follows_shared_aliases_once() -> None:

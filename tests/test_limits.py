@@ -14,12 +14,12 @@ from hypothesis import strategies as st
 
 from tiersim import cli
 from tiersim.config import limits
-from tiersim.errors import ConfigError
 from tiersim.config.scenario import load_scenario
+from tiersim.config.worksize import run_tasks
+from tiersim.errors import ConfigError
 from tiersim.simulate import simulate
 from tiersim.sweeping.points import load_sweep, plan_sweep
 from tiersim.sweeping.runner import run_sweep
-from tiersim.config.worksize import run_tasks
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"

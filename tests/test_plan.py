@@ -11,7 +11,6 @@ import pytest
 import yaml
 from clirun import QUICKSTART, ROOT, tiersim
 
-from tiersim.errors import ConfigError
 from tiersim.analysis.plan import (
     GIB,
     LADDER,
@@ -23,6 +22,7 @@ from tiersim.analysis.plan import (
 )
 from tiersim.config.profiles import PROFILE_KINDS, find_profile
 from tiersim.config.scenario import scenario_from_dict
+from tiersim.errors import ConfigError
 from tiersim.simulate import simulate
 
 DRAM_GIB = [48, 96, 192]

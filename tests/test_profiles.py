@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from tiersim.errors import ConfigError
 from tiersim.config.profiles import (
     DEFAULT_PROFILE_DIR,
     PROFILE_KINDS,
@@ -21,6 +20,7 @@ from tiersim.config.profiles import (
     list_profiles,
     load_profile_file,
 )
+from tiersim.errors import ConfigError
 
 EXPECTED = {
     "gpu": {"a100-80gb", "h100-sxm", "h100-pcie", "h200"},

@@ -18,19 +18,26 @@ SIZES = ("20B", "30B", "40B", "52B", "70B")
 
 
 @pytest.fixture(scope="module")
-def seed() -> "object":
+def seed() -> object:
     return run_study(study_scenarios("seed", ROOT / "scenarios"))
 
 
 def test_seed_scenarios_are_the_five_sizes() -> None:
     names = [p.stem for p in study_scenarios("seed", ROOT / "scenarios")]
     assert names == ["seed-20b", "seed-30b", "seed-40b", "seed-52b", "seed-70b"]
-    assert [p.stem for p in study_scenarios("whatif", ROOT / "scenarios")] == [n.replace("seed", "whatif") for n in names]
+    assert [p.stem for p in study_scenarios("whatif", ROOT / "scenarios")] == [
+        n.replace("seed", "whatif") for n in names
+    ]
 
 
 def test_cli_json_has_fifteen_rows(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "tiersim", "reproduce", "seed", "--format", "json",
-                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tiersim", "reproduce", "seed", "--format", "json", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     rows = data["rows"]
@@ -43,8 +50,13 @@ def test_cli_json_has_fifteen_rows(tmp_path: Path) -> None:
 
 
 def test_cli_table(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "tiersim", "reproduce", "whatif", "--out", str(tmp_path)],
-                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tiersim", "reproduce", "whatif", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "cxl_vs_nvme" in proc.stdout and "70B" in proc.stdout
     assert (tmp_path / "whatif.html").exists()
@@ -102,9 +114,13 @@ def test_phase_figure_stacks_three_phases_per_strategy(seed) -> None:
 
 
 def test_phase_figure_marks_measured_values_beside_predicted(seed) -> None:
-    measured = pd.DataFrame([("70B", "nvme", phase, seconds) for phase, seconds in
-                             (("forward", 6.1), ("backward", 18.4), ("optimizer_step", 70.6))],
-                            columns=MEASURED_COLUMNS)
+    measured = pd.DataFrame(
+        [
+            ("70B", "nvme", phase, seconds)
+            for phase, seconds in (("forward", 6.1), ("backward", 18.4), ("optimizer_step", 70.6))
+        ],
+        columns=MEASURED_COLUMNS,
+    )
     fig = phase_figure(seed, measured)
     marked = [t for t in fig.data if t.name.endswith("(measured)")]
     assert [t.name for t in marked] == ["forward (measured)", "backward (measured)", "optimizer step (measured)"]
@@ -125,17 +141,56 @@ def test_notebook_executes() -> None:
 def test_reproduce_compares_the_measured_70b_runs(tmp_path: Path) -> None:
     """The node fitted to the study's three 70B logs reproduces every measured phase within 5%
     (and the iteration, which also holds Megatron's time between DeepSpeed's timers)."""
-    proc = subprocess.run([sys.executable, "-m", "tiersim", "reproduce", "seed", "--format", "json", "--no-figure",
-                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tiersim",
+            "reproduce",
+            "seed",
+            "--format",
+            "json",
+            "--no-figure",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stderr
     measured = json.loads(proc.stdout)["measured"]
     assert {(r["strategy"], r["phase"]) for r in measured} == {
-        (s, p) for s in ("dram", "cxl", "nvme") for p in ("forward", "backward", "optimizer_step", "iteration")}
+        (s, p) for s in ("dram", "cxl", "nvme") for p in ("forward", "backward", "optimizer_step", "iteration")
+    }
     assert all(r["model"] == "70B" and abs(r["error"]) < 0.05 for r in measured), measured
-    table = subprocess.run([sys.executable, "-m", "tiersim", "reproduce", "seed", "--no-figure", "--out", str(tmp_path)],
-                           capture_output=True, text=True, timeout=120, cwd=ROOT)
+    table = subprocess.run(
+        [sys.executable, "-m", "tiersim", "reproduce", "seed", "--no-figure", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert "measured (steady state" in table.stdout
-    other = subprocess.run([sys.executable, "-m", "tiersim", "reproduce", "seed", "--format", "json", "--no-figure",
-                            "--set", "training.global_batch=8", "--out", str(tmp_path)],
-                           capture_output=True, text=True, timeout=120, cwd=ROOT)
+    other = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tiersim",
+            "reproduce",
+            "seed",
+            "--format",
+            "json",
+            "--no-figure",
+            "--set",
+            "training.global_batch=8",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert json.loads(other.stdout)["measured"] == []  # measured at global batch 4 only

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from tiersim.analysis.plan import binding_constraint, binding_tier
 from tiersim.config.hardware import Hardware
-from tiersim.results import Result
 from tiersim.config.scenario import RunConfig, load_scenario
+from tiersim.results import Result
 from tiersim.simulate import simulate
 from tiersim.strategies.base import Misfit, MissingDevice
 from tiersim.workload import build_step

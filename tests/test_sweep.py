@@ -19,9 +19,8 @@ from clirun import tiersim as tiersim_cli
 import tiersim
 from tiersim.errors import ConfigError
 from tiersim.sweeping.points import load_sweep, plan_sweep
-from tiersim.sweeping.store import FolderInUse
 from tiersim.sweeping.runner import run_sweep
-
+from tiersim.sweeping.store import FolderInUse
 
 SMALL = {
     "name": "small",

@@ -8,7 +8,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tiersim.errors import ConfigError
 from tiersim.config.units import (
     parse_bytes,
     parse_count,
@@ -16,6 +15,7 @@ from tiersim.config.units import (
     parse_rate,
     parse_time,
 )
+from tiersim.errors import ConfigError
 
 W = ("file.yaml", "a.b")
 

@@ -138,9 +138,9 @@ def test_validation_sizes_differ_from_calibration_sizes() -> None:
 
 def test_predicted_pipelining_never_slower() -> None:
     from tiersim.calibration.profile_writer import build_host_document
-    from tiersim.jsonout import plain
     from tiersim.config.profiles import HostProfile
     from tiersim.config.schema import build
+    from tiersim.jsonout import plain
 
     doc = build_host_document(
         name="h", hostname="t", date="d",

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tiersim.errors import ConfigError
 from tiersim.config.schema import build
+from tiersim.errors import ConfigError
 from tiersim.workload import (
     ModelSpec,
     TrainingSpec,

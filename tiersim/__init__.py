@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 from tiersim._version import __version__
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tiersim.results import Result
-    from tiersim.config.scenario import load_scenario
-    from tiersim.simulate import simulate
     from tiersim.analysis.plots import timeline_figure, utilisation_figure
+    from tiersim.config.scenario import load_scenario
+    from tiersim.results import Result
+    from tiersim.simulate import simulate
     from tiersim.sweeping.runner import sweep
 
 _LAZY = {

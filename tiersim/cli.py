@@ -87,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return 1
     except BrokenPipeError:
-        sys.stdout = None  # type: ignore[assignment]  # the reader left (e.g. `| head`): stop quietly
+        sys.stdout = None  # the reader left (e.g. `| head`): stop quietly
         return 0
     except KeyboardInterrupt:
         print("tiersim: interrupted", file=sys.stderr)

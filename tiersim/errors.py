@@ -4,7 +4,6 @@ engine (a bug in tiersim or in a strategy, not in the user's input). Both are ``
 
 from __future__ import annotations
 
-
 API = "<api>"
 """The ``source`` of an error about the arguments of a Python call (not a file)."""
 

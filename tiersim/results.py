@@ -16,9 +16,9 @@ from typing import Any
 
 import pandas as pd
 
+from tiersim.config.scenario import RunConfig
 from tiersim.engine import TaskGraph
 from tiersim.engine.runner import EngineRun, TaskRecord
-from tiersim.config.scenario import RunConfig
 from tiersim.strategies.base import Unfit
 from tiersim.strategies.estimator import zero3_estimate
 
@@ -165,8 +165,8 @@ def phase_windows(run: EngineRun) -> list[tuple[str, float, float]]:
 def utilisation_rows(run: EngineRun, spans: dict[str, float], only: str | None = None) -> list[dict[str, Any]]:
     """Per stream and per link, over the iteration and per phase (or for phase ``only``):
     busy seconds, utilisation and units moved (bytes; link units for a link), from the run's
-    time integrals (``tiersim.engine.accounts``), which need no trace. A link's utilisation is the units its flows used over capacity x
-    time."""
+    time integrals (``tiersim.engine.accounts``), which need no trace. A link's utilisation is
+    the units its flows used over capacity x time."""
     acc = run.accounts
     phases = [p for p in PHASES if only is None or p == only]
     if only is None:
@@ -177,28 +177,56 @@ def utilisation_rows(run: EngineRun, spans: dict[str, float], only: str | None =
     for stream in streams:
         if only is None:
             seconds = acc.stream_busy[stream]
-            rows.append({"resource": stream, "kind": "stream", "phase": "iteration", "busy_s": seconds,
-                         "utilisation": _ratio(seconds, run.makespan), "units_moved": acc.stream_bytes[stream]})
+            rows.append(
+                {
+                    "resource": stream,
+                    "kind": "stream",
+                    "phase": "iteration",
+                    "busy_s": seconds,
+                    "utilisation": _ratio(seconds, run.makespan),
+                    "units_moved": acc.stream_bytes[stream],
+                }
+            )
         for phase in phases:
             if (stream, phase) in acc.busy:
                 seconds = acc.busy[(stream, phase)]
-                rows.append({"resource": stream, "kind": "stream", "phase": phase, "busy_s": seconds,
-                             "utilisation": _ratio(seconds, spans[phase]),
-                             "units_moved": acc.moved.get((stream, phase), 0.0)})
+                rows.append(
+                    {
+                        "resource": stream,
+                        "kind": "stream",
+                        "phase": phase,
+                        "busy_s": seconds,
+                        "utilisation": _ratio(seconds, spans[phase]),
+                        "units_moved": acc.moved.get((stream, phase), 0.0),
+                    }
+                )
     for link, capacity in run.link_capacity.items():
         if only is None:
             units_moved = run.link_units_moved[link]
-            rows.append({"resource": link, "kind": "link", "phase": "iteration", "busy_s": run.link_busy[link],
-                         "utilisation": _ratio(units_moved, capacity * run.makespan), "units_moved": units_moved})
+            rows.append(
+                {
+                    "resource": link,
+                    "kind": "link",
+                    "phase": "iteration",
+                    "busy_s": run.link_busy[link],
+                    "utilisation": _ratio(units_moved, capacity * run.makespan),
+                    "units_moved": units_moved,
+                }
+            )
         for phase in phases:
             if (link, phase) in acc.busy:
                 units_used = acc.moved.get((link, phase), 0.0)
-                rows.append({"resource": link, "kind": "link", "phase": phase, "busy_s": acc.busy[(link, phase)],
-                             "utilisation": _ratio(units_used, capacity * spans[phase]), "units_moved": units_used})
+                rows.append(
+                    {
+                        "resource": link,
+                        "kind": "link",
+                        "phase": phase,
+                        "busy_s": acc.busy[(link, phase)],
+                        "utilisation": _ratio(units_used, capacity * spans[phase]),
+                        "units_moved": units_used,
+                    }
+                )
     return rows
-
-
-
 
 
 def _ratio(part: float, whole: float) -> float:

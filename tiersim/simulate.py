@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import functools
 
-from tiersim.engine.session import TaskLimit, run_schedule
 from tiersim.config.hardware import TIERS
-from tiersim.results import PHASES, Result
 from tiersim.config.scenario import RunConfig
+from tiersim.config.worksize import too_many_tasks
+from tiersim.engine.session import TaskLimit, run_schedule
+from tiersim.results import PHASES, Result
 from tiersim.strategies import STRATEGIES
 from tiersim.workload import build_step
-from tiersim.config.worksize import too_many_tasks
 
 
 def simulate(config: RunConfig, trace: bool = False, fast_forward: bool = True,

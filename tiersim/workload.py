@@ -27,8 +27,8 @@ import math
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from tiersim.errors import ConfigError
 from tiersim.config.schema import integer, number
+from tiersim.errors import ConfigError
 
 _KORTHIKANTI_BYTES_PER_ELEMENT = 34
 """Korthikanti et al. 2022 activation bytes per (token x hidden) per layer, flash attention."""

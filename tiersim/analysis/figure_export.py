@@ -100,8 +100,12 @@ def _browser(path: str | Path) -> str:
     browser = find_browser()
     if browser is None:
         names = ", ".join(BROWSER_NAMES[:3])
-        raise ConfigError(str(path), "path", f"static figures need Chromium or Chrome and none was found (BROWSER_PATH, "
-                                             f"then {names}... on PATH); {INSTALL_BROWSER}")
+        raise ConfigError(
+            str(path),
+            "path",
+            f"static figures need Chromium or Chrome and none was found (BROWSER_PATH, "
+            f"then {names}... on PATH); {INSTALL_BROWSER}",
+        )
     return browser
 
 
@@ -128,8 +132,12 @@ def write_static(fig: go.Figure, path: str | Path, scale: float = 1.0) -> Path:
         raise ConfigError(str(path), "path", f"not a static format: .{fmt}")
     kaleido = _kaleido(path)
     browser = _browser(path)
-    opts = {"format": fmt, "width": fig.layout.width or DEFAULT_STATIC_WIDTH,
-            "height": fig.layout.height or DEFAULT_STATIC_HEIGHT, "scale": scale}
+    opts = {
+        "format": fmt,
+        "width": fig.layout.width or DEFAULT_STATIC_WIDTH,
+        "height": fig.layout.height or DEFAULT_STATIC_HEIGHT,
+        "scale": scale,
+    }
     # mathjax=False: the figures use no LaTeX, and kaleido would otherwise fetch MathJax from a CDN
     data = kaleido.calc_fig_sync(fig, opts=opts, kopts={"path": browser, "mathjax": False})
     _write_bytes(path, data)
@@ -153,9 +161,12 @@ def write_html(path: str | Path, parts: Sequence[PagePart], title: str, plotlyjs
             include = False
         else:
             body.append(part)
-    page = ("<!DOCTYPE html><html><head><meta charset='utf-8'>"
-            f"<title>{html.escape(title)}</title></head><body style='font-family: sans-serif'>\n"
-            + "\n".join(body) + "\n</body></html>\n")
+    page = (
+        "<!DOCTYPE html><html><head><meta charset='utf-8'>"
+        f"<title>{html.escape(title)}</title></head><body style='font-family: sans-serif'>\n"
+        + "\n".join(body)
+        + "\n</body></html>\n"
+    )
     _write_bytes(path, page)
     if plotlyjs == "directory":
         from plotly.offline import get_plotlyjs
@@ -176,9 +187,17 @@ def add_plot_arguments(parser: argparse.ArgumentParser, what: str, default: str 
     """Add ``--plot FILE`` (``what`` says what it draws) and ``--plotlyjs`` to a command's parser."""
     formats = "/".join("." + f for f in FORMATS)
     where = f" (default: {default})" if default else ""
-    parser.add_argument("--plot", type=Path, metavar="FILE",
-                        help=f"write {what}; the extension ({formats}) picks the format{where}. Static "
-                             f"formats need the figures extra and a Chromium or Chrome (BROWSER_PATH or PATH)")
-    parser.add_argument("--plotlyjs", choices=PLOTLYJS_MODES, default="inline",
-                        help="how an HTML figure loads plotly.js: inline (self-contained, default), directory "
-                             f"(one shared {PLOTLYJS_FILE} beside it) or cdn (needs the network)")
+    parser.add_argument(
+        "--plot",
+        type=Path,
+        metavar="FILE",
+        help=f"write {what}; the extension ({formats}) picks the format{where}. Static "
+        f"formats need the figures extra and a Chromium or Chrome (BROWSER_PATH or PATH)",
+    )
+    parser.add_argument(
+        "--plotlyjs",
+        choices=PLOTLYJS_MODES,
+        default="inline",
+        help="how an HTML figure loads plotly.js: inline (self-contained, default), directory "
+        f"(one shared {PLOTLYJS_FILE} beside it) or cdn (needs the network)",
+    )

@@ -51,11 +51,11 @@ from typing import Any
 
 import pandas as pd
 
-from tiersim.errors import API, ConfigError
-from tiersim.config.hardware import TIERS, Hardware
-from tiersim.results import PHASES, Result
 from tiersim.config.document import Origin, ScenarioDocument, load_document
+from tiersim.config.hardware import TIERS, Hardware
 from tiersim.config.scenario import RunConfig
+from tiersim.errors import API, ConfigError
+from tiersim.results import PHASES, Result
 from tiersim.simulate import simulate
 from tiersim.strategies.base import Misfit
 from tiersim.workload import parameter_count

@@ -122,9 +122,11 @@ def largest_model_figure(memory: pd.DataFrame, frame: pd.DataFrame, title: str) 
     from plotly.subplots import make_subplots
 
     order = list(SYMBOLS)
-    strategies = sorted(dict.fromkeys(memory["strategy"]), key=lambda s: (order.index(s) if s in order else len(order), s))
-    fig = make_subplots(rows=1, cols=len(strategies), subplot_titles=strategies, shared_yaxes=False,
-                        horizontal_spacing=0.06)
+    strategies = sorted(dict.fromkeys(memory["strategy"]),
+                        key=lambda s: (order.index(s) if s in order else len(order), s))
+    fig = make_subplots(
+        rows=1, cols=len(strategies), subplot_titles=strategies, shared_yaxes=False, horizontal_spacing=0.06
+    )
     shown: set[str] = set()
     best = frame.set_index("strategy")
     for col, strategy in enumerate(strategies, start=1):
@@ -132,28 +134,62 @@ def largest_model_figure(memory: pd.DataFrame, frame: pd.DataFrame, title: str) 
         for tier, rows in part.groupby("tier", sort=False):
             rows = rows.sort_values("params_b")
             colour = TIER_COLOURS.get(str(tier), "#333333")
-            fig.add_trace(go.Scatter(
-                x=rows["params_b"], y=rows["need_bytes"] / 1e9, mode="lines+markers", name=str(tier),
-                legendgroup=str(tier), showlegend=tier not in shown, line={"color": colour},
-                hovertemplate=f"{strategy}: {tier} holds %{{y:.4g}} GB at %{{x:.4g}} B params<extra></extra>",
-            ), row=1, col=col)
+            fig.add_trace(
+                go.Scatter(
+                    x=rows["params_b"],
+                    y=rows["need_bytes"] / 1e9,
+                    mode="lines+markers",
+                    name=str(tier),
+                    legendgroup=str(tier),
+                    showlegend=tier not in shown,
+                    line={"color": colour},
+                    hovertemplate=f"{strategy}: {tier} holds %{{y:.4g}} GB at %{{x:.4g}} B params<extra></extra>",
+                ),
+                row=1,
+                col=col,
+            )
             shown.add(str(tier))
             capacity = float(rows["capacity_bytes"].iloc[0]) / 1e9
             fig.add_hline(y=capacity, line_dash="dash", line_color=colour, row=1, col=col)
-            fig.add_annotation(text=f"{tier} capacity {capacity:,.0f} GB", x=0, xref="x domain", xanchor="left",
-                               y=math.log10(capacity), yanchor="bottom", showarrow=False,  # log axis: log10
-                               font={"size": 10, "color": colour}, row=1, col=col)
+            fig.add_annotation(
+                text=f"{tier} capacity {capacity:,.0f} GB",
+                x=0,
+                xref="x domain",
+                xanchor="left",
+                y=math.log10(capacity),
+                yanchor="bottom",
+                showarrow=False,  # log axis: log10
+                font={"size": 10, "color": colour},
+                row=1,
+                col=col,
+            )
         if strategy in best.index and not _missing(best.loc[strategy, "params_b"]):
             size = float(best.loc[strategy, "params_b"])
             tier = best.loc[strategy].get("next_binding_tier")
             bound = f"; next step: {tier} full" if not _missing(tier) else ""
-            fig.add_vline(x=size, line_dash="dot", line_color="#333333", row=1, col=col,
-                          annotation_text=f"largest fit {size:.1f} B{bound}", annotation_position="bottom right",
-                          annotation_font={"size": 10}, annotation_yref="y domain", annotation_y=0)
-        fig.update_xaxes(title_text="model size (B parameters)", range=[0, 1.05 * float(part["params_b"].max())],
-                         row=1, col=col)
-        fig.update_yaxes(title_text="GB held (HBM per GPU, host tiers per node)" if col == 1 else None,
-                         type="log", row=1, col=col)
-    fig.update_layout(title=title, legend_title="tier", height=520, width=max(700, 400 * len(strategies)),
-                      margin={"l": 80, "r": 20, "t": 80, "b": 60})
+            fig.add_vline(
+                x=size,
+                line_dash="dot",
+                line_color="#333333",
+                row=1,
+                col=col,
+                annotation_text=f"largest fit {size:.1f} B{bound}",
+                annotation_position="bottom right",
+                annotation_font={"size": 10},
+                annotation_yref="y domain",
+                annotation_y=0,
+            )
+        fig.update_xaxes(
+            title_text="model size (B parameters)", range=[0, 1.05 * float(part["params_b"].max())], row=1, col=col
+        )
+        fig.update_yaxes(
+            title_text="GB held (HBM per GPU, host tiers per node)" if col == 1 else None, type="log", row=1, col=col
+        )
+    fig.update_layout(
+        title=title,
+        legend_title="tier",
+        height=520,
+        width=max(700, 400 * len(strategies)),
+        margin={"l": 80, "r": 20, "t": 80, "b": 60},
+    )
     return fig

@@ -15,8 +15,9 @@ figure that ``stack_figures`` assembles from the same figures (``tiersim.analysi
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import pandas as pd
 import plotly.graph_objects as go

@@ -6,7 +6,8 @@ import csv
 import io
 import re
 import textwrap
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from tiersim.config.hardware import TIERS
 from tiersim.results import PHASES, Result

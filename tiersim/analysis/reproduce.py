@@ -11,8 +11,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -162,10 +163,10 @@ def measured_runs(scenario_paths: Sequence[str | Path], overrides: Sequence[str]
     """The steady-state phases (and iteration) of the imported runs in ``directory`` that ran a
     study scenario's model at its global batch (after ``overrides``): columns model, strategy,
     phase, seconds."""
-    from tiersim.ingest.log_scenario import PHASES
     from tiersim.config.document import ScenarioDocument
     from tiersim.config.profiles import read_yaml
     from tiersim.config.schema import build
+    from tiersim.ingest.log_scenario import PHASES
     from tiersim.workload import ModelSpec
 
     def shape(data: object, source: str) -> tuple[ModelSpec, object] | None:

@@ -18,10 +18,11 @@ from __future__ import annotations
 import mmap
 import os
 import threading
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from tiersim.calibration.placement import pin_current_thread
 
@@ -89,7 +90,7 @@ class AlignedBuffer:
         except BufferError:
             pass  # a tensor still views it; freed with the tensor
 
-    def window(self, offset: int, nbytes: int) -> "BufferWindow":
+    def window(self, offset: int, nbytes: int) -> BufferWindow:
         """``nbytes`` of this buffer from ``offset`` (page aligned), used like a buffer of its own."""
         return BufferWindow(self, offset, nbytes)
 
@@ -276,7 +277,7 @@ class IOPool:
     def close(self) -> None:
         self.pool.shutdown(wait=True)
 
-    def __enter__(self) -> "IOPool":
+    def __enter__(self) -> IOPool:
         return self
 
     def __exit__(self, *exc: object) -> None:

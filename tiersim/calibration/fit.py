@@ -11,8 +11,8 @@ Residuals are relative, (model - measured) / measured, so they read as fractions
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 from scipy.optimize import least_squares

@@ -12,8 +12,9 @@ import os
 import statistics
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from tiersim.calibration.directio import (
     ALIGN,
@@ -106,7 +107,9 @@ def dram_stream(
         for k in kernels:
             with compute_threads(t):
                 secs, _ = median_time(fns[k], repeats, warmup=2)
-            records.append({"kernel": k, "size": numel * 4, "threads": t, "bytes": numel * STREAM_KERNELS[k], "seconds": secs})
+            records.append(
+                {"kernel": k, "size": numel * 4, "threads": t, "bytes": numel * STREAM_KERNELS[k], "seconds": secs}
+            )
             _tick(on_point)
     return records
 
@@ -193,8 +196,9 @@ def cpu_adam(
             opts[(numel, variant)] = opt
     # Grouped by thread count (switching torch's thread pool has a transient cost), numels
     # interleaved inside each group; one untimed step after each switch.
-    grid = [(numel, variant, t) for t in threads for variant in variants for numel in numels
-            if (numel, variant) in opts]
+    grid = [
+        (numel, variant, t) for t in threads for variant in variants for numel in numels if (numel, variant) in opts
+    ]
     samples: dict[tuple[int, str, int], list[float]] = {key: [] for key in grid}
     rounds = max(repeats, 1)
     for variant in variants:  # one variant's rounds after the other's (foreach's temporaries disturb fused)
@@ -214,14 +218,18 @@ def cpu_adam(
                             _tick(on_point)
     for numel, variant, t in grid:
         got = samples[(numel, variant, t)]
-        records.append({"variant": variant, "numel": numel, "threads": t, "seconds": statistics.median(got),
-                        "samples": got})
+        records.append(
+            {"variant": variant, "numel": numel, "threads": t, "seconds": statistics.median(got), "samples": got}
+        )
     del opts, keep
     return records
 
 
 def cpu_adam_overhead(
-    threads: Sequence[int], variants: Sequence[str] = ("foreach", "fused"), numel: int = 1024, repeats: int = 7,
+    threads: Sequence[int],
+    variants: Sequence[str] = ("foreach", "fused"),
+    numel: int = 1024,
+    repeats: int = 7,
     on_point: OnPoint = None,
 ) -> list[Record]:
     """Per-call overhead of ``optimizer.step()``: the time of a step over a ``numel``-param
@@ -353,8 +361,17 @@ def file_io(
                 pool.close()
         for op, block, n in grid:
             got = samples[(op, block, n)]
-            records.append({"op": op, "block_size": block, "workers": n, "bytes": size, "files": files,
-                            "seconds": statistics.median(got), "samples": got})
+            records.append(
+                {
+                    "op": op,
+                    "block_size": block,
+                    "workers": n,
+                    "bytes": size,
+                    "files": files,
+                    "seconds": statistics.median(got),
+                    "samples": got,
+                }
+            )
     finally:
         for h in handles:
             h.unlink()
@@ -365,7 +382,13 @@ def file_io(
 
 
 def request_latency(
-    directory: Path, op: str, mode: str, block: int = ALIGN, count: int = 200, span: int = 64 << 20, on_point: OnPoint = None
+    directory: Path,
+    op: str,
+    mode: str,
+    block: int = ALIGN,
+    count: int = 200,
+    span: int = 64 << 20,
+    on_point: OnPoint = None,
 ) -> Record:
     """Mean time of one ``block``-byte request at queue depth 1, at random aligned offsets of a
     ``span``-byte file (for the record; the fit uses the bandwidth grid)."""

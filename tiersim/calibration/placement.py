@@ -11,8 +11,8 @@ run; with no CPU to spare nothing is pinned.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 _CPUS: tuple[int, ...] = tuple(sorted(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else ()
 """The process's CPUs when this module was imported (before any pinning)."""

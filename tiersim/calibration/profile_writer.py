@@ -7,8 +7,9 @@ Every figure gets a ``sources`` entry "measured by tiersim calibrate on <date> o
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 

@@ -17,9 +17,10 @@ import datetime
 import os
 import shutil
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -310,7 +311,13 @@ def _measure_file_io(plan: CalibrationPlan, nvme_dir: Path, tick: Tick) -> tuple
     requests) fitted by the queue model, and the latency of single requests. Also returns the
     bypass mode."""
     mode, io = microbench.file_io(
-        nvme_dir, plan.io_file_size, plan.io_block_sizes, plan.io_workers, ("write", "read"), plan.io_repeats, tick("file I/O")
+        nvme_dir,
+        plan.io_file_size,
+        plan.io_block_sizes,
+        plan.io_workers,
+        ("write", "read"),
+        plan.io_repeats,
+        tick("file I/O"),
     )
     io_fits = {}
     for op in ("read", "write"):
@@ -318,33 +325,42 @@ def _measure_file_io(plan: CalibrationPlan, nvme_dir: Path, tick: Tick) -> tuple
         io_fits[op] = fit.fit_queue_model(
             [r["block_size"] for r in pts], [r["workers"] for r in pts], [r["bytes"] / r["seconds"] for r in pts]
         )
-    req_lat = [microbench.request_latency(nvme_dir, op, mode, on_point=tick("file latency")) for op in ("read", "write")]
+    req_lat = [
+        microbench.request_latency(nvme_dir, op, mode, on_point=tick("file latency")) for op in ("read", "write")
+    ]
     return mode, _Part(
-        figures={"nvme": {
-            "capacity": shutil.disk_usage(nvme_dir).total,
-            "read_bandwidth": io_fits["read"].bandwidth,
-            "write_bandwidth": io_fits["write"].bandwidth,
-            "read_latency": io_fits["read"].latency,
-            "write_latency": io_fits["write"].latency,
-            "read_queueing": io_fits["read"].queueing,
-            "write_queueing": io_fits["write"].queueing,
-        }},
-        methods={"nvme": {
-            "capacity": f"shutil.disk_usage({nvme_dir}).total",
-            **{
-                f"{op}_{what}": f"{op}s of a {plan.io_file_size / MB:g} MB file in {nvme_dir} ({mode}) at block sizes "
-                f"{[b // KiB for b in plan.io_block_sizes]} KiB and {list(plan.io_workers)} outstanding requests "
-                f"(worker threads issuing preadv/pwritev), {plan.io_repeats} interleaved rounds, medians; "
-                "least-squares fit of min(B, N*b/(L + b/B*(1 + q*(N-1)))) for B, L and q in [0, 1]"
-                for op in ("read", "write")
-                for what in ("bandwidth", "latency", "queueing")
-            },
-        }},
-        records={"file_io": {
-            "fits": {op: _fit_dict(f) for op, f in io_fits.items()},
-            "records": _strip_samples(io),
-            "request_latency_qd1_4KiB": req_lat,
-        }},
+        figures={
+            "nvme": {
+                "capacity": shutil.disk_usage(nvme_dir).total,
+                "read_bandwidth": io_fits["read"].bandwidth,
+                "write_bandwidth": io_fits["write"].bandwidth,
+                "read_latency": io_fits["read"].latency,
+                "write_latency": io_fits["write"].latency,
+                "read_queueing": io_fits["read"].queueing,
+                "write_queueing": io_fits["write"].queueing,
+            }
+        },
+        methods={
+            "nvme": {
+                "capacity": f"shutil.disk_usage({nvme_dir}).total",
+                **{
+                    f"{op}_{what}": f"{op}s of a {plan.io_file_size / MB:g} MB file in {nvme_dir} ({mode}) "
+                    "at block sizes "
+                    f"{[b // KiB for b in plan.io_block_sizes]} KiB and {list(plan.io_workers)} outstanding requests "
+                    f"(worker threads issuing preadv/pwritev), {plan.io_repeats} interleaved rounds, medians; "
+                    "least-squares fit of min(B, N*b/(L + b/B*(1 + q*(N-1)))) for B, L and q in [0, 1]"
+                    for op in ("read", "write")
+                    for what in ("bandwidth", "latency", "queueing")
+                },
+            }
+        },
+        records={
+            "file_io": {
+                "fits": {op: _fit_dict(f) for op, f in io_fits.items()},
+                "records": _strip_samples(io),
+                "request_latency_qd1_4KiB": req_lat,
+            }
+        },
         summary={
             op: f"B {io_fits[op].bandwidth / 1e9:.2f} GB/s, L {io_fits[op].latency * 1e6:.0f} us, "
             f"q {io_fits[op].queueing:.2f}, max |residual| {io_fits[op].max_abs_residual:.1%}"
@@ -372,14 +388,18 @@ def _measure_link(plan: CalibrationPlan, tick: Tick) -> _Part:
         "pageable_bandwidth": min(link_fits[("h2d", False)].rate, link_fits[("d2h", False)].rate),
         "latency": float(np.mean([link_fits[(d, True)].intercept for d in ("h2d", "d2h")])),
     }
-    method = (f"torch copies host<->cuda of {[s // MiB for s in plan.cuda_sizes]} MiB, synchronised; "
-              "fit time = latency + size/bandwidth")
+    method = (
+        f"torch copies host<->cuda of {[s // MiB for s in plan.cuda_sizes]} MiB, synchronised; "
+        "fit time = latency + size/bandwidth"
+    )
     return _Part(
         figures={"link": link},
         methods={"link": dict.fromkeys(link, method)},
-        records={"cuda": {
-            "copies": copies,
-            "fits": {f"{d}_{'pinned' if p else 'pageable'}": _fit_dict(f) for (d, p), f in link_fits.items()},
-            "gpu_adam": {"records": gpu, "fit": _fit_dict(gpu_fit), "params_per_s": gpu_fit.rate},
-        }},
+        records={
+            "cuda": {
+                "copies": copies,
+                "fits": {f"{d}_{'pinned' if p else 'pageable'}": _fit_dict(f) for (d, p), f in link_fits.items()},
+                "gpu_adam": {"records": gpu, "fit": _fit_dict(gpu_fit), "params_per_s": gpu_fit.rate},
+            }
+        },
     )

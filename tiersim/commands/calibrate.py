@@ -24,7 +24,7 @@ def default_out() -> Path:
     return Path("device_profiles") / f"host-{socket.gethostname()}.yaml"
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "calibrate",
         help="measure this host (memory copy, CPU Adam, file I/O, PCIe) and write a host profile",
@@ -33,7 +33,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     p.add_argument("--out", type=Path, default=None, help="profile file (default device_profiles/host-HOSTNAME.yaml)")
     p.add_argument("--quick", action="store_true", help="fewer sizes and repeats (under about a minute)")
-    p.add_argument("--nvme-dir", type=Path, default=None, help="directory for file I/O (default: a temp dir on local disk)")
+    p.add_argument(
+        "--nvme-dir", type=Path, default=None, help="directory for file I/O (default: a temp dir on local disk)"
+    )
     p.set_defaults(func=handler)
 
 

@@ -15,20 +15,21 @@ import argparse
 import json
 import math
 import textwrap
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import pandas as pd
 
-from tiersim.errors import ConfigError
-from tiersim.commands.options import add_format
-from tiersim.jsonout import plain, plain_records
 from tiersim.analysis.report import TABLE_WIDTH, format_table
+from tiersim.commands.options import add_format
+from tiersim.errors import ConfigError
+from tiersim.jsonout import plain, plain_records
 
 METRICS = ("fits", "iteration_time_s", "forward_s", "backward_s", "optimizer_step_s")
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``compare`` to the CLI."""
     parser = subparsers.add_parser("compare", help="compare two sweep result tables (parquet)",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -11,15 +11,15 @@ from pathlib import Path
 
 import yaml
 
-from tiersim.errors import ConfigError
 from tiersim.commands.options import add_format
+from tiersim.config.profiles import load_profile_file
+from tiersim.errors import ConfigError
 from tiersim.fitting.report import fit_data, fit_markdown, fit_table, profile_document
 from tiersim.fitting.solver import fit_system
 from tiersim.fitting.system import load_system
-from tiersim.config.profiles import load_profile_file
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``fit`` to the CLI."""
     parser = subparsers.add_parser("fit", help="fit a node's unknown figures to DeepSpeed training logs",
                                    description=__doc__)

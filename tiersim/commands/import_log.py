@@ -12,12 +12,12 @@ from pathlib import Path
 
 import yaml
 
+from tiersim.analysis.report import TABLE_WIDTH, format_table
 from tiersim.commands.options import add_format, output_folder
 from tiersim.config.document import ScenarioDocument
-from tiersim.jsonout import plain_records
 from tiersim.ingest.log_scenario import PHASES, log_document, measured_table
 from tiersim.ingest.training_log import read_log
-from tiersim.analysis.report import TABLE_WIDTH, format_table
+from tiersim.jsonout import plain_records
 
 _HEADER = """\
 # Imported by `tiersim import-log` from {log}.
@@ -26,7 +26,7 @@ _HEADER = """\
 """
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``import-log`` to the CLI."""
     parser = subparsers.add_parser("import-log", help="read DeepSpeed training logs into scenarios and measurements",
                                    description=__doc__)
@@ -73,7 +73,7 @@ def _summary(scenario: ScenarioDocument) -> str:
             f"{training['data_parallel']} ranks, ZeRO-{training['zero_stage']}; strategy: {name}")
 
 
-def _phase_table(table: "object") -> str:
+def _phase_table(table: object) -> str:
     """A row per timed quantity (the phases first), a column per iteration and the steady state."""
     import pandas as pd
 
@@ -87,7 +87,7 @@ def _phase_table(table: "object") -> str:
     return format_table(["seconds", *[str(c) for c in wide.columns]], rows)
 
 
-def _memory_line(table: "object") -> str:
+def _memory_line(table: object) -> str:
     """The steady state's memory peaks in GiB (DeepSpeed prints GiB, labelled GB)."""
     import pandas as pd
 

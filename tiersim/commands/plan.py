@@ -19,17 +19,20 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from tiersim.analysis import plan
+from tiersim.analysis.figure_export import add_plot_arguments, check_target, write_figure
+from tiersim.analysis.report import format_table
+from tiersim.commands.options import add_format, add_overrides, add_strategy, flags
 from tiersim.config.bundled import resolve
 from tiersim.errors import ConfigError
-from tiersim.analysis.figure_export import add_plot_arguments, check_target, write_figure
-from tiersim.commands.options import add_format, add_overrides, add_strategy, flags
 from tiersim.jsonout import plain_records
-from tiersim.analysis.report import format_table
+
+if TYPE_CHECKING:  # pragma: no cover
+    import plotly.graph_objects as go
 
 SIZING_COLUMNS = [("rank", "rank"), ("strategy", "strategy"), ("dram_gib_per_socket", "dram_GiB/socket"),
                   ("cxl_devices", "cxl"), ("nvme_drives", "nvme"), ("iteration_time_s", "iteration_s"),
@@ -42,7 +45,7 @@ MODEL_COLUMNS = [("rank", "rank"), ("strategy", "strategy"), ("model", "model"),
                  ("next_binding", "next step binding constraint")]
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``plan`` to the CLI."""
     parser = subparsers.add_parser("plan", help="largest model, fastest sizing or cheapest hardware",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -123,22 +126,24 @@ def plan_command(args: argparse.Namespace) -> int:
     if args.objective == "largest-model":
         print("tiersim: no answer: no strategy fits even one layer on this hardware", file=sys.stderr)
     else:
-        print(f"tiersim: no answer: no candidate meets the constraints; {plan.nearest_miss(frame, args.budget, args.max_iteration_time)}",
-              file=sys.stderr)
+        miss = plan.nearest_miss(frame, args.budget, args.max_iteration_time)
+        print(f"tiersim: no answer: no candidate meets the constraints; {miss}", file=sys.stderr)
     return 1
 
 
-def plan_figure(scenario: plan.Scenario, frame: pd.DataFrame, args: argparse.Namespace):  # -> go.Figure
+def plan_figure(scenario: plan.Scenario, frame: pd.DataFrame, args: argparse.Namespace) -> go.Figure:
     """The picture of a planner answer (``tiersim.analysis.plan_plots``)."""
     from tiersim.analysis import plan_plots
 
     name = str(scenario.data.get("name", scenario.source))
     if args.objective == "largest-model":
         memory = plan.memory_by_model_size(scenario, frame, args.scale)
-        return plan_plots.largest_model_figure(memory, frame, f"{name}: memory per tier against model size "
-                                                              f"(--scale {args.scale})")
-    return plan_plots.sizing_figure(frame, f"{name}: {args.objective}, hardware cost against iteration time",
-                                    args.max_iteration_time, args.budget)
+        return plan_plots.largest_model_figure(
+            memory, frame, f"{name}: memory per tier against model size (--scale {args.scale})"
+        )
+    return plan_plots.sizing_figure(
+        frame, f"{name}: {args.objective}, hardware cost against iteration time", args.max_iteration_time, args.budget
+    )
 
 
 def _cell(column: str, value: Any) -> str:

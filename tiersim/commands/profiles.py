@@ -7,15 +7,15 @@ import json
 import textwrap
 from dataclasses import fields
 
-from tiersim.config.profiles import PROFILE_KINDS, Profile, find_profile, list_profiles
-from tiersim.commands.options import add_format
 from tiersim.analysis.report import TABLE_WIDTH, format_table
+from tiersim.commands.options import add_format
+from tiersim.config.profiles import PROFILE_KINDS, Profile, find_profile, list_profiles
 from tiersim.config.schema import to_plain
 
 _META = ("kind", "name", "description", "sources")
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``profiles`` to the CLI."""
     parser = subparsers.add_parser("profiles", help="list or show device profiles", description=__doc__)
     parser.add_argument("name", nargs="?", help="show this profile (name or path)")
@@ -37,7 +37,9 @@ def profiles_command(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps([to_plain(p) for p in profiles], indent=2))
     else:
-        print(format_table(["kind", "name", "description"], [[p.kind, p.name, _short(p.description)] for p in profiles]))
+        print(
+            format_table(["kind", "name", "description"], [[p.kind, p.name, _short(p.description)] for p in profiles])
+        )
     return 0
 
 

@@ -15,10 +15,7 @@ import math
 import textwrap
 from pathlib import Path
 
-from tiersim.errors import ConfigError
-from tiersim.jsonout import plain_records
 from tiersim.analysis.figure_export import add_plot_arguments, check_target, write_figure
-from tiersim.commands.options import add_format, add_overrides, flags, output_folder
 from tiersim.analysis.report import TABLE_WIDTH
 from tiersim.analysis.reproduce import (
     MEASURED_DIR,
@@ -32,9 +29,12 @@ from tiersim.analysis.reproduce import (
     study_scenarios,
     study_table,
 )
+from tiersim.commands.options import add_format, add_overrides, flags, output_folder
+from tiersim.errors import ConfigError
+from tiersim.jsonout import plain_records
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``reproduce`` to the CLI."""
     parser = subparsers.add_parser("reproduce", help="reproduce a bundled study (seed, whatif)",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -7,18 +7,18 @@ import json
 import sys
 from pathlib import Path
 
-from tiersim.config.bundled import resolve
 from tiersim.analysis.figure_export import add_plot_arguments, check_target
-from tiersim.commands.options import add_format, add_overrides, add_strategy, flags, output_folder
-from tiersim.config.limits import MAX_TASKS, NOTICE_TASKS
 from tiersim.analysis.report import csv_text, flat_row, results_table
-from tiersim.results import Result
+from tiersim.commands.options import add_format, add_overrides, add_strategy, flags, output_folder
+from tiersim.config.bundled import resolve
+from tiersim.config.limits import MAX_TASKS, NOTICE_TASKS
 from tiersim.config.scenario import load_scenario
-from tiersim.simulate import simulate
 from tiersim.config.worksize import describe, run_tasks
+from tiersim.results import Result
+from tiersim.simulate import simulate
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``run`` to the CLI."""
     parser = subparsers.add_parser("run", help="simulate a scenario under its strategies",
                                    description=__doc__)

@@ -24,7 +24,7 @@ from tiersim.jsonout import plain, plain_records
 TABLE_ROWS = 40
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``sweep`` to the CLI."""
     parser = subparsers.add_parser("sweep", help="run a scenario over a grid or list of factor values",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -39,12 +39,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument("--resume", action="store_true",
                         help="keep the runs already stored in DIR and run only the rest")
     add_overrides(parser, "a base scenario field")
-    add_format(parser, "table", "csv", "json", "none", help="what to print when done (the Parquet file is always written)")
+    add_format(
+        parser, "table", "csv", "json", "none", help="what to print when done (the Parquet file is always written)"
+    )
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
-    parser.add_argument("--chunk-size", type=int, default=None, metavar="RUNS",
-                        help="runs per worker task and per part file (default: automatic, at most 32)")
-    parser.add_argument("--force", action="store_true",
-                        help="run past the limits on runs per sweep and tasks per run and per sweep")
+    parser.add_argument(
+        "--chunk-size",
+        type=int,
+        default=None,
+        metavar="RUNS",
+        help="runs per worker task and per part file (default: automatic, at most 32)",
+    )
+    parser.add_argument(
+        "--force", action="store_true", help="run past the limits on runs per sweep and tasks per run and per sweep"
+    )
     parser.set_defaults(func=sweep_command)
 
 
@@ -53,8 +61,8 @@ def sweep_command(args: argparse.Namespace) -> int:
     from tiersim.config.bundled import resolve
     from tiersim.errors import ConfigError
     from tiersim.sweeping.points import load_sweep
-    from tiersim.sweeping.store import FolderInUse
     from tiersim.sweeping.runner import SweepAborted, SweepInterrupted, run_sweep
+    from tiersim.sweeping.store import FolderInUse
 
     args.sweep_file = resolve(args.sweep_file, "sweeps")
     out = args.out
@@ -63,32 +71,61 @@ def sweep_command(args: argparse.Namespace) -> int:
     progress = not args.quiet and sys.stderr.isatty()
     with flags(jobs="--jobs", chunk_size="--chunk-size", scheduler="--scheduler", out="--out"):
         try:
-            outcome = run_sweep(args.sweep_file, jobs=args.jobs, scheduler=args.scheduler, out=out,
-                                resume=args.resume, overrides=args.overrides, progress=progress,
-                                chunk_size=args.chunk_size, force=args.force,
-                                notice=lambda line: print(f"tiersim: {line}", file=sys.stderr))
+            outcome = run_sweep(
+                args.sweep_file,
+                jobs=args.jobs,
+                scheduler=args.scheduler,
+                out=out,
+                resume=args.resume,
+                overrides=args.overrides,
+                progress=progress,
+                chunk_size=args.chunk_size,
+                force=args.force,
+                notice=lambda line: print(f"tiersim: {line}", file=sys.stderr),
+            )
         except FolderInUse as exc:
             what = "read its results again (nothing is rerun)" if exc.stored == exc.total else "continue it"
-            raise ConfigError(exc.source, exc.field, f"{exc.message}; to {what}: {_again(args, out)}; to run it "
-                                                     f"afresh: another --out, or delete {out}") from None
+            raise ConfigError(
+                exc.source,
+                exc.field,
+                f"{exc.message}; to {what}: {_again(args, out)}; to run it afresh: another --out, or delete {out}",
+            ) from None
         except SweepInterrupted as exc:
             how = "terminated" if exc.signum == signal.SIGTERM else "interrupted"
-            print(f"tiersim: {how}: {exc.saved} of {exc.total} runs saved in {out / 'parts'}; "
-                  f"continue with: {_again(args, out)}", file=sys.stderr)
+            print(
+                f"tiersim: {how}: {exc.saved} of {exc.total} runs saved in {out / 'parts'}; "
+                f"continue with: {_again(args, out)}",
+                file=sys.stderr,
+            )
             return 128 + int(exc.signum)
         except SweepAborted as exc:
-            print(f"tiersim: error: sweep stopped: {exc.reason}; {exc.saved} of {exc.total} runs saved in "
-                  f"{out / 'parts'}; continue with: {_again(args, out)}", file=sys.stderr)
+            print(
+                f"tiersim: error: sweep stopped: {exc.reason}; {exc.saved} of {exc.total} runs saved in "
+                f"{out / 'parts'}; continue with: {_again(args, out)}",
+                file=sys.stderr,
+            )
             return 1
     frame = outcome.frame
-    line = (f"sweep: {outcome.sweep.name}: {outcome.total} runs ({outcome.resumed} resumed, "
-            f"{outcome.computed} computed {outcome.where}) in {outcome.seconds:.1f} s -> {outcome.results}")
+    line = (
+        f"sweep: {outcome.sweep.name}: {outcome.total} runs ({outcome.resumed} resumed, "
+        f"{outcome.computed} computed {outcome.where}) in {outcome.seconds:.1f} s -> {outcome.results}"
+    )
     if args.format == "csv":
         print(frame.to_csv(index=False), end="")
         print(line, file=sys.stderr)
     elif args.format == "json":
-        print(json.dumps({"sweep": outcome.sweep.name, "results": str(outcome.results), "runs": outcome.total,
-                          "resumed": outcome.resumed, "rows": plain_records(frame)}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "sweep": outcome.sweep.name,
+                    "results": str(outcome.results),
+                    "runs": outcome.total,
+                    "resumed": outcome.resumed,
+                    "rows": plain_records(frame),
+                },
+                indent=2,
+            )
+        )
     elif args.format == "none":
         print(line, file=sys.stderr)
     else:
@@ -101,14 +138,25 @@ def sweep_command(args: argparse.Namespace) -> int:
             fits = bool(plain(rec.get("fits")))
             verdict = "ERROR" if error else "yes" if fits else "NO"
             why = error or (rec.get("bottleneck") if fits else rec.get("reason"))
-            rows.append([rec["point"], rec["strategy"], *[_cell(rec[k]) for k in factors], verdict,
-                         seconds(plain(rec.get("iteration_time_s"))), why])
+            rows.append(
+                [
+                    rec["point"],
+                    rec["strategy"],
+                    *[_cell(rec[k]) for k in factors],
+                    verdict,
+                    seconds(plain(rec.get("iteration_time_s"))),
+                    why,
+                ]
+            )
         print(format_table(headers, rows))
         if len(frame) > TABLE_ROWS:
             print(f"... {len(frame) - TABLE_ROWS} more rows in {outcome.results}")
     if outcome.failed:
-        print(f"tiersim: {outcome.failed} of {outcome.total} runs failed (their error column says why); "
-              f"--resume reruns them", file=sys.stderr)
+        print(
+            f"tiersim: {outcome.failed} of {outcome.total} runs failed (their error column says why); "
+            f"--resume reruns them",
+            file=sys.stderr,
+        )
         return 1
     return 0
 
@@ -116,8 +164,19 @@ def sweep_command(args: argparse.Namespace) -> int:
 def _again(args: argparse.Namespace, out: Path) -> str:
     """The command that resumes this sweep in ``out``."""
     jobs = [] if args.jobs is None else ["--jobs", str(args.jobs)]
-    return " ".join(["tiersim", "sweep", args.sweep_file, "--out", str(out), *jobs, "--resume",
-                     *[f"--set {o}" for o in args.overrides], *(["--force"] if args.force else [])])
+    return " ".join(
+        [
+            "tiersim",
+            "sweep",
+            args.sweep_file,
+            "--out",
+            str(out),
+            *jobs,
+            "--resume",
+            *[f"--set {o}" for o in args.overrides],
+            *(["--force"] if args.force else []),
+        ]
+    )
 
 
 def _cell(value: object) -> object:

@@ -6,11 +6,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from tiersim.errors import ConfigError
 from tiersim.commands.options import add_format
+from tiersim.errors import ConfigError
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "validate",
         help="time the real offloaded optimizer step per strategy and compare with the simulator",
@@ -21,15 +21,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                    help="host profile (default: newest device_profiles/host-*.yaml; a quick calibration if none)")
     p.add_argument("--quick", action="store_true", help="fewer, smaller cases (under two minutes on 2 cores)")
     add_format(p, "table", "json")
-    p.add_argument("--nvme-dir", type=Path, default=None, help="directory for the swap files (default: temp dir on local disk)")
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch threads for CPU Adam (default 1; the full set adds a case with all cores)")
-    p.add_argument("--repeats", type=int, default=None,
-                   help="timed repeats per case (interleaved rounds; default 9)")
-    p.add_argument("--as-calibrated", action="store_true",
-                   help="headline the prediction from the profile as calibrated (default: from the profile with its "
-                   "Adam rate and disk bandwidths scaled by the drift that the calibration's own micro-benchmarks, "
-                   "timed in the same rounds as the cases, measure; the table shows the other prediction either way)")
+    p.add_argument(
+        "--nvme-dir", type=Path, default=None, help="directory for the swap files (default: temp dir on local disk)"
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads for CPU Adam (default 1; the full set adds a case with all cores)",
+    )
+    p.add_argument("--repeats", type=int, default=None, help="timed repeats per case (interleaved rounds; default 9)")
+    p.add_argument(
+        "--as-calibrated",
+        action="store_true",
+        help="headline the prediction from the profile as calibrated (default: from the profile with its "
+        "Adam rate and disk bandwidths scaled by the drift that the calibration's own micro-benchmarks, "
+        "timed in the same rounds as the cases, measure; the table shows the other prediction either way)",
+    )
     p.set_defaults(func=handler)
 
 
@@ -68,20 +76,32 @@ def handler(args: argparse.Namespace) -> int:
     if not isinstance(host, HostProfile):
         raise ConfigError(str(path), "kind", f"expected a host profile, got {host.kind}")
     cuda = microbench.cuda_available()
-    cases = (quick_cases(args.threads, cuda) if args.quick
-             else full_cases(args.threads, cuda, max_threads=os.cpu_count() or 1))
+    cases = (
+        quick_cases(args.threads, cuda)
+        if args.quick
+        else full_cases(args.threads, cuda, max_threads=os.cpu_count() or 1)
+    )
     repeats = args.repeats or 9
 
     def on_case(case: object) -> None:
         if args.format == "table":
             print(f"  setting up {case.name} ...", file=sys.stderr, flush=True)  # type: ignore[attr-defined]
 
-    validation = run_cases(cases, host, nvme_dir, warmup=1, repeats=repeats, correct_drift=not args.as_calibrated,
-                           on_case=on_case)
+    validation = run_cases(
+        cases, host, nvme_dir, warmup=1, repeats=repeats, correct_drift=not args.as_calibrated, on_case=on_case
+    )
     if args.format == "json":
         print(to_json(validation.results))
     else:
-        how, other = ("drift-corrected", "as calibrated") if validation.corrected else ("as calibrated", "drift-corrected")
-        print(render_table(validation.results, title=f"tiersim validate ({path}; predicted by {PREDICTOR}, {how})",
-                           note=validation.drift.describe(), other=other))
+        how, other = (
+            ("drift-corrected", "as calibrated") if validation.corrected else ("as calibrated", "drift-corrected")
+        )
+        print(
+            render_table(
+                validation.results,
+                title=f"tiersim validate ({path}; predicted by {PREDICTOR}, {how})",
+                note=validation.drift.describe(),
+                other=other,
+            )
+        )
     return 0

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from tiersim.errors import ConfigError
 from tiersim.config.profiles import HostProfile
 from tiersim.config.scenario import (
     STRATEGY_SECTION,
@@ -32,6 +31,7 @@ from tiersim.config.scenario import (
     strategy_entries,
 )
 from tiersim.config.yamlfile import read_yaml
+from tiersim.errors import ConfigError
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from tiersim.errors import ConfigError, ModelError
 from tiersim.config.profiles import (
     CPUProfile,
     CXLProfile,
@@ -27,6 +26,7 @@ from tiersim.config.profiles import (
     find_profile,
 )
 from tiersim.config.schema import integer, size
+from tiersim.errors import ConfigError, ModelError
 
 TIERS = ("hbm", "dram", "cxl", "nvme")
 HEADROOM = {"hbm": 0.0, "dram": 0.02, "cxl": 0.0, "nvme": 0.0}

@@ -15,12 +15,12 @@ import os
 import stat
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TypeVar, Union, overload
+from typing import TypeVar, overload
 
 from tiersim.config.bundled import bundled_dir
-from tiersim.errors import ConfigError
 from tiersim.config.schema import build, duration, flops, integer, number, rate, size
 from tiersim.config.yamlfile import read_yaml
+from tiersim.errors import ConfigError
 
 DEFAULT_PROFILE_DIR = bundled_dir("device_profiles")
 """The bundled profiles (the checkout's ``device_profiles/`` in an editable install)."""
@@ -184,8 +184,8 @@ class HostProfile(_ProfileBase):
                 raise ConfigError(source, part, "required field is missing")
 
 
-Profile = Union[GPUProfile, LinkProfile, FabricProfile, CPUProfile, DRAMProfile, CXLProfile, NVMeProfile,
-                HostProfile]
+Profile = (GPUProfile | LinkProfile | FabricProfile | CPUProfile | DRAMProfile | CXLProfile | NVMeProfile
+           | HostProfile)
 PROFILE_KINDS: dict[str, type] = {
     "host": HostProfile,
     "gpu": GPUProfile,

@@ -16,15 +16,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from tiersim.errors import ConfigError
 from tiersim.config.hardware import Hardware, HardwareSpec, resolve_hardware
 from tiersim.config.limits import MAX_WHOLE
 from tiersim.config.profiles import HostProfile
 from tiersim.config.schema import build, to_plain
-from tiersim.strategies import STRATEGIES
-from tiersim.workload import ModelSpec, TrainingSpec
 from tiersim.config.worksize import check_bytes, check_run
 from tiersim.config.yamlfile import parse_value
+from tiersim.errors import ConfigError
+from tiersim.strategies import STRATEGIES
+from tiersim.workload import ModelSpec, TrainingSpec
 
 SECTIONS = ("name", "description", "seed", "model", "training", "hardware", "strategies")
 STRATEGY_SECTION = "strategies"
@@ -149,7 +149,8 @@ def strategy_entries(raw: object, source: str) -> dict[str, dict[str, Any]]:
     for item in raw:
         fields = {"name": item} if isinstance(item, str) else item
         if not isinstance(fields, dict) or "name" not in fields:
-            raise ConfigError(source, STRATEGY_SECTION, f"expected a strategy name or a mapping with 'name', got {item!r}")
+            raise ConfigError(source, STRATEGY_SECTION,
+                              f"expected a strategy name or a mapping with 'name', got {item!r}")
         name = fields["name"]
         if not isinstance(name, str) or name not in STRATEGIES:
             raise ConfigError(source, STRATEGY_SECTION, f"unknown strategy {name!r} (known: {', '.join(STRATEGIES)})")
@@ -161,9 +162,15 @@ def strategy_entries(raw: object, source: str) -> dict[str, dict[str, Any]]:
 
 def _strategy_options(raw: object, source: str) -> dict[str, Any]:
     """{name: its ``Options`` instance} for the ``strategies:`` list (errors at ``strategies.NAME.OPTION``)."""
-    return {name: build(STRATEGIES[name].Options, {k: v for k, v in fields.items() if k != "name"}, source,
-                        f"{STRATEGY_SECTION}.{name}")
-            for name, fields in strategy_entries(raw, source).items()}
+    return {
+        name: build(
+            STRATEGIES[name].Options,
+            {k: v for k, v in fields.items() if k != "name"},
+            source,
+            f"{STRATEGY_SECTION}.{name}",
+        )
+        for name, fields in strategy_entries(raw, source).items()
+    }
 
 
 def with_strategy(config: RunConfig, strategy: str, options: Any = None) -> RunConfig:

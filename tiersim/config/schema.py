@@ -12,10 +12,11 @@ import dataclasses
 import functools
 import types
 import typing
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-from tiersim.errors import ConfigError
 from tiersim.config.units import Where, parse_bytes, parse_count, parse_flops, parse_rate, parse_time, whole
+from tiersim.errors import ConfigError
 
 T = TypeVar("T")
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 import re
 
-from tiersim.errors import ConfigError
 from tiersim.config.limits import MAX_WHOLE
+from tiersim.errors import ConfigError
 
 _DECIMAL = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
 _BINARY = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50}

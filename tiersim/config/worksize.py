@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tiersim.errors import ConfigError
 from tiersim.config.limits import FORCE_HINT, MAX_TASKS, MAX_WHOLE
+from tiersim.errors import ConfigError
 from tiersim.strategies import STRATEGIES
 from tiersim.workload import parameter_count, step_shape
 

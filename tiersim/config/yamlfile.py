@@ -14,8 +14,8 @@ from typing import Any
 
 import yaml
 
-from tiersim.errors import ConfigError
 from tiersim.config.limits import MAX_FILE_BYTES, MAX_YAML_DEPTH, MAX_YAML_NODES
+from tiersim.errors import ConfigError
 
 _LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 """libyaml's safe loader when PyYAML has it (about three times faster), else PyYAML's own."""

@@ -2,11 +2,12 @@
 
 A flow moves ``size`` bytes; each byte consumes ``units`` of capacity on each link it uses
 (each link named once in its ``usage``), and the flow's rate is at most ``cap`` bytes/s.
-Whenever a flow starts or ends, rates are re-allocated by progressive filling (every unfrozen flow's rate grows equally until a link
-saturates or the flow reaches its cap), among the flows connected to the change through
-shared links (allocations of unconnected flows cannot change, so they are not touched: each
-flow keeps its bytes left as of its last rate change and the time it will finish at that
-rate). A timer is armed for the earliest finish unless one at or before it is pending.
+Whenever a flow starts or ends, rates are re-allocated by progressive filling (every
+unfrozen flow's rate grows equally until a link saturates or the flow reaches its cap), among
+the flows connected to the change through shared links (allocations of unconnected flows
+cannot change, so they are not touched: each flow keeps its bytes left as of its last rate
+change and the time it will finish at that rate). A timer is armed for the earliest finish
+unless one at or before it is pending.
 """
 
 from __future__ import annotations
@@ -52,8 +53,16 @@ class Flow:
         "usage",
     )
 
-    def __init__(self, size: float, usage: Usage, cap: float, key: int = -1, bound: float = 0.0,
-                 last: float = 0.0, stream: str = "") -> None:
+    def __init__(
+        self,
+        size: float,
+        usage: Usage,
+        cap: float,
+        key: int = -1,
+        bound: float = 0.0,
+        last: float = 0.0,
+        stream: str = "",
+    ) -> None:
         self.key = key
         self.size = size
         self.usage = usage
@@ -135,8 +144,13 @@ class FlowNetwork:
 
     shortcuts = True
 
-    def __init__(self, env: simpy.Environment, capacity: dict[str, float],
-                 done: Callable[[list[int], float], None], accounts: Accounts | None = None) -> None:
+    def __init__(
+        self,
+        env: simpy.Environment,
+        capacity: dict[str, float],
+        done: Callable[[list[int], float], None],
+        accounts: Accounts | None = None,
+    ) -> None:
         self.env = env
         self.accounts = accounts
         self.capacity = capacity
@@ -159,8 +173,9 @@ class FlowNetwork:
         self.busy[name] = 0.0
         self.moved[name] = 0.0
 
-    def transfer(self, key: int, size: float, usage: Usage, cap: float, bound: float | None = None,
-                 stream: str = "") -> Flow:
+    def transfer(
+        self, key: int, size: float, usage: Usage, cap: float, bound: float | None = None, stream: str = ""
+    ) -> Flow:
         """Start a flow of ``size`` bytes now for ``stream``; ``bound`` (``own_bound`` of it)
         may be passed precomputed."""
         now = self.env.now

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import simpy
 
@@ -181,16 +181,17 @@ class Run:
             if task.category != "marker":
                 started(task.stream, task.category, now)
             delay = delays[i]
+            flow = flows[i]
             if delay > 0:
                 self.timeouts += 1
                 timeout(delay, i).callbacks.append(after_delay)
-            elif flows[i] is None:
+            elif flow is None:
                 self.finish(i, now)
             else:
-                transfer(i, *flows[i])
+                transfer(i, *flow)
 
     def after_delay(self, event: simpy.Event) -> None:
-        i = event.value
+        i = cast(int, event.value)  # the task's position, given as the timeout's value
         flow = self.flow[i]
         if flow is None:
             now = self.env.now

@@ -173,7 +173,7 @@ class Session:
     def repeat(self, runs: Runs) -> Iterator[int]:
         """The indices of a loop's iterations (0, 1, ...), as many as ``runs`` counts; with
         fast-forward, those past a repeating state within a run are skipped."""
-        blocks = [(run[0], run[1], run[2] if len(run) == 3 else 1) for run in runs]  # type: ignore[misc]
+        blocks = [(run[0], run[1], run[2] if len(run) == 3 else 1) for run in runs]
         if self.run is None:
             for i in range(sum(count * width for _key, count, width in blocks)):
                 self._check_size()

@@ -11,8 +11,8 @@ Each run is the log's scenario on the node of a system file (as ``tiersim fit`` 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from tiersim.fitting.solver import Problem
 from tiersim.fitting.system import System

@@ -7,10 +7,10 @@ import datetime
 from pathlib import Path
 from typing import Any
 
-from tiersim.fitting.solver import FitResult, FittedFigure
-from tiersim.fitting.system import PART_KINDS
 from tiersim.analysis.report import format_table
 from tiersim.config.schema import to_plain
+from tiersim.fitting.solver import FitResult, FittedFigure
+from tiersim.fitting.system import PART_KINDS
 
 
 def figure_rows(fit: FitResult) -> list[list[str]]:

@@ -12,22 +12,23 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 from scipy.optimize import least_squares
 
+from tiersim.config.document import Origin
+from tiersim.config.hardware import Hardware
+from tiersim.config.profiles import HostProfile
+from tiersim.config.scenario import RunConfig
 from tiersim.errors import ConfigError
 from tiersim.fitting.predicted import predicted_quantities
 from tiersim.fitting.system import System, Unknown
-from tiersim.config.hardware import Hardware
 from tiersim.ingest.log_scenario import log_document, steady_state
 from tiersim.ingest.training_log import read_log
-from tiersim.config.profiles import HostProfile
-from tiersim.config.document import Origin
-from tiersim.config.scenario import RunConfig
 from tiersim.simulate import simulate
 
 Z95 = 1.959963984540054

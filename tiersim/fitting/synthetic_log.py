@@ -13,11 +13,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tiersim.config.scenario import RunConfig
 from tiersim.fitting.predicted import predicted_quantities
 from tiersim.ingest.log_scenario import TIMER_PREFIX
 from tiersim.ingest.training_log import TIMER_PHASES
 from tiersim.results import Result
-from tiersim.config.scenario import RunConfig
 
 _STAMP = "[2026-01-01 00:00:00,000] [INFO]"
 

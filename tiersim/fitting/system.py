@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tiersim.errors import ConfigError
 from tiersim.config.profiles import PROFILE_KINDS, HostProfile, find_profile, kind_name, read_yaml
 from tiersim.config.schema import build
+from tiersim.errors import ConfigError
 
 PART_KINDS: dict[str, type] = {kind: cls for kind, cls in PROFILE_KINDS.items() if cls is not HostProfile}
 """The parts of a node a system file names, by the field of ``Hardware`` (and of a host profile)

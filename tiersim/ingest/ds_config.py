@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from tiersim.errors import ConfigError
 from tiersim.config.scenario import copy_plain
+from tiersim.errors import ConfigError
 
 _DTYPES = {"fp32": "fp32", "float32": "fp32", "fp16": "fp16", "float16": "fp16", "bf16": "bf16", "bfloat16": "bf16"}
 _DEVICE_STRATEGIES = {"cpu": ("dram", "cxl"), "nvme": ("nvme",), "none": ("gpu",)}

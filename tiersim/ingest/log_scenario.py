@@ -15,10 +15,10 @@ from typing import Any
 
 import pandas as pd
 
-from tiersim.errors import ConfigError
 from tiersim.config.document import ScenarioDocument
-from tiersim.ingest.training_log import TIMER_PHASES, TrainingLog
 from tiersim.config.schema import UNKNOWN
+from tiersim.errors import ConfigError
+from tiersim.ingest.training_log import TIMER_PHASES, TrainingLog
 
 WARMUP_ITERATIONS = 2
 """Iterations the steady state leaves out (the study's statistic: the mean of iterations 3..N)."""

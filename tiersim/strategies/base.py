@@ -16,11 +16,11 @@ from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
 
+from tiersim.config.hardware import TIERS, Hardware
+from tiersim.config.profiles import GPUProfile
 from tiersim.engine import Task
 from tiersim.engine.graph import TaskGraph, Usage
 from tiersim.engine.session import Runs, Session, runs_of
-from tiersim.config.hardware import TIERS, Hardware
-from tiersim.config.profiles import GPUProfile
 from tiersim.strategies import footprint
 from tiersim.strategies.memory import HostMemory
 from tiersim.workload import LayerWork, StepShape, SubGroup, TrainingStep

@@ -3,9 +3,9 @@ the GPU, bound by HBM bandwidth (it streams every state byte once per step)."""
 
 from __future__ import annotations
 
+from tiersim.config.hardware import Hardware
 from tiersim.engine import Task
 from tiersim.engine.session import runs_of
-from tiersim.config.hardware import Hardware
 from tiersim.strategies.base import (
     ADAM_READ_BYTES,
     ADAM_WRITE_BYTES,

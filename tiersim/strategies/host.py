@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tiersim.engine.session import runs_of
 from tiersim.config.hardware import Hardware
 from tiersim.config.schema import number
+from tiersim.engine.session import runs_of
 from tiersim.strategies import footprint
 from tiersim.strategies.base import (
     ADAM_STATE_BYTES,

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tiersim.engine.graph import Usage
 from tiersim.config.hardware import Hardware
+from tiersim.engine.graph import Usage
 from tiersim.errors import ModelError
 
 

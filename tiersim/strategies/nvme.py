@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import math
 
-from tiersim.engine.session import runs_of
 from tiersim.config.hardware import Hardware
+from tiersim.engine.session import runs_of
+from tiersim.errors import ModelError
 from tiersim.strategies import footprint
 from tiersim.strategies.base import (
     FP32_BYTES,
@@ -38,7 +39,6 @@ from tiersim.strategies.swap import (
     device_cost,
     stream_rate,
 )
-from tiersim.errors import ModelError
 from tiersim.workload import LayerWork, StepShape, TrainingStep
 
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tiersim.errors import ConfigError
 from tiersim.config.profiles import NVMeProfile
 from tiersim.config.schema import integer, size
+from tiersim.errors import ConfigError
 
 TENSORS_SWAPPED_IN = 4
 """fp32 param, exp_avg, exp_avg_sq and gradient of a sub-group are read for its update."""

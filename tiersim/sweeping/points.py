@@ -52,9 +52,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tiersim._version import __version__
-from tiersim.errors import ConfigError
 from tiersim.config.document import SET, Origin, ScenarioDocument, load_document, show_value
 from tiersim.config.limits import FORCE_HINT, MAX_SWEEP_RUNS, MAX_SWEEP_TASKS
+from tiersim.errors import ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
     from tiersim.config.scenario import RunConfig
@@ -277,7 +277,8 @@ def _list_points(points: object, source: str) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for i, point in enumerate(points):
         if not isinstance(point, Mapping):
-            raise ConfigError(source, f"points[{i}]", f"expected a mapping of dotted field path -> value, got {point!r}")
+            raise ConfigError(source, f"points[{i}]",
+                              f"expected a mapping of dotted field path -> value, got {point!r}")
         for key in point:
             _check_key(key, source, f"points[{i}].{key}")
         canon = _canon(dict(point))
@@ -301,8 +302,9 @@ PROGRESS_EVERY = 1000
 """``plan_sweep`` reports its progress every this many points."""
 
 
-def plan_sweep(sweep: Sweep, force: bool = False,
-               on_progress: Callable[[int, int], None] | None = None) -> list[PlannedRun]:
+def plan_sweep(
+    sweep: Sweep, force: bool = False, on_progress: Callable[[int, int], None] | None = None
+) -> list[PlannedRun]:
     """Every run of the sweep in point order (strategies in base order within a point).
 
     Each run is checked against the work limit and the sweep's runs against
@@ -319,21 +321,25 @@ def plan_sweep(sweep: Sweep, force: bool = False,
         for config in resolve_point(sweep, index, force):
             tasks = run_tasks(config)
             total_tasks += tasks
-            ident = {"point": {k: v for k, v in point.items() if k != STRATEGY_FACTOR},
-                     "strategy": config.strategy}
-            runs.append(PlannedRun(
-                index=len(runs),
-                point=index,
-                strategy=config.strategy,
-                point_id=_digest(_canon(ident)),
-                config_hash=config_hash(config, hardware_digests),
-                config=config,
-                tasks=tasks,
-            ))
+            ident = {"point": {k: v for k, v in point.items() if k != STRATEGY_FACTOR}, "strategy": config.strategy}
+            runs.append(
+                PlannedRun(
+                    index=len(runs),
+                    point=index,
+                    strategy=config.strategy,
+                    point_id=_digest(_canon(ident)),
+                    config_hash=config_hash(config, hardware_digests),
+                    config=config,
+                    tasks=tasks,
+                )
+            )
         if total_tasks > MAX_SWEEP_TASKS and not force:
-            raise ConfigError(sweep.source, sweep.kind,
-                              f"the runs of its first {index + 1:,} of {len(sweep.points):,} points already have "
-                              f"{total_tasks:,} tasks; the limit is {MAX_SWEEP_TASKS:,} tasks per sweep ({FORCE_HINT})")
+            raise ConfigError(
+                sweep.source,
+                sweep.kind,
+                f"the runs of its first {index + 1:,} of {len(sweep.points):,} points already have "
+                f"{total_tasks:,} tasks; the limit is {MAX_SWEEP_TASKS:,} tasks per sweep ({FORCE_HINT})",
+            )
     if on_progress is not None:
         on_progress(len(sweep.points), len(sweep.points))
     return runs
@@ -389,8 +395,11 @@ def point_document(sweep: Sweep, index: int) -> ScenarioDocument:
     selected = point.get(STRATEGY_FACTOR)
     if STRATEGY_FACTOR in point:
         if not isinstance(selected, str) or selected not in STRATEGIES:
-            raise ConfigError(sweep.source, sweep.point_label(index, STRATEGY_FACTOR),
-                              f"unknown strategy {selected!r} (known: {', '.join(STRATEGIES)})")
+            raise ConfigError(
+                sweep.source,
+                sweep.point_label(index, STRATEGY_FACTOR),
+                f"unknown strategy {selected!r} (known: {', '.join(STRATEGIES)})",
+            )
         doc = doc.with_strategy(selected)
     for setting in options:
         name = setting.key.split(".")[1]

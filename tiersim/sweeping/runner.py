@@ -13,10 +13,11 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from tiersim._version import __version__
 from tiersim.errors import API, ConfigError, ModelError
@@ -96,7 +97,7 @@ def _sigterm_interrupts() -> Iterator[None]:
 INT64_MAX = 2**63 - 1
 
 
-def run_batch(batch: Sequence[tuple[int, "RunConfig"]]) -> list[tuple[int, dict[str, Any]]]:
+def run_batch(batch: Sequence[tuple[int, RunConfig]]) -> list[tuple[int, dict[str, Any]]]:
     """Simulate each ``(run index, config)``; return ``(run index, flat row)`` pairs (plain dicts).
 
     Every row has ``runtime_s`` (seconds the run took here) and ``error`` (None). A run that
@@ -282,7 +283,7 @@ def _run_dask(client: Any, batches: list[Batch], sink: Sink) -> None:
 class SweepOutcome:
     """What ``run_sweep`` did: rows (DataFrame), counts and the results file."""
 
-    frame: "pd.DataFrame"
+    frame: pd.DataFrame
     total: int
     resumed: int
     computed: int
@@ -313,7 +314,8 @@ def run_sweep(
     notice: Callable[[str], None] | None = None,
 ) -> SweepOutcome:
     """Plan, run and store a sweep; see the module docstring. Raises ``SweepInterrupted``
-    (Ctrl-C or SIGTERM) or ``SweepAborted`` (a worker died), having kept what was computed. ``force`` lifts the work limits (``tiersim.config.limits``); ``notice``
+    (Ctrl-C or SIGTERM) or ``SweepAborted`` (a worker died), having kept what was computed.
+    ``force`` lifts the work limits (``tiersim.config.limits``); ``notice``
     is told the size of the work before planning and before running when ``progress`` is on or
     the sweep has ``NOTICE_RUNS`` points or more (and, without a progress bar, how far the
     planning of such a sweep has got, every tenth).
@@ -335,14 +337,33 @@ def run_sweep(
     final, results_path = store.consolidate(overrides)
     frame = final.to_pandas()
     failed = int(frame["error"].notna().sum()) if "error" in frame.columns else 0
-    where = f"on Dask scheduler {scheduler}" if scheduler is not None else (
-        "in-process" if workers == 1 else f"on {workers} worker processes")
-    return SweepOutcome(frame, len(runs), resumed, store.computed, time.perf_counter() - started, results_path,
-                        sweep, workers, where, runs, failed)
+    where = (
+        f"on Dask scheduler {scheduler}"
+        if scheduler is not None
+        else ("in-process" if workers == 1 else f"on {workers} worker processes")
+    )
+    return SweepOutcome(
+        frame,
+        len(runs),
+        resumed,
+        store.computed,
+        time.perf_counter() - started,
+        results_path,
+        sweep,
+        workers,
+        where,
+        runs,
+        failed,
+    )
 
 
-def _plan(spec: str | Path | Mapping[str, Any], overrides: Sequence[str], force: bool, progress: bool,
-          notice: Callable[[str], None] | None) -> tuple[Sweep, list[PlannedRun]]:
+def _plan(
+    spec: str | Path | Mapping[str, Any],
+    overrides: Sequence[str],
+    force: bool,
+    progress: bool,
+    notice: Callable[[str], None] | None,
+) -> tuple[Sweep, list[PlannedRun]]:
     """Load the sweep and plan (validate) every run, telling ``notice`` how large it is."""
     from tiersim.config.worksize import describe
 
@@ -434,8 +455,10 @@ def _choose_backend(scheduler: Any, workers: int) -> tuple[Backend, Callable[[],
         return functools.partial(_run_dask, client), client.close if owned else _nothing
     if workers > 1:
         executor = _start_pool(workers)
-        return (functools.partial(_run_pool, executor),
-                functools.partial(executor.shutdown, wait=True, cancel_futures=True))
+        return (
+            functools.partial(_run_pool, executor),
+            functools.partial(executor.shutdown, wait=True, cancel_futures=True),
+        )
     return _run_inline, _nothing
 
 
@@ -443,8 +466,9 @@ def _nothing() -> None:
     """Letting go of the in-process backend (or of a Dask client the caller owns)."""
 
 
-def _execute(store: _Store, batches: list[Batch], scheduler: Any, workers: int, progress: bool, label: str,
-             resumed: int) -> None:
+def _execute(
+    store: _Store, batches: list[Batch], scheduler: Any, workers: int, progress: bool, label: str, resumed: int
+) -> None:
     """Run the batches on the chosen backend into ``store``, with a progress bar over every run
     (``resumed`` of them done before); Ctrl-C, SIGTERM and a dead worker keep what was stored."""
     release = _nothing
@@ -468,8 +492,12 @@ def _execute(store: _Store, batches: list[Batch], scheduler: Any, workers: int, 
         signum = signal.SIGTERM if isinstance(exc, _Terminated) else signal.SIGINT
         raise SweepInterrupted(resumed + store.computed, total, store.out, signum) from None
     except BrokenProcessPool:
-        raise SweepAborted(resumed + store.computed, total, store.out,
-                           "a worker process died (killed from outside, e.g. by the out-of-memory killer)") from None
+        raise SweepAborted(
+            resumed + store.computed,
+            total,
+            store.out,
+            "a worker process died (killed from outside, e.g. by the out-of-memory killer)",
+        ) from None
     finally:
         gc.unfreeze()
         release()
@@ -485,7 +513,7 @@ def sweep(
     progress: bool = False,
     chunk_size: int | None = None,
     force: bool = False,
-) -> "pd.DataFrame":
+) -> pd.DataFrame:
     """Run a sweep and return its rows as a DataFrame (one row per run, in point order).
 
     ``jobs``: 1 runs in this process, N>1 on a local process pool, None = one per CPU.
@@ -499,5 +527,14 @@ def sweep(
     return run_sweep(sweep_file_or_dict, jobs, scheduler, out, resume, overrides, progress, chunk_size, force).frame
 
 
-__all__ = ["SweepAborted", "SweepInterrupted", "SweepOutcome", "run_batch", "run_sweep", "sweep", "results_frame", "default_jobs",
-           "default_chunk_size"]
+__all__ = [
+    "SweepAborted",
+    "SweepInterrupted",
+    "SweepOutcome",
+    "run_batch",
+    "run_sweep",
+    "sweep",
+    "results_frame",
+    "default_jobs",
+    "default_chunk_size",
+]

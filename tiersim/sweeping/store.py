@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tiersim._version import __version__
-from tiersim.errors import ConfigError
 from tiersim.config.document import show_value
+from tiersim.errors import ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd

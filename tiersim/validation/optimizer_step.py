@@ -8,12 +8,12 @@ a real execution of the same algorithm.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Sequence
 
-from tiersim.engine import Task, run_graph
 from tiersim.config.hardware import Hardware
 from tiersim.config.profiles import GPUProfile, HostProfile
+from tiersim.engine import Task, run_graph
 from tiersim.strategies import STRATEGIES
 from tiersim.strategies.base import StepBuilder
 from tiersim.strategies.swap import SwapOptions

@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-from tiersim.validation.optimizer_step import predict_optimizer_step
 from tiersim.config.profiles import HostProfile
 from tiersim.strategies.swap import SwapOptions
 from tiersim.validation.cases import Case
+from tiersim.validation.optimizer_step import predict_optimizer_step
 from tiersim.validation.real_step import SwapConfig
 
 PREDICTOR = "tiersim.validation.optimizer_step.predict_optimizer_step"

@@ -22,9 +22,9 @@ import shutil
 import statistics
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 import torch
 
@@ -88,7 +88,9 @@ class DRAMAdam:
 
     strategy = "dram"
 
-    def __init__(self, initial: list[tuple[torch.Tensor, torch.Tensor]], *, threads: int, variant: str = "fused") -> None:
+    def __init__(
+        self, initial: list[tuple[torch.Tensor, torch.Tensor]], *, threads: int, variant: str = "fused"
+    ) -> None:
         self.threads = threads
         self.variant = variant
         self.params = []
@@ -156,12 +158,15 @@ class NVMeAdam:
         if arena is None:
             self.buffers = [[AlignedBuffer(slot) for _ in TENSORS_IN] for _ in range(sets)]
         else:  # the swap buffers are slots of memory shared with other users
-            self.buffers = [[arena.window((s * len(TENSORS_IN) + k) * slot, slot) for k in range(len(TENSORS_IN))]
-                            for s in range(sets)]
+            self.buffers = [
+                [arena.window((s * len(TENSORS_IN) + k) * slot, slot) for k in range(len(TENSORS_IN))]
+                for s in range(sets)
+            ]
         workers = swap.queue_depth * swap.thread_count
         self.read_pool = IOPool(workers, swap.block_size, self.mode, io_cpus(threads))
-        self.write_pool = (IOPool(workers, swap.block_size, self.mode, io_cpus(threads)) if swap.pipeline_write
-                           else self.read_pool)
+        self.write_pool = (
+            IOPool(workers, swap.block_size, self.mode, io_cpus(threads)) if swap.pipeline_write else self.read_pool
+        )
         self.files: list[dict[str, DirectFile]] = []
         # One placeholder Parameter + Adam per sub-group; its data, grad and state are pointed
         # at the swap buffers before each step (the step counter stays in memory, as in DeepSpeed).
@@ -265,7 +270,9 @@ class CudaOffloadAdam:
 
     strategy = "dram+pcie"
 
-    def __init__(self, initial: list[tuple[torch.Tensor, torch.Tensor]], *, threads: int, variant: str = "fused") -> None:
+    def __init__(
+        self, initial: list[tuple[torch.Tensor, torch.Tensor]], *, threads: int, variant: str = "fused"
+    ) -> None:
         if not torch.cuda.is_available():
             raise RuntimeError("CUDA is not available")
         self.threads = threads
@@ -323,7 +330,9 @@ class GPUAdam:
         self.opts.clear()
 
 
-def reference_adam(initial: list[tuple[torch.Tensor, torch.Tensor]], steps: int, variant: str = "fused") -> list[torch.Tensor]:
+def reference_adam(
+    initial: list[tuple[torch.Tensor, torch.Tensor]], steps: int, variant: str = "fused"
+) -> list[torch.Tensor]:
     """Plain in-memory torch Adam over all sub-groups for ``steps`` steps (for correctness checks)."""
     params = []
     for p0, g0 in initial:

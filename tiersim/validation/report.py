@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from tiersim.analysis.report import TABLE_WIDTH
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import gc
 import statistics
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 from tiersim.calibration.directio import AlignedBuffer, probe_bypass_mode
 from tiersim.config.profiles import HostProfile
