@@ -9,6 +9,7 @@ The engine knows nothing about transformers or tiers: it runs ``Task`` objects o
 """
 
 from tiersim.engine.graph import Link, Task, TaskGraph
+from tiersim.engine.links import SharedLinks
 from tiersim.engine.runner import EngineRun, run_graph
 
-__all__ = ["EngineRun", "Link", "Task", "TaskGraph", "run_graph"]
+__all__ = ["EngineRun", "Link", "SharedLinks", "Task", "TaskGraph", "run_graph"]
