@@ -9,7 +9,7 @@ from clirun import QUICKSTART, SMALL
 @pytest.fixture(scope="module")
 def results() -> list:
     """Every strategy of the small quickstart, simulated (once per test module)."""
-    from tiersim.config.scenario import load_scenario
+    from tiersim.config.document import load_scenario
     from tiersim.simulate import simulate
 
     return [simulate(c) for c in load_scenario(QUICKSTART, SMALL)]

@@ -12,7 +12,7 @@ from clirun import QUICKSTART, ROOT, SMALL, tiersim
 
 from tiersim.analysis.explain import critical_path, explain, task_graph
 from tiersim.analysis.plots import phase_bars, timeline_bars, timeline_figure, utilisation_figure
-from tiersim.config.scenario import load_scenario
+from tiersim.config.document import load_scenario
 from tiersim.simulate import simulate
 
 MULTI = ROOT / "scenarios" / "llama2-70b-offload.yaml"

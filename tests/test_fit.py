@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tiersim.config.document import load_scenario
 from tiersim.config.profiles import HostProfile, load_profile_file
-from tiersim.config.scenario import load_scenario
 from tiersim.errors import ConfigError
 from tiersim.fitting.solver import _with_parts, fit_system
 from tiersim.fitting.synthetic_log import write_log

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tiersim.config.scenario import load_scenario
+from tiersim.config.document import load_scenario
 from tiersim.fitting.footprint import calibrate
 from tiersim.fitting.system import load_system
 from tiersim.simulate import simulate

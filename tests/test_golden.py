@@ -19,7 +19,7 @@ SCENARIOS = ["quickstart", "llama2-70b-offload", "seed-20b"]
 
 def summaries(name: str) -> dict[str, object]:
     """The JSON summary of every strategy of a bundled scenario, as ``tiersim run`` prints it."""
-    from tiersim.config.scenario import load_scenario
+    from tiersim.config.document import load_scenario
     from tiersim.simulate import simulate
 
     results = [simulate(c).summary() for c in load_scenario(ROOT / "scenarios" / f"{name}.yaml")]

@@ -14,9 +14,10 @@ import pytest
 import yaml
 from clirun import ROOT, tiersim
 
-from tiersim.config.scenario import NotModeledWarning, load_scenario
+from tiersim.config.document import load_scenario
+from tiersim.config.ds_config import apply_ds_config
+from tiersim.config.scenario import NotModeledWarning
 from tiersim.errors import ConfigError
-from tiersim.ingest.ds_config import apply_ds_config
 from tiersim.ingest.log_scenario import log_document, measured_table, steady_state
 from tiersim.ingest.training_log import GIB, read_log
 

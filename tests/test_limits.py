@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from tiersim import cli
 from tiersim.config import limits
-from tiersim.config.scenario import load_scenario
+from tiersim.config.document import load_scenario
 from tiersim.config.worksize import run_tasks
 from tiersim.errors import ConfigError
 from tiersim.simulate import simulate

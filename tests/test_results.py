@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from tiersim.analysis.explain import explain
 from tiersim.analysis.plots import write_report
-from tiersim.config.scenario import load_scenario
+from tiersim.config.document import load_scenario
 from tiersim.results import PHASES, Result
 from tiersim.simulate import simulate
 

@@ -13,7 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tiersim.config.scenario import RunConfig, load_scenario
+from tiersim.config.document import load_scenario
+from tiersim.config.scenario import RunConfig
 from tiersim.engine import Task
 from tiersim.engine.session import Session, run_schedule, runs_of
 from tiersim.results import Result

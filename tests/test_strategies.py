@@ -14,8 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tiersim.analysis.plan import binding_constraint, binding_tier
+from tiersim.config.document import load_scenario
 from tiersim.config.hardware import Hardware
-from tiersim.config.scenario import RunConfig, load_scenario
+from tiersim.config.scenario import RunConfig
 from tiersim.results import Result
 from tiersim.simulate import simulate
 from tiersim.strategies.base import Misfit, MissingDevice

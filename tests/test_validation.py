@@ -12,7 +12,7 @@ import torch
 from tiersim.calibration.directio import FSYNC_MODE, O_DIRECT_MODE, probe_bypass_mode
 from tiersim.calibration.runner import CalibrationPlan, run_calibration
 from tiersim.cli import build_parser
-from tiersim.config.scenario import load_scenario
+from tiersim.config.document import load_scenario
 from tiersim.simulate import simulate
 from tiersim.validation.cases import Case, quick_cases, tiny_cases
 from tiersim.validation.drift import corrected_profile

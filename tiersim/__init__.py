@@ -16,13 +16,13 @@ from tiersim._version import __version__
 
 if TYPE_CHECKING:  # pragma: no cover
     from tiersim.analysis.plots import timeline_figure, utilisation_figure
-    from tiersim.config.scenario import load_scenario
+    from tiersim.config.document import load_scenario
     from tiersim.results import Result
     from tiersim.simulate import simulate
     from tiersim.sweeping.runner import sweep
 
 _LAZY = {
-    "load_scenario": ("tiersim.config.scenario", "load_scenario"),
+    "load_scenario": ("tiersim.config.document", "load_scenario"),
     "simulate": ("tiersim.simulate", "simulate"),
     "Result": ("tiersim.results", "Result"),
     "sweep": ("tiersim.sweeping.runner", "sweep"),

@@ -52,7 +52,7 @@ def timeline(out: Path) -> Path:
     """timeline-70b-nvme.png: one 70B iteration under ZeRO-Infinity (NVMe offload)."""
     from tiersim.analysis.figure_export import write_figure
     from tiersim.analysis.plots import timeline_figure
-    from tiersim.config.scenario import load_scenario
+    from tiersim.config.document import load_scenario
     from tiersim.simulate import simulate
 
     (config,) = load_scenario(ROOT / "scenarios" / "seed-70b.yaml", strategies=["nvme"])

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from tiersim.config.bundled import bundled_dir
-from tiersim.config.scenario import load_scenario
+from tiersim.config.document import load_scenario
 from tiersim.simulate import simulate
 from tiersim.workload import build_step
 

@@ -11,8 +11,8 @@ from tiersim.analysis.figure_export import add_plot_arguments, check_target
 from tiersim.analysis.report import csv_text, flat_row, results_table
 from tiersim.commands.options import add_format, add_overrides, add_strategy, flags, output_folder
 from tiersim.config.bundled import resolve
+from tiersim.config.document import load_scenario
 from tiersim.config.limits import MAX_TASKS, NOTICE_TASKS
-from tiersim.config.scenario import load_scenario
 from tiersim.config.worksize import describe, run_tasks
 from tiersim.results import Result
 from tiersim.simulate import simulate

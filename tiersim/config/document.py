@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from tiersim.config.ds_config import apply_ds_config, read_ds_config
 from tiersim.config.profiles import HostProfile
 from tiersim.config.scenario import (
     STRATEGY_SECTION,
@@ -199,10 +200,19 @@ def load_document(path: str | Path, ds_config: str | Path | None = None) -> Scen
     if not isinstance(data, dict):
         raise ConfigError(str(path), "", "a scenario must be a mapping")
     if ds_config is not None:
-        from tiersim.ingest.ds_config import apply_ds_config, read_ds_config
-
         data, unmodeled = apply_ds_config(data, read_ds_config(ds_config), str(ds_config))
         if unmodeled:
             warnings.warn(NotModeledWarning(f"{ds_config}: not modeled, read past: {', '.join(unmodeled)}"),
                           stacklevel=3)
     return ScenarioDocument(data, str(path), (path.parent,))
+
+
+def load_scenario(
+    path: str | Path, overrides: Sequence[str] = (), strategies: Sequence[str] = (), force: bool = False,
+    ds_config: str | Path | None = None,
+) -> list[RunConfig]:
+    """Read, override and validate a scenario; one ``RunConfig`` per (selected) strategy.
+    ``force`` lifts the work limit (``tiersim.config.worksize``). ``ds_config``: a DeepSpeed JSON whose
+    ZeRO, offload, aio, batch and precision settings replace the scenario's (``--set`` still
+    wins; see ``load_document``)."""
+    return load_document(path, ds_config).with_overrides(overrides).configs(strategies, force)

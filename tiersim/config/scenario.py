@@ -73,19 +73,6 @@ class NotModeledWarning(UserWarning):
     """Settings of an input file that tiersim reads past because no mechanism uses them."""
 
 
-def load_scenario(
-    path: str | Path, overrides: Sequence[str] = (), strategies: Sequence[str] = (), force: bool = False,
-    ds_config: str | Path | None = None,
-) -> list[RunConfig]:
-    """Read, override and validate a scenario; one ``RunConfig`` per (selected) strategy.
-    ``force`` lifts the work limit (``tiersim.config.worksize``). ``ds_config``: a DeepSpeed JSON whose
-    ZeRO, offload, aio, batch and precision settings replace the scenario's (``--set`` still
-    wins; see ``tiersim.config.document.load_document``)."""
-    from tiersim.config.document import load_document
-
-    return load_document(path, ds_config).with_overrides(overrides).configs(strategies, force)
-
-
 def scenario_from_dict(
     data: dict[str, Any], source: str, strategies: Sequence[str] = (), search: tuple[Path, ...] = (),
     resolved: dict[tuple[HardwareSpec, tuple[Path, ...]], Hardware] | None = None, force: bool = False,
