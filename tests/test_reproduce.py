@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from clirun import tiersim
 from nbrun import execute_notebook, is_plotly
 
 from tiersim.analysis.reproduce import MEASURED_COLUMNS, phase_figure, run_study, speedup_table, study_scenarios
@@ -31,13 +30,7 @@ def test_seed_scenarios_are_the_five_sizes() -> None:
 
 
 def test_cli_json_has_fifteen_rows(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "tiersim", "reproduce", "seed", "--format", "json", "--out", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
+    proc = tiersim("reproduce", "seed", "--format", "json", "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     rows = data["rows"]
@@ -50,13 +43,7 @@ def test_cli_json_has_fifteen_rows(tmp_path: Path) -> None:
 
 
 def test_cli_table(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "tiersim", "reproduce", "whatif", "--out", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
+    proc = tiersim("reproduce", "whatif", "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     assert "cxl_vs_nvme" in proc.stdout and "70B" in proc.stdout
     assert (tmp_path / "whatif.html").exists()
@@ -141,56 +128,15 @@ def test_notebook_executes() -> None:
 def test_reproduce_compares_the_measured_70b_runs(tmp_path: Path) -> None:
     """The node fitted to the study's three 70B logs reproduces every measured phase within 5%
     (and the iteration, which also holds Megatron's time between DeepSpeed's timers)."""
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tiersim",
-            "reproduce",
-            "seed",
-            "--format",
-            "json",
-            "--no-figure",
-            "--out",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
+    proc = tiersim("reproduce", "seed", "--format", "json", "--no-figure", "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     measured = json.loads(proc.stdout)["measured"]
     assert {(r["strategy"], r["phase"]) for r in measured} == {
         (s, p) for s in ("dram", "cxl", "nvme") for p in ("forward", "backward", "optimizer_step", "iteration")
     }
     assert all(r["model"] == "70B" and abs(r["error"]) < 0.05 for r in measured), measured
-    table = subprocess.run(
-        [sys.executable, "-m", "tiersim", "reproduce", "seed", "--no-figure", "--out", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
+    table = tiersim("reproduce", "seed", "--no-figure", "--out", str(tmp_path))
     assert "measured (steady state" in table.stdout
-    other = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tiersim",
-            "reproduce",
-            "seed",
-            "--format",
-            "json",
-            "--no-figure",
-            "--set",
-            "training.global_batch=8",
-            "--out",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
+    other = tiersim("reproduce", "seed", "--format", "json", "--no-figure", "--set", "training.global_batch=8",
+                    "--out", str(tmp_path))
     assert json.loads(other.stdout)["measured"] == []  # measured at global batch 4 only

@@ -7,6 +7,7 @@ units moved, utilisation) agree with and without fast-forward to 1e-9 relative.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 
 from tiersim.config.document import load_scenario
 from tiersim.config.scenario import RunConfig
-from tiersim.engine import Task
+from tiersim.engine import EngineRun, Task
 from tiersim.engine.session import Session, run_schedule, runs_of
 from tiersim.results import Result
 from tiersim.simulate import simulate
@@ -54,6 +55,20 @@ def chain_schedule(n: int, latency: float, size: float) -> object:
     return schedule
 
 
+def _fast_and_full(schedule: Callable[[Session], None],
+                   capacity: Callable[[str], float]) -> tuple[EngineRun, EngineRun]:
+    """``schedule`` run with and without fast-forward, checked to agree in makespan, every
+    link's busy seconds and units moved, and every stream's busy seconds."""
+    fast, _ = run_schedule(schedule, capacity, fast_forward=True)
+    full, _ = run_schedule(schedule, capacity, fast_forward=False)
+    assert fast.makespan == pytest.approx(full.makespan, rel=REL)
+    for name in ("link_busy", "link_units_moved"):
+        for link, value in getattr(full, name).items():
+            assert getattr(fast, name)[link] == pytest.approx(value, rel=REL), (name, link)
+    assert fast.accounts.stream_busy == pytest.approx(full.accounts.stream_busy, rel=REL)
+    return fast, full
+
+
 def test_a_chain_of_equal_transfers_is_skipped_and_takes_n_times_one() -> None:
     latency, size, bandwidth, n = 1e-5, 3e8, 25e9, 1000
     session = Session(lambda name: bandwidth)
@@ -84,13 +99,7 @@ def test_engine_loops_give_the_full_run(n: int, streams: int, shared: bool) -> N
                                               ((link, 1.0),), deps=deps)))
             previous.append(session.add(Task(f"c{i}", "gpu", "forward", "compute", 3e-4, deps=tuple(names))))
     capacity = {"shared": 5e9, "link0": 5e9, "link1": 4e9, "link2": 3e9}.__getitem__
-    fast, _ = run_schedule(schedule, capacity, fast_forward=True)
-    full, _ = run_schedule(schedule, capacity, fast_forward=False)
-    assert fast.makespan == pytest.approx(full.makespan, rel=REL)
-    for name in ("link_busy", "link_units_moved"):
-        for link, value in getattr(full, name).items():
-            assert getattr(fast, name)[link] == pytest.approx(value, rel=REL), (name, link)
-    assert fast.accounts.stream_busy == pytest.approx(full.accounts.stream_busy, rel=REL)
+    _fast_and_full(schedule, capacity)
 
 
 def test_runs_of_finds_runs_and_repeating_patterns() -> None:
@@ -121,13 +130,7 @@ def test_a_loop_of_repeating_size_patterns_gives_the_full_run(blocks: int, patte
             link = "nvme" if shared else "nvme_w"
             session.add(Task(f"w{i}", "write", "step", "copy", 1e-5, 1e8 * sizes[i], ((link, 1.0),), deps=(done[-1],)))
     capacity = {"nvme": 2e10, "nvme_w": 1e11}.__getitem__
-    fast, _ = run_schedule(schedule, capacity, fast_forward=True)
-    full, _ = run_schedule(schedule, capacity, fast_forward=False)
-    assert fast.makespan == pytest.approx(full.makespan, rel=REL)
-    for name in ("link_busy", "link_units_moved"):
-        for link, value in getattr(full, name).items():
-            assert getattr(fast, name)[link] == pytest.approx(value, rel=REL), (name, link)
-    assert fast.accounts.stream_busy == pytest.approx(full.accounts.stream_busy, rel=REL)
+    fast, full = _fast_and_full(schedule, capacity)
     assert fast.accounts.busy == pytest.approx(full.accounts.busy, rel=REL)
     if blocks >= 10 and len(set(pattern)) > 1:
         assert not fast.complete and fast.events < full.events
