@@ -481,7 +481,12 @@ def params_to_gpu(b: StepBuilder, memory: HostMemory, group: SubGroup, after: st
 
 def partition(layer: LayerWork, dp: int) -> int:
     """Elements of one layer's tensors owned by one rank under ZeRO-3 (each tensor partitioned)."""
-    return sum(math.ceil(numel / dp) for numel in layer.tensors)
+    return _partition(layer.tensors, dp)
+
+
+@functools.lru_cache(maxsize=1024)
+def _partition(tensors: tuple[int, ...], dp: int) -> int:
+    return sum(math.ceil(numel / dp) for numel in tensors)  # a schedule asks three times per layer
 
 
 def _some(name: str | None) -> tuple[str, ...]:
