@@ -78,6 +78,7 @@ class TaskGraph:
     stream_heads: list[int] = field(default_factory=list, repr=False)
     flows: list[tuple[float, Usage, float, float, str] | None] = field(default_factory=list, repr=False)
     _positions: dict[str, int] = field(default_factory=dict, repr=False)
+    _bounds: dict[tuple[Usage, float], float] = field(default_factory=dict, repr=False)
     _stream_tails: dict[str, int] = field(default_factory=dict, repr=False)
 
     def link(self, name: str, capacity: float) -> str:
@@ -111,17 +112,10 @@ class TaskGraph:
                 deps = ()
         except KeyError as missing:
             raise ModelError(f"task {task.name!r} depends on unknown task {missing.args[0]!r}") from None
-        bound = task.rate_cap
-        links = self.links
         usage = task.usage
-        for link_name, units in usage:
-            link = links.get(link_name)
-            if link is None:
-                link = self._undeclared(task, link_name)
-            if units > 0 and link.capacity / units < bound:
-                bound = link.capacity / units
-        if len(usage) > 1 and _repeats_a_link(usage):
-            raise ModelError(f"task {task.name!r} names a link twice in its usage")
+        bound = self._bounds.get((usage, task.rate_cap))
+        if bound is None:
+            bound = self._own_bound(task)
         if task.size > 0 and not math.isfinite(bound):
             raise ModelError(f"task {task.name!r}: a flow needs a link it uses or a finite rate cap")
         positions[task.name] = here
@@ -146,6 +140,23 @@ class TaskGraph:
             self.stream_heads.append(here)
         tails[task.stream] = here
         return task.name
+
+    def _own_bound(self, task: Task) -> float:
+        """The rate (bytes/s) a flow of ``task`` gets alone: its cap or its tightest link, the
+        links declared on first use and checked to be named once (kept per usage and cap: a
+        schedule makes hundreds of tasks of a few kinds, and a link's capacity never changes)."""
+        bound = task.rate_cap
+        usage = task.usage
+        for link_name, units in usage:
+            link = self.links.get(link_name)
+            if link is None:
+                link = self._undeclared(task, link_name)
+            if units > 0 and link.capacity / units < bound:
+                bound = link.capacity / units
+        if len(usage) > 1 and _repeats_a_link(usage):
+            raise ModelError(f"task {task.name!r} names a link twice in its usage")
+        self._bounds[(usage, task.rate_cap)] = bound
+        return bound
 
     def _undeclared(self, task: Task, name: str) -> Link:
         if self.capacity_of is None:
