@@ -57,6 +57,9 @@ class Accounts:
         self.idle_since = 0.0
         self.since: dict[str, float] = {}
         """Streams and links busy now -> when their busy stretch in this phase began (s)."""
+        self.changes: list[tuple[float, str]] = []
+        """When each phase began (s) and its name, in order (those a fast-forward skips over
+        are not here: a skipped span ends in the phase it began in)."""
 
     def task_started(self, stream: str, category: str, now: float) -> None:
         """A task of ``category`` began on ``stream`` at ``now`` (s)."""
@@ -125,6 +128,7 @@ class Accounts:
         """A phase marker finished at ``now``: what ran so far counts in the phase before."""
         self.flush(now, flows)
         self.phase = phase
+        self.changes.append((now, phase))
 
     def totals(self) -> Totals:
         """A copy of every accumulator (after ``flush``)."""

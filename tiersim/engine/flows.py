@@ -41,6 +41,7 @@ class Flow:
 
     __slots__ = (
         "attributed",
+        "began",
         "bound",
         "cap",
         "finish_at",
@@ -74,6 +75,7 @@ class Flow:
         self.finish_at = math.inf
         self.stream = stream
         self.attributed = 0.0
+        self.began = last
 
 
 def own_bound(usage: Usage, cap: float, capacity: dict[str, float]) -> float:
@@ -164,6 +166,9 @@ class FlowNetwork:
         self._busy_since: dict[str, float] = {}
         self.busy: dict[str, float] = {name: 0.0 for name in capacity}
         self.moved: dict[str, float] = {name: 0.0 for name in capacity}
+        self.pieces: list[tuple[float, float, Usage, float]] = []
+        """Every flow that ran, in pieces split where a fast-forward took a state: from, to
+        (s), its usage and its own bound (bytes/s)."""
 
     def add_link(self, name: str, capacity: float) -> None:
         """A link of ``capacity`` units/s joins the network (idle)."""
@@ -224,6 +229,7 @@ class FlowNetwork:
         for flow in self.flows:
             flow.last += seconds
             flow.finish_at += seconds
+            flow.began += seconds
         self._armed = [due + seconds for due in self._armed]  # still a heap
         for link in self._busy_since:
             self._busy_since[link] += seconds
@@ -238,6 +244,9 @@ class FlowNetwork:
         for link, since in self._busy_since.items():
             self.busy[link] += now - since
             self._busy_since[link] = now
+        for flow in self.flows:
+            self.pieces.append((flow.began, now, flow.usage, flow.bound))
+            flow.began = now
 
     def totals(self) -> dict[str, dict[str, float]]:
         """Copies of the counters a fast-forward scales (after ``flush_busy``): busy seconds
@@ -313,8 +322,10 @@ class FlowNetwork:
         release = not self.shortcuts
         load, capacity, moved, on_link = self.load, self.capacity, self.moved, self.on_link
         accounts = self.accounts
+        pieces = self.pieces
         for flow in due:
             del flows[flow]
+            pieces.append((flow.began, now, flow.usage, flow.bound))
             if accounts is not None:
                 accounts.flow_ended(flow)
             size, rate = flow.size, flow.rate

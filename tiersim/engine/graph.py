@@ -79,6 +79,12 @@ class TaskGraph:
     flows: list[tuple[float, Usage, float, float, str] | None] = field(default_factory=list, repr=False)
     _positions: dict[str, int] = field(default_factory=dict, repr=False)
     _bounds: dict[tuple[Usage, float], float] = field(default_factory=dict, repr=False)
+    deferring: frozenset[str] = frozenset()
+    """Streams whose tasks are added as deferred now (``tiersim.engine.deferred``)."""
+    deferred: list[bool] = field(default_factory=list, repr=False)
+    """Per task: whether it was added while its stream was deferring."""
+    last_deferred: int = -1
+    """The position of the last deferred task (-1: none)."""
     _stream_tails: dict[str, int] = field(default_factory=dict, repr=False)
 
     def link(self, name: str, capacity: float) -> str:
@@ -139,6 +145,11 @@ class TaskGraph:
         else:
             self.stream_heads.append(here)
         tails[task.stream] = here
+        if self.deferring and task.stream in self.deferring:
+            self.deferred.append(True)
+            self.last_deferred = here
+        else:
+            self.deferred.append(False)
         return task.name
 
     def _own_bound(self, task: Task) -> float:

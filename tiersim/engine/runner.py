@@ -111,6 +111,13 @@ class Run:
         self.pending: dict[int, None] = {}
         self.startable: list[int] = []
         self.timeouts = 0
+        self.deferred = graph.deferred
+        self.deferred_start: dict[int, float] = {}
+        """Deferred tasks resolved so far: start and end (s), by position."""
+        self.deferred_end: dict[int, float] = {}
+        self.proxied: set[int] = set()
+        """Deferred tasks an event task waits for: each has a timeout at its end."""
+        self.proxies_pending = 0
 
     def extend(self) -> None:
         """Take in the tasks added to the graph since the last call and start those that can
@@ -122,16 +129,25 @@ class Run:
                 network.add_link(name, link.capacity)
         now = self.env.now
         first = len(self.unmet)
+        deferred = self.deferred
         for p in range(first, len(graph.tasks)):
+            if deferred[p]:
+                self._join_deferred(p)
+                continue
             unmet, latest = 0, 0.0
             for d in graph.deps[p]:
                 done = end[d]
+                if done < 0 and deferred[d]:
+                    done = self._deferred_done(d, now)
                 if done < 0:
                     unmet += 1
                 elif done > latest:
                     latest = done
             prev = graph.stream_prev[p]
-            head = prev < 0 or end[prev] >= 0
+            before = end[prev] if prev >= 0 else 0.0
+            if before < 0 and deferred[prev]:
+                before = self._deferred_done(prev, now)
+            head = before >= 0
             self.unmet.append(unmet)
             self.at_head.append(head)
             self.delay.append(graph.tasks[p].delay)
@@ -140,7 +156,7 @@ class Run:
             end.append(-1.0)
             self.pending[p] = None
             if head and not unmet:
-                if max(latest, end[prev] if prev >= 0 else 0.0) < now * (1 - 1e-12):
+                if max(latest, before) < now * (1 - 1e-12):
                     raise LateTask(graph.tasks[p].name)
                 self.startable.append(p)
         if self.startable:
@@ -220,14 +236,135 @@ class Run:
         else:
             self.accounts.task_ended(task.stream, task.category, self.start[i], task.size, now)
         after = self.successor[i]
+        deferred = self.deferred
         if after >= 0:
-            self.at_head[after] = True
-            if not self.unmet[after]:
-                self.startable.append(after)
+            if deferred[after]:
+                if not self.unmet[after]:
+                    self._resolve(after)
+            else:
+                self.at_head[after] = True
+                if not self.unmet[after]:
+                    self.startable.append(after)
         unmet = self.unmet
         for j in self.dependents[i]:
             unmet[j] -= 1
-            if not unmet[j]:
+            if deferred[j]:
+                if now > self.ready[j]:
+                    self.ready[j] = now
+                if not unmet[j] and self._before(j) >= 0:
+                    self._resolve(j)
+            elif not unmet[j]:
                 self.ready[j] = now
                 if self.at_head[j]:
                     self.startable.append(j)
+
+    def _before(self, p: int) -> float:
+        """When the task before ``p`` on its stream ends (s; 0 for none, -1 while unknown)."""
+        prev = self.graph.stream_prev[p]
+        if prev < 0:
+            return 0.0
+        return self.deferred_end.get(prev, -1.0) if self.deferred[prev] else self.end[prev]
+
+    def _join_deferred(self, p: int) -> None:
+        """Take in a deferred task: it is resolved as soon as its inputs are known."""
+        unmet, latest = 0, 0.0
+        for d in self.graph.deps[p]:
+            done = self.deferred_end.get(d, -1.0) if self.deferred[d] else self.end[d]
+            if done < 0:
+                unmet += 1
+            elif done > latest:
+                latest = done
+        task = self.tasks[p]
+        if task.category in self.accounts.compute_categories:
+            raise ModelError(f"task {task.name!r}: a compute task cannot be deferred")
+        self.unmet.append(unmet)
+        self.at_head.append(False)
+        self.delay.append(task.delay)
+        self.ready.append(latest)
+        self.start.append(-1.0)
+        self.end.append(-1.0)
+        if not unmet and self._before(p) >= 0:
+            self._resolve(p)
+
+    def _resolve(self, first: int) -> None:
+        """Give deferred task ``first`` its times (its inputs are known), and every deferred
+        task that waited only for it, in turn; an event task waiting for one gets a timeout."""
+        work = [first]
+        unmet, ready, deferred, joined = self.unmet, self.ready, self.deferred, len(self.unmet)
+        while work:
+            p = work.pop()
+            if p in self.deferred_end:
+                continue
+            began = max(ready[p], self._before(p))
+            flow = self.flow[p]
+            ends = began + self.delay[p] + (flow[0] / flow[3] if flow is not None else 0.0)
+            self.deferred_start[p] = began
+            self.deferred_end[p] = ends
+            waited = False
+            for j in self.dependents[p]:
+                if j >= joined:
+                    continue
+                if deferred[j]:
+                    unmet[j] -= 1
+                    if ends > ready[j]:
+                        ready[j] = ends
+                    if not unmet[j] and self._before(j) >= 0:
+                        work.append(j)
+                else:
+                    waited = True
+            after = self.successor[p]
+            if 0 <= after < joined:
+                if deferred[after]:
+                    if not unmet[after]:
+                        work.append(after)
+                else:
+                    waited = True
+            if waited:
+                self._proxy(p)
+
+    def _deferred_done(self, p: int, now: float) -> float:
+        """For an event task joining now: when deferred task ``p`` ended, if it has (s), else
+        -1 (then the joining task waits for its timeout)."""
+        if p in self.proxied:  # its timeout counts the waiting tasks down
+            return self.end[p]
+        ends = self.deferred_end.get(p, -1.0)
+        if 0 <= ends <= now:
+            self.end[p] = ends
+            return ends
+        if ends > now:
+            self._proxy(p)
+        return -1.0
+
+    def _proxy(self, p: int) -> None:
+        """A timeout at deferred task ``p``'s end, for the event tasks waiting for it."""
+        if p in self.proxied:
+            return
+        self.proxied.add(p)
+        now = self.env.now
+        ends = self.deferred_end[p]
+        if ends < now * (1 - 1e-12):
+            raise LateTask(self.tasks[p].name)
+        self.timeouts += 1
+        self.proxies_pending += 1
+        self.env.timeout(max(ends - now, 0.0), p).callbacks.append(self._proxy_done)
+
+    def _proxy_done(self, event: simpy.Event) -> None:
+        p = cast(int, event.value)
+        now = self.env.now
+        self.proxies_pending -= 1
+        self.end[p] = self.deferred_end[p] = now  # the timeout's own time (a float step off at most)
+        unmet, deferred = self.unmet, self.deferred
+        for j in self.dependents[p]:
+            if not deferred[j] and j < len(unmet):
+                unmet[j] -= 1
+                if not unmet[j]:
+                    self.ready[j] = now
+                    if self.at_head[j]:
+                        self.startable.append(j)
+        after = self.successor[p]
+        if 0 <= after < len(unmet) and not deferred[after]:
+            self.at_head[after] = True
+            if not unmet[after]:
+                self.startable.append(after)
+        if self.startable:
+            self.drain(now)

@@ -27,6 +27,7 @@ import math
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
+from tiersim.engine.deferred import NotQuiet, settle
 from tiersim.engine.graph import Task, TaskGraph
 from tiersim.engine.runner import EngineRun, LateTask, Run, run_graph
 from tiersim.errors import ModelError
@@ -169,6 +170,14 @@ class Session:
         self.run = Run(self.graph) if fast_forward else None
         self.skipped = 0
         """Loop iterations fast-forwarded over."""
+        self.skips: list[tuple[float, float]] = []
+        """The spans fast-forwarded over (s)."""
+
+    def defer(self, streams: frozenset[str]) -> None:
+        """Add the tasks of ``streams`` as deferred from now on (``tiersim.engine.deferred``;
+        an empty set ends it). Only with fast-forward: a full simulation runs every task."""
+        if self.run is not None:
+            self.graph.deferring = streams
 
     def repeat(self, runs: Runs) -> Iterator[int]:
         """The indices of a loop's iterations (0, 1, ...), as many as ``runs`` counts; with
@@ -206,14 +215,17 @@ class Session:
             raise TaskLimit(len(self.graph.tasks))
 
     def finish(self) -> EngineRun:
-        """Run what is left; the run is ``complete`` unless iterations were skipped."""
+        """Run what is left; the run is ``complete`` unless iterations were skipped or tasks
+        deferred."""
         if self.run is None:
             return run_graph(self.graph)
         run = self.run
         run.extend()
         run.env.run()
+        settle(run, self.skips)
         result = run.result()
-        return replace(result, complete=False) if self.skipped else result
+        # a run that skipped or deferred tasks has no record of each one in order
+        return replace(result, complete=False) if self.skipped or self.graph.last_deferred >= 0 else result
 
     def _boundary(self, loop: _Loop, with_state: bool) -> _State | None:
         """Run until the first task of the loop's last iteration has started; its state then
@@ -232,6 +244,8 @@ class Session:
             step()
         if start[first] < 0 or not with_state:
             return None
+        if self.graph.last_deferred >= loop.first[0] or run.proxies_pending:
+            return None  # deferred tasks in the loop, or timeouts a state does not describe
         oldest = next(iter(run.pending), -1)  # a task from before the loop is named by position
         head = oldest if oldest < loop.first[0] else oldest - loop.first[-1]
         now = env.now
@@ -287,6 +301,7 @@ class Session:
         accounts.scaled(before.totals["accounts"], state.totals["accounts"], times)
         network.scaled(before.totals["network"], state.totals["network"], times)
         seconds = times * (state.now - before.now)
+        self.skips.append((state.now, state.now + seconds))
         env._now += seconds
         env._queue[:] = [(at + seconds, priority, eid, event)
                          for at, priority, eid, event in env._queue]
@@ -312,7 +327,7 @@ def run_schedule(schedule: Callable[[Session], None], capacity_of: Callable[[str
         try:
             schedule(session)
             return session.finish(), session.graph
-        except LateTask:
+        except (LateTask, NotQuiet):
             pass
     session = Session(capacity_of, fast_forward=False, max_tasks=max_tasks)
     schedule(session)

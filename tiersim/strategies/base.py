@@ -250,6 +250,9 @@ class Strategy(ABC):
     summary: ClassVar[str] = ""
     grads_on_gpu: ClassVar[bool] = False
     """Whether the 16-bit gradient partition stays in HBM (no optimizer offload)."""
+    deferred_copies: ClassVar[frozenset[str]] = frozenset()
+    """Streams whose tasks the boundary micro-step's backward defers (``Session.defer``):
+    copies that fall behind its compute at fixed rates."""
 
     def __init__(self, options: Any = None) -> None:
         self.options = options if options is not None else self.Options()
@@ -351,6 +354,9 @@ class Strategy(ABC):
         next layer (not even its prefetch) is issued before it is done."""
         training = b.step.training
         b.marker(f"m{micro}.backward.begin", "backward")
+        boundary = micro == b.step.micro_steps - 1
+        if boundary and self.deferred_copies:
+            b.session.defer(self.deferred_copies)
         computed: list[str] = []
         blocking: str | None = None
         layers = b.step.layers
@@ -371,6 +377,8 @@ class Strategy(ABC):
             rs = b.collective(f"{prefix}.reduce", "reduce_scatter", "backward",
                               factor * layer.params * b.step.lp_bytes, (computed[-1],))
             blocking = self.offload_gradients(b, micro, i, layer, rs or computed[-1])
+        if boundary and self.deferred_copies:
+            b.session.defer(frozenset())
 
 
 PREFETCH_WARMUP = 2

@@ -48,6 +48,7 @@ class NVMeSwap(Strategy):
     name = "nvme"
     summary = "ZeRO-Infinity: state on NVMe, swapped through pinned buffers"
     Options = SwapOptions
+    deferred_copies = frozenset({"d2h", "h2d", "aio_write"})
 
     def check(self, hw: Hardware) -> MissingDevice | None:
         return None if hw.nvme is not None else MissingDevice("nvme", "NVMe drives")
