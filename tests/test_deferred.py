@@ -1,0 +1,91 @@
+"""Deferred tasks (tiersim.engine.deferred): timed by recursion, they give the full simulation's
+results, and a run whose deferred flows could have been slowed falls back to the full one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tiersim.engine import EngineRun, Task
+from tiersim.engine.deferred import NotQuiet, settle
+from tiersim.engine.session import Session, run_schedule
+
+REL = 1e-9
+
+
+def copies_behind_compute(layers: int, compute_s: float, copy_bytes: float, writer: str) -> Callable[[Session], None]:
+    """A compute stream and, per layer, a copy (D2H) then a write, slower than the compute (their
+    queues grow); a marker after everything, as the optimizer step's begin waits."""
+    def schedule(session: Session) -> None:
+        session.add(Task("begin", "gpu", "forward", "marker"))
+        session.defer(frozenset({"d2h", "io"}))
+        last = "begin"
+        for i in range(layers):
+            last = session.add(Task(f"c{i}", "gpu", "backward", "compute", compute_s, deps=(last,)))
+            copy = session.add(Task(f"d{i}", "d2h", "backward", "d2h", 1e-5, copy_bytes,
+                                    (("pcie", 1.0), ("dram", 1.0)), deps=(last,)))
+            session.add(Task(f"w{i}", "io", "backward", "nvme_write", 1e-4, copy_bytes,
+                             ((writer, 1.0), ("dram", 1.0)), deps=(copy,)))
+        session.defer(frozenset())
+        session.add(Task("step", "gpu", "optimizer_step", "marker", deps=(f"d{layers - 1}", f"w{layers - 1}")))
+        session.add(Task("read", "io", "optimizer_step", "nvme_read", 1e-4, copy_bytes, ((writer, 1.0),),
+                         deps=("step",)))
+    return schedule
+
+
+CAPACITY = {"pcie": 25e9, "dram": 100e9, "nvme": 3e9, "nvme_shared": 3e9}
+
+
+def _both(schedule: Callable[[Session], None]) -> tuple[EngineRun, EngineRun]:
+    fast, _ = run_schedule(schedule, CAPACITY.__getitem__, fast_forward=True)
+    full, _ = run_schedule(schedule, CAPACITY.__getitem__, fast_forward=False)
+    assert fast.makespan == pytest.approx(full.makespan, rel=REL)
+    for name in ("link_busy", "link_units_moved"):
+        assert getattr(fast, name) == pytest.approx(getattr(full, name), rel=REL), name
+    for name in ("busy", "moved", "stream_busy", "stream_bytes", "spans"):
+        assert getattr(fast.accounts, name) == pytest.approx(getattr(full.accounts, name), rel=REL), name
+    assert fast.accounts.exposed == pytest.approx(full.accounts.exposed, rel=REL)
+    return fast, full
+
+
+@settings(max_examples=40, deadline=None)
+@given(layers=st.integers(1, 30), compute_s=st.floats(1e-4, 1e-1), copy_bytes=st.floats(1e6, 1e9))
+def test_deferred_copies_give_the_full_run(layers: int, compute_s: float, copy_bytes: float) -> None:
+    """Queues that grow (or not) behind a compute stream: the same makespan, phases and every
+    busy and moved counter as the event run, with fewer events."""
+    fast, full = _both(copies_behind_compute(layers, compute_s, copy_bytes, "nvme"))
+    assert not fast.complete and fast.events < full.events
+
+
+def test_a_deferred_chain_is_latency_plus_bytes_over_bandwidth() -> None:
+    """One layer: the copy starts when the compute ends, the write when the copy ends, each its
+    latency plus its bytes over its tightest link; the step waits for the write."""
+    session = Session(CAPACITY.__getitem__)
+    copies_behind_compute(1, 1e-3, 1e8, "nvme")(session)
+    run = session.finish()
+    copy, write = 1e-5 + 1e8 / 25e9, 1e-4 + 1e8 / 3e9
+    names = [task.name for task in session.graph.tasks]
+    assert run.end[names.index("d0")] == pytest.approx(1e-3 + copy, rel=1e-12)
+    assert run.end[names.index("w0")] == pytest.approx(1e-3 + copy + write, rel=1e-12)
+    assert run.start[names.index("read")] == pytest.approx(1e-3 + copy + write, rel=1e-12)
+    assert run.link_busy["pcie"] == pytest.approx(1e8 / 25e9, rel=1e-12)
+
+
+def test_a_deferred_flow_on_a_link_that_could_saturate_falls_back_to_the_full_run() -> None:
+    """The writes share their drive with a read the step issues while they still run: the
+    deferred times would be wrong, so ``settle`` refuses them and the run is simulated in full."""
+    def schedule(session: Session) -> None:
+        copies_behind_compute(20, 1e-3, 3e8, "nvme_shared")(session)
+        session.add(Task("early_read", "io2", "backward", "nvme_read", 0.0, 3e9, (("nvme_shared", 1.0),),
+                         deps=("c5",)))
+    fast_session = Session(CAPACITY.__getitem__)
+    schedule(fast_session)
+    fast_session.run.extend()  # type: ignore[union-attr]
+    fast_session.run.env.run()  # type: ignore[union-attr]
+    with pytest.raises(NotQuiet):
+        settle(fast_session.run, fast_session.skips)  # type: ignore[arg-type]
+    fast, full = _both(schedule)
+    assert fast.complete  # the full simulation's own run
