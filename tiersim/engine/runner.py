@@ -1,6 +1,8 @@
 """Run a ``TaskGraph`` on SimPy's event queue: streams advance by event callbacks, flows on a
 ``FlowNetwork``. A graph may grow while it runs (``Run.extend``): that is how a
-``Session`` builds only the part of a schedule the run has reached."""
+``Session`` builds only the part of a schedule the run has reached. Deferred tasks
+(``tiersim.engine.deferred``) take no event: ``Run`` times them by recursion as their inputs
+end, and gives an event task that waits for one a timeout at its end."""
 
 from __future__ import annotations
 

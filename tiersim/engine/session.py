@@ -17,6 +17,11 @@ the skipped periods and goes on after the run's last iteration, which the loop's
 (read by relative index) now stand for. Nothing else changes, so results are the full
 simulation's. Where a state never repeats, every iteration is simulated; where the lazily
 built graph would start a task late (``LateTask``), the caller builds the graph whole.
+
+A schedule may also ``defer`` the tasks of some streams for a stretch (copies that fall
+behind the compute at fixed rates, ``tiersim.engine.deferred``): they leave the event run and
+its states; a loop holding any is not skipped (yet), and should ``settle`` find that a
+deferred flow could have been slowed (``NotQuiet``), the caller simulates the run whole too.
 """
 
 from __future__ import annotations
