@@ -56,11 +56,14 @@ def settle(run: Run, skipped: list[Span]) -> None:
         kind = None if flow is None else (flow[1], flow[2], flow[3], flow[4])
         groups.setdefault((task.stream, kind, task.delay), []).append(p)
     flows_on: dict[str, list[tuple[float, float, float]]] = {}
+    peaks: dict[str, dict[str, float]] = {}
+    """Per link, per stream: the largest load (units/s) one of its flows puts on it."""
     for (stream, kind, delay), members in groups.items():
         began = np.array([run.deferred_start[p] for p in members])
         ends = np.array([run.deferred_end[p] for p in members])
         sizes = [graph.tasks[p].size for p in members]
-        _credit(accounts.busy, stream, began, ends, windows, 1.0)
+        for phase, seconds in _per_phase(began, ends, windows):
+            _add(accounts.busy, (stream, phase), seconds)
         accounts.stream_busy[stream] = accounts.stream_busy.get(stream, 0.0) + float((ends - began).sum())
         accounts.stream_bytes[stream] = accounts.stream_bytes.get(stream, 0.0) + math.fsum(sizes)
         if kind is None:
@@ -70,39 +73,58 @@ def settle(run: Run, skipped: list[Span]) -> None:
         for start, until in skipped:
             if np.any((moving < until) & (ends > start)):
                 raise NotQuiet(f"a deferred {stream} task overlaps a fast-forwarded span")
-        _credit(accounts.moved, stream, moving, ends, windows, bound)
+        for phase, seconds in _per_phase(moving, ends, windows):
+            _add(accounts.moved, (stream, phase), bound * seconds)
+            for link, units in usage:
+                _add(accounts.moved, (link, phase), bound * units * seconds)
         total = math.fsum(sizes)
         for link, units in usage:
-            _credit(accounts.moved, link, moving, ends, windows, bound * units)
             network.moved[link] += total * units
             flows_on.setdefault(link, []).extend(
                 zip(moving.tolist(), ends.tolist(), [bound * units] * len(members)))
+            on_link = peaks.setdefault(link, {})
+            on_link[stream] = max(on_link.get(stream, 0.0), bound * units)
     ran: dict[str, list[tuple[float, float, float]]] = {}
-    for start, until, usage, bound in network.pieces:
+    for start, until, usage, bound, stream in network.pieces:
         if until > start:
             for link, units in usage:
                 if link in flows_on:
                     ran.setdefault(link, []).append((start, until, bound * units))
+                    on_link = peaks[link]
+                    on_link[stream] = max(on_link.get(stream, 0.0), bound * units)
     for link, flows in flows_on.items():
         events = ran.get(link, [])
-        _check_quiet(link, flows, events, network.capacity[link])
+        capacity = network.capacity[link]
+        if sum(peaks[link].values()) > capacity * (1 + _OVERLOAD):  # a stream runs one flow at a time
+            _check_quiet(link, flows, events, capacity)
         alone = _minus(_union([(start, until) for start, until, _load in flows]),
                        _union([(start, until) for start, until, _load in events]))
         if alone:
             starts, ends = np.array(alone).T
             network.busy[link] += float((ends - starts).sum())
-            _credit(accounts.busy, link, starts, ends, windows, 1.0)
+            for phase, seconds in _per_phase(starts, ends, windows):
+                _add(accounts.busy, (link, phase), seconds)
 
 
-def _credit(target: dict[tuple[str, str], float], resource: str, starts: np.ndarray, ends: np.ndarray,
-            windows: list[tuple[float, float, str]], rate: float) -> None:
-    """Add ``rate`` times the seconds of the spans ``starts``-``ends`` in each phase window to
-    ``target[(resource, phase)]`` (busy seconds at rate 1, bytes or link units at a flow's)."""
+def _add(target: dict[tuple[str, str], float], key: tuple[str, str], value: float) -> None:
+    target[key] = target.get(key, 0.0) + value
+
+
+def _per_phase(starts: np.ndarray, ends: np.ndarray,
+               windows: list[tuple[float, float, str]]) -> list[tuple[str, float]]:
+    """Seconds of the spans ``starts``-``ends`` in each phase window they overlap."""
+    lo, hi = float(starts.min()), float(ends.max())
+    out = []
     for begin, end, phase in windows:
-        seconds = float(np.clip(np.minimum(ends, end) - np.maximum(starts, begin), 0.0, None).sum())
+        if begin >= hi or end <= lo:
+            continue
+        if begin <= lo and hi <= end:
+            seconds = float((ends - starts).sum())
+        else:
+            seconds = float(np.clip(np.minimum(ends, end) - np.maximum(starts, begin), 0.0, None).sum())
         if seconds > 0:
-            key = (resource, phase)
-            target[key] = target.get(key, 0.0) + rate * seconds
+            out.append((phase, seconds))
+    return out
 
 
 def _check_quiet(link: str, flows: list[tuple[float, float, float]], events: list[tuple[float, float, float]],

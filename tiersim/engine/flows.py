@@ -166,9 +166,9 @@ class FlowNetwork:
         self._busy_since: dict[str, float] = {}
         self.busy: dict[str, float] = {name: 0.0 for name in capacity}
         self.moved: dict[str, float] = {name: 0.0 for name in capacity}
-        self.pieces: list[tuple[float, float, Usage, float]] = []
+        self.pieces: list[tuple[float, float, Usage, float, str]] = []
         """Every flow that ran, in pieces split where a fast-forward took a state: from, to
-        (s), its usage and its own bound (bytes/s)."""
+        (s), its usage, its own bound (bytes/s) and its stream."""
 
     def add_link(self, name: str, capacity: float) -> None:
         """A link of ``capacity`` units/s joins the network (idle)."""
@@ -245,7 +245,7 @@ class FlowNetwork:
             self.busy[link] += now - since
             self._busy_since[link] = now
         for flow in self.flows:
-            self.pieces.append((flow.began, now, flow.usage, flow.bound))
+            self.pieces.append((flow.began, now, flow.usage, flow.bound, flow.stream))
             flow.began = now
 
     def totals(self) -> dict[str, dict[str, float]]:
@@ -325,7 +325,7 @@ class FlowNetwork:
         pieces = self.pieces
         for flow in due:
             del flows[flow]
-            pieces.append((flow.began, now, flow.usage, flow.bound))
+            pieces.append((flow.began, now, flow.usage, flow.bound, flow.stream))
             if accounts is not None:
                 accounts.flow_ended(flow)
             size, rate = flow.size, flow.rate
