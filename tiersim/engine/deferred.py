@@ -7,12 +7,13 @@ the later of its stream's previous end and its dependencies' ends, and end = sta
 bytes / its flow's own bound, as soon as those are known; an event task that waits for one
 gets a timeout at its end. That is the full simulation's answer only if each deferred flow
 really moved at its own bound, so ``settle`` checks after the run that no link a deferred
-flow used could saturate while it ran (every deferred flow on it at its bound plus, wherever
-the event run's flows on that link then, each at its own bound) and that no
-fast-forwarded span overlaps a deferred flow; otherwise ``NotQuiet`` (the caller then
-simulates in full). It then adds the deferred tasks to the run's time integrals: stream busy
-seconds and bytes per phase, link units per phase, and link busy seconds as the union with
-the event run's own stretches on each link. Times are s, sizes bytes, rates bytes/s.
+flow used could saturate while it ran (every deferred flow on it at its bound plus the event
+run's flows on that link then, each at its own bound), that no fast-forwarded span overlaps a
+deferred flow and that none moved before the event run's flows were recorded; otherwise
+``NotQuiet`` (the caller then simulates in full). It then adds the deferred tasks to the
+run's time integrals: stream busy seconds and bytes per phase, link units per phase, and link
+busy seconds as the union with the event run's own flows on each link. Times are s, sizes
+bytes, rates bytes/s.
 """
 
 from __future__ import annotations
@@ -73,6 +74,8 @@ def settle(run: Run, skipped: list[Span]) -> None:
         for start, until in skipped:
             if np.any((moving < until) & (ends > start)):
                 raise NotQuiet(f"a deferred {stream} task overlaps a fast-forwarded span")
+        if float(moving.min()) < network.pieces_since:
+            raise NotQuiet(f"a deferred {stream} task moves before the event run's flows were recorded")
         for phase, seconds in _per_phase(moving, ends, windows):
             _add(accounts.moved, (stream, phase), bound * seconds)
             for link, units in usage:
@@ -85,7 +88,7 @@ def settle(run: Run, skipped: list[Span]) -> None:
             on_link = peaks.setdefault(link, {})
             on_link[stream] = max(on_link.get(stream, 0.0), bound * units)
     ran: dict[str, list[tuple[float, float, float]]] = {}
-    for start, until, usage, bound, stream in network.pieces:
+    for start, until, usage, bound, stream in network.pieces or ():
         if until > start:
             for link, units in usage:
                 if link in flows_on:

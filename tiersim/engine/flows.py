@@ -166,9 +166,12 @@ class FlowNetwork:
         self._busy_since: dict[str, float] = {}
         self.busy: dict[str, float] = {name: 0.0 for name in capacity}
         self.moved: dict[str, float] = {name: 0.0 for name in capacity}
-        self.pieces: list[tuple[float, float, Usage, float, str]] = []
-        """Every flow that ran, in pieces split where a fast-forward took a state: from, to
-        (s), its usage, its own bound (bytes/s) and its stream."""
+        self.pieces: list[tuple[float, float, Usage, float, str]] | None = None
+        """Once a caller sets it to a list (``Session.defer``): every flow that ends from then
+        on, in pieces split where a fast-forward took a state: from, to (s), its usage, its own
+        bound (bytes/s) and its stream."""
+        self.pieces_since = math.inf
+        """When ``pieces`` began (s)."""
 
     def add_link(self, name: str, capacity: float) -> None:
         """A link of ``capacity`` units/s joins the network (idle)."""
@@ -244,9 +247,10 @@ class FlowNetwork:
         for link, since in self._busy_since.items():
             self.busy[link] += now - since
             self._busy_since[link] = now
-        for flow in self.flows:
-            self.pieces.append((flow.began, now, flow.usage, flow.bound, flow.stream))
-            flow.began = now
+        if self.pieces is not None:
+            for flow in self.flows:
+                self.pieces.append((flow.began, now, flow.usage, flow.bound, flow.stream))
+                flow.began = now
 
     def totals(self) -> dict[str, dict[str, float]]:
         """Copies of the counters a fast-forward scales (after ``flush_busy``): busy seconds
@@ -325,7 +329,8 @@ class FlowNetwork:
         pieces = self.pieces
         for flow in due:
             del flows[flow]
-            pieces.append((flow.began, now, flow.usage, flow.bound, flow.stream))
+            if pieces is not None:
+                pieces.append((flow.began, now, flow.usage, flow.bound, flow.stream))
             if accounts is not None:
                 accounts.flow_ended(flow)
             size, rate = flow.size, flow.rate

@@ -183,6 +183,10 @@ class Session:
         an empty set ends it). Only with fast-forward: a full simulation runs every task."""
         if self.run is not None:
             self.graph.deferring = streams
+            if streams and self.run.network.pieces is None:
+                # what the event run's flows do on a deferred flow's links (``settle``)
+                self.run.network.pieces = []
+                self.run.network.pieces_since = self.run.env.now
 
     def repeat(self, runs: Runs) -> Iterator[int]:
         """The indices of a loop's iterations (0, 1, ...), as many as ``runs`` counts; with
