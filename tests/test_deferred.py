@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from tiersim.engine import EngineRun, Task
 from tiersim.engine.deferred import NotQuiet, settle
-from tiersim.engine.session import Session, run_schedule
+from tiersim.engine.session import Session, run_schedule, runs_of
 
 REL = 1e-9
 
@@ -36,7 +36,7 @@ def copies_behind_compute(layers: int, compute_s: float, copy_bytes: float, writ
     return schedule
 
 
-CAPACITY = {"pcie": 25e9, "dram": 100e9, "nvme": 3e9, "nvme_shared": 3e9}
+CAPACITY = {"pcie": 25e9, "dram": 100e9, "nvme": 3e9, "nvme_shared": 3e9, "fabric": 1e11}
 
 
 def _both(schedule: Callable[[Session], None]) -> tuple[EngineRun, EngineRun]:
@@ -89,3 +89,41 @@ def test_a_deferred_flow_on_a_link_that_could_saturate_falls_back_to_the_full_ru
         settle(fast_session.run, fast_session.skips)  # type: ignore[arg-type]
     fast, full = _both(schedule)
     assert fast.complete  # the full simulation's own run
+
+
+def repeating_layers(layers: int, compute_s: float, copy_bytes: float) -> Callable[[Session], None]:
+    """As ``copies_behind_compute``, the layers a ``repeat`` loop whose compute side repeats
+    (each layer's compute after the one before; two streams share the fabric as gathers and
+    reduces do) while the deferred copies fall behind."""
+    def schedule(session: Session) -> None:
+        session.add(Task("begin", "gpu", "forward", "marker"))
+        session.defer(frozenset({"d2h", "io"}))
+        done: list[str] = []
+        for i in session.repeat(runs_of(("layer",) * layers, 1)):
+            after = (done[-1],) if done else ("begin",)
+            gather = session.add(Task(f"g{i}", "gather", "backward", "allgather", 1e-5, 2e8, (("fabric", 1.0),),
+                                      deps=after))
+            done.append(session.add(Task(f"c{i}", "gpu", "backward", "compute", compute_s, deps=(gather,))))
+            reduce = session.add(Task(f"r{i}", "reduce", "backward", "reduce_scatter", 1e-5, 2e8,
+                                      (("fabric", 1.0),), deps=(done[-1],)))
+            copy = session.add(Task(f"d{i}", "d2h", "backward", "d2h", 1e-5, copy_bytes,
+                                    (("pcie", 1.0), ("dram", 1.0)), deps=(reduce,)))
+            session.add(Task(f"w{i}", "io", "backward", "nvme_write", 1e-4, copy_bytes,
+                             (("nvme", 1.0), ("dram", 1.0)), deps=(copy,)))
+        session.defer(frozenset())
+        tails = tuple(name for stream, name in session.graph.stream_tails().items() if stream in ("gpu", "d2h", "io"))
+        session.add(Task("step", "gpu", "optimizer_step", "marker", deps=tails))
+        session.add(Task("read", "io", "optimizer_step", "nvme_read", 1e-4, copy_bytes, (("nvme", 1.0),),
+                         deps=("step",)))
+    return schedule
+
+
+@settings(max_examples=40, deadline=None)
+@given(layers=st.integers(1, 60), compute_s=st.floats(1e-4, 3e-2), copy_bytes=st.floats(1e6, 1e9))
+def test_a_loop_with_deferred_copies_is_skipped_and_gives_the_full_run(layers: int, compute_s: float,
+                                                                      copy_bytes: float) -> None:
+    """The compute side repeats, the copies' queues grow: the loop is skipped, the skipped
+    layers' copies timed as images of the last built one's, and every counter is the full run's."""
+    fast, full = _both(repeating_layers(layers, compute_s, copy_bytes))
+    if layers >= 20:
+        assert fast.events < full.events / 3

@@ -40,9 +40,10 @@ class NotQuiet(Exception):
     the full simulation's."""
 
 
-def settle(run: Run, skipped: list[Span]) -> None:
+def settle(run: Run, skipped: list[tuple[float, float, frozenset[str]]]) -> None:
     """Check the deferred tasks of a finished ``run`` and add them to its counters (see the
-    module docstring); ``skipped`` are the spans a fast-forward jumped over."""
+    module docstring); ``skipped`` are the spans a fast-forward jumped over (s) and the links
+    the event tasks skipped there use."""
     graph, accounts, network = run.graph, run.accounts, run.network
     deferred = [p for p, flag in enumerate(graph.deferred) if flag]
     if not deferred:
@@ -71,9 +72,9 @@ def settle(run: Run, skipped: list[Span]) -> None:
             continue
         usage, _cap, bound, _stream = kind
         moving = began + delay
-        for start, until in skipped:
-            if np.any((moving < until) & (ends > start)):
-                raise NotQuiet(f"a deferred {stream} task overlaps a fast-forwarded span")
+        for start, until, links in skipped:
+            if links.intersection(link for link, _units in usage) and np.any((moving < until) & (ends > start)):
+                raise NotQuiet(f"a deferred {stream} task overlaps a fast-forwarded span on its links")
         if float(moving.min()) < network.pieces_since:
             raise NotQuiet(f"a deferred {stream} task moves before the event run's flows were recorded")
         for phase, seconds in _per_phase(moving, ends, windows):

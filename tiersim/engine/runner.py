@@ -120,6 +120,9 @@ class Run:
         self.proxied: set[int] = set()
         """Deferred tasks an event task waits for: each has a timeout at its end."""
         self.proxies_pending = 0
+        self.floor: dict[int, float] = {}
+        """Deferred tasks that cannot start before a time (s) besides their dependencies (a
+        fast-forward's copy, waiting for a skipped task: ``Session``)."""
 
     def extend(self) -> None:
         """Take in the tasks added to the graph since the last call and start those that can
@@ -282,7 +285,7 @@ class Run:
         self.unmet.append(unmet)
         self.at_head.append(False)
         self.delay.append(task.delay)
-        self.ready.append(latest)
+        self.ready.append(max(latest, self.floor.get(p, 0.0)))
         self.start.append(-1.0)
         self.end.append(-1.0)
         if not unmet and self._before(p) >= 0:

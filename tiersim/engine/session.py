@@ -175,8 +175,8 @@ class Session:
         self.run = Run(self.graph) if fast_forward else None
         self.skipped = 0
         """Loop iterations fast-forwarded over."""
-        self.skips: list[tuple[float, float]] = []
-        """The spans fast-forwarded over (s)."""
+        self.skips: list[tuple[float, float, frozenset[str]]] = []
+        """The spans fast-forwarded over (s) and the links the skipped event tasks use."""
 
     def defer(self, streams: frozenset[str]) -> None:
         """Add the tasks of ``streams`` as deferred from now on (``tiersim.engine.deferred``;
@@ -205,7 +205,9 @@ class Session:
             while block < count:
                 if loop.first:  # a state at each block's start, relative to the block before
                     state = self._boundary(loop, with_state=block >= 1)
-                    if state is not None and before is not None and state.repeats(before):
+                    if state is not None and before is not None and state.repeats(before) and (
+                            self.graph.last_deferred < loop.first[0]
+                            or self._images_possible(loop, width, count - block)):
                         self._skip(loop, before, state, count - block, width)
                         break
                     before = state
@@ -253,8 +255,8 @@ class Session:
             step()
         if start[first] < 0 or not with_state:
             return None
-        if self.graph.last_deferred >= loop.first[0] or run.proxies_pending:
-            return None  # deferred tasks in the loop, or timeouts a state does not describe
+        if run.proxies_pending:
+            return None  # timeouts a state does not describe
         oldest = next(iter(run.pending), -1)  # a task from before the loop is named by position
         head = oldest if oldest < loop.first[0] else oldest - loop.first[-1]
         now = env.now
@@ -310,7 +312,10 @@ class Session:
         accounts.scaled(before.totals["accounts"], state.totals["accounts"], times)
         network.scaled(before.totals["network"], state.totals["network"], times)
         seconds = times * (state.now - before.now)
-        self.skips.append((state.now, state.now + seconds))
+        graph = self.graph
+        links = {link for p in range(loop.first[0], len(graph.tasks)) if not graph.deferred[p]
+                 for link, _units in (graph.tasks[p].usage if graph.flows[p] is not None else ())}
+        self.skips.append((state.now, state.now + seconds, frozenset(links)))
         env._now += seconds
         env._queue[:] = [(at + seconds, priority, eid, event)
                          for at, priority, eid, event in env._queue]
@@ -322,8 +327,119 @@ class Session:
                 start[p] += seconds
             if end[p] >= 0:
                 end[p] += seconds
+        if graph.last_deferred >= loop.first[0]:
+            self._deferred_images(loop, times, state.now - before.now, seconds)
         loop.index[:] = [i + times * width for i in loop.index]
         self.skipped += times * width
+
+    def _images_possible(self, loop: _Loop, width: int, times: int) -> bool:
+        """Whether a loop holding deferred tasks can be skipped ``times`` blocks (see
+        ``_deferred_images``): one iteration per block; no event task waits for a deferred one;
+        the last iteration's deferred tasks depend on deferred tasks of their own iteration
+        only; and each compute-side task a deferred one waits for has ended in an iteration of
+        the run at most ``times`` back (its reference, ``_references``)."""
+        run, graph = self.run, self.graph
+        if run is None or width != 1:
+            return False
+        deferred, first = graph.deferred, loop.first
+        for p in range(first[0], len(graph.tasks)):
+            if deferred[p]:
+                after = graph.stream_next[p]
+                if (after >= 0 and not deferred[after]) or any(not deferred[j] for j in graph.dependents[p]):
+                    return False
+        last = first[-1]
+        for p in range(last, len(graph.tasks)):
+            if deferred[p] and any(first[0] <= d < last and deferred[d] for d in graph.deps[p]):
+                return False
+        references = self._references(loop)
+        return references is not None and all(len(first) - 1 - it <= times for it in references.values())
+
+    def _references(self, loop: _Loop) -> dict[int, int] | None:
+        """For each position (within an iteration) of a compute-side task that the last
+        iteration's deferred tasks or a waiting one depend on: the latest iteration of the last
+        one's key in which it has ended (None if there is none)."""
+        run, graph = self.run, self.graph
+        if run is None:
+            return None
+        first, keys, deferred, ends = loop.first, loop.key, graph.deferred, run.end
+        last = len(first) - 1
+        wanted = set()
+        for p in range(first[0], len(graph.tasks)):
+            if deferred[p] and (p >= first[last] or p not in run.deferred_end):  # a copy's template, or waiting
+                for d in graph.deps[p]:
+                    if d >= first[0] and not deferred[d]:
+                        it = bisect.bisect_right(first, d) - 1
+                        if keys[it] != keys[last]:
+                            return None
+                        wanted.add(d - first[it])
+        references = {}
+        for offset in wanted:
+            it = last
+            while it >= 0 and keys[it] == keys[last] and ends[first[it] + offset] < 0:
+                it -= 1
+            if it < 0 or keys[it] != keys[last]:
+                return None
+            references[offset] = it
+        return references
+
+    def _deferred_images(self, loop: _Loop, times: int, period: float, seconds: float) -> None:
+        """The deferred tasks of the ``times`` skipped iterations, and the real ones still
+        waiting. Every real deferred task keeps its own iteration; the compute-side task at a
+        position in iteration j ends, in the periodic stretch, at its reference's end plus
+        (j - reference) periods (``_references``: ended before the skip, so in the stretch), and
+        past the stretch it is the real task the skip moved there. So a waiting real deferred
+        task takes those times for what it waits for, and each skipped iteration gets copies of
+        the last iteration's deferred tasks, appended to their streams in order."""
+        run, graph = self.run, self.graph
+        references = self._references(loop)
+        if run is None or references is None:
+            raise ModelError("a deferred loop skipped without references")
+        first, deferred, ends = loop.first, graph.deferred, run.end
+        last = len(first) - 1
+
+        def ended(j: int, offset: int) -> float:
+            """When the compute-side task at ``offset`` of iteration ``j`` ends (s), for j up to
+            its reference plus ``times`` (the real ones' ends already moved by the skip)."""
+            ref = references[offset]
+            if j <= ref:
+                return ends[first[j] + offset] - seconds
+            return ends[first[ref] + offset] - seconds + (j - ref) * period
+
+        waiting = [p for p in range(first[0], len(graph.tasks)) if deferred[p] and p not in run.deferred_end]
+        for p in waiting:
+            for d in graph.deps[p]:
+                if d >= first[0] and not deferred[d] and ends[d] < 0:
+                    it = bisect.bisect_right(first, d) - 1
+                    run.unmet[p] -= 1
+                    run.ready[p] = max(run.ready[p], ended(it, d - first[it]))
+                    graph.dependents[d].remove(p)
+        for p in waiting:
+            if not run.unmet[p] and run._before(p) >= 0:
+                run._resolve(p)
+        template = [q for q in range(first[last], len(graph.tasks)) if deferred[q]]
+        for m in range(1, times + 1):
+            names: dict[int, str] = {}
+            for q in template:
+                task = graph.tasks[q]
+                deps: list[str] = []
+                floor = 0.0
+                for d in graph.deps[q]:
+                    if d < first[0]:
+                        deps.append(graph.tasks[d].name)
+                    elif deferred[d]:
+                        deps.append(names[d])
+                    else:
+                        it = bisect.bisect_right(first, d) - 1
+                        offset, j = d - first[it], it + m
+                        if j <= references[offset] + times:
+                            floor = max(floor, ended(j, offset))
+                        else:  # the real task the skip moved to iteration j
+                            deps.append(graph.tasks[first[j - times] + offset].name)
+                names[q] = graph.add(Task(f"{task.name}~{self.skipped + m}", task.stream, task.phase,
+                                          task.category, task.delay, task.size, task.usage, task.rate_cap,
+                                          tuple(deps)))
+                if floor:
+                    run.floor[len(graph.tasks) - 1] = floor
 
 
 def run_schedule(schedule: Callable[[Session], None], capacity_of: Callable[[str], float],
