@@ -46,9 +46,9 @@ def settle(run: Run, skipped: list[tuple[float, float, frozenset[str]]]) -> None
     module docstring); ``skipped`` are the spans a fast-forward jumped over (s) and the links
     the event tasks skipped there use."""
     graph, accounts, network = run.graph, run.accounts, run.network
-    deferred = [p for p, flag in enumerate(graph.deferred) if flag]
-    if not deferred:
+    if graph.last_deferred < 0:
         return
+    deferred = [p for p, flag in enumerate(graph.deferred) if flag]
     if any(p not in run.deferred_end for p in deferred):
         raise NotQuiet("a deferred task never had its inputs")
     windows = _phase_windows(accounts.changes, max(max(run.end, default=0.0), max(run.deferred_end.values())))
@@ -68,7 +68,8 @@ def settle(run: Run, skipped: list[tuple[float, float, frozenset[str]]]) -> None
         for phase, seconds in _per_phase(began, ends, windows):
             _add(accounts.busy, (stream, phase), seconds)
         accounts.stream_busy[stream] = accounts.stream_busy.get(stream, 0.0) + float((ends - began).sum())
-        accounts.stream_bytes[stream] = accounts.stream_bytes.get(stream, 0.0) + math.fsum(sizes)
+        total = math.fsum(sizes)
+        accounts.stream_bytes[stream] = accounts.stream_bytes.get(stream, 0.0) + total
         if kind is None:
             continue
         usage, _cap, bound, _stream = kind
@@ -82,7 +83,6 @@ def settle(run: Run, skipped: list[tuple[float, float, frozenset[str]]]) -> None
             _add(accounts.moved, (stream, phase), bound * seconds)
             for link, units in usage:
                 _add(accounts.moved, (link, phase), bound * units * seconds)
-        total = math.fsum(sizes)
         for link, units in usage:
             network.moved[link] += total * units
             flows_on.setdefault(link, []).extend(

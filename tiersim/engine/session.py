@@ -20,7 +20,8 @@ built graph would start a task late (``LateTask``), the caller builds the graph 
 
 A schedule may also ``defer`` the tasks of some streams for a stretch (copies that fall
 behind the compute at fixed rates, ``tiersim.engine.deferred``): they leave the event run and
-its states; a loop holding any is not skipped (yet), and should ``settle`` find that a
+its states; a loop holding any is skipped with copies of its last iteration's deferred tasks
+standing for the skipped ones (``_deferred_images``), and should ``settle`` find that a
 deferred flow could have been slowed (``NotQuiet``), the caller simulates the run whole too.
 """
 
@@ -205,11 +206,12 @@ class Session:
             while block < count:
                 if loop.first:  # a state at each block's start, relative to the block before
                     state = self._boundary(loop, with_state=block >= 1)
-                    if state is not None and before is not None and state.repeats(before) and (
-                            self.graph.last_deferred < loop.first[0]
-                            or self._images_possible(loop, width, count - block)):
-                        self._skip(loop, before, state, count - block, width)
-                        break
+                    if state is not None and before is not None and state.repeats(before):
+                        holds = self.graph.last_deferred >= loop.first[0]  # deferred tasks in the loop
+                        references = self._image_references(loop, width, count - block) if holds else None
+                        if not holds or references is not None:
+                            self._skip(loop, before, state, count - block, width, references)
+                            break
                     before = state
                 start = index + block * width
                 for i in range(start, start + width):
@@ -302,9 +304,11 @@ class Session:
         totals = {"accounts": accounts.totals(), "network": network.totals()}
         return _State(now, tasks, loop.timers, accounts.phase, totals)
 
-    def _skip(self, loop: _Loop, before: _State, state: _State, times: int, width: int) -> None:
+    def _skip(self, loop: _Loop, before: _State, state: _State, times: int, width: int,
+              references: dict[int, int] | None) -> None:
         """Fast-forward ``times`` periods of ``state.now - before.now`` seconds, each a block of
-        ``width`` iterations."""
+        ``width`` iterations (with the ``references`` of the loop's deferred tasks, if it holds
+        any)."""
         run = self.run
         if run is None:
             raise ModelError("the session has no run in progress")
@@ -313,9 +317,11 @@ class Session:
         network.scaled(before.totals["network"], state.totals["network"], times)
         seconds = times * (state.now - before.now)
         graph = self.graph
-        links = {link for p in range(loop.first[0], len(graph.tasks)) if not graph.deferred[p]
-                 for link, _units in (graph.tasks[p].usage if graph.flows[p] is not None else ())}
-        self.skips.append((state.now, state.now + seconds, frozenset(links)))
+        links: frozenset[str] = frozenset()
+        if network.pieces is not None:  # only a span after deferring began can meet a deferred flow
+            links = frozenset(link for p in range(loop.first[0], len(graph.tasks)) if not graph.deferred[p]
+                              for link, _units in (graph.tasks[p].usage if graph.flows[p] is not None else ()))
+        self.skips.append((state.now, state.now + seconds, links))
         env._now += seconds
         env._queue[:] = [(at + seconds, priority, eid, event)
                          for at, priority, eid, event in env._queue]
@@ -327,32 +333,34 @@ class Session:
                 start[p] += seconds
             if end[p] >= 0:
                 end[p] += seconds
-        if graph.last_deferred >= loop.first[0]:
-            self._deferred_images(loop, times, state.now - before.now, seconds)
+        if references is not None:
+            self._deferred_images(loop, times, state.now - before.now, seconds, references)
         loop.index[:] = [i + times * width for i in loop.index]
         self.skipped += times * width
 
-    def _images_possible(self, loop: _Loop, width: int, times: int) -> bool:
-        """Whether a loop holding deferred tasks can be skipped ``times`` blocks (see
-        ``_deferred_images``): one iteration per block; no event task waits for a deferred one;
-        the last iteration's deferred tasks depend on deferred tasks of their own iteration
-        only; and each compute-side task a deferred one waits for has ended in an iteration of
-        the run at most ``times`` back (its reference, ``_references``)."""
+    def _image_references(self, loop: _Loop, width: int, times: int) -> dict[int, int] | None:
+        """The ``_references`` of a loop holding deferred tasks if it can be skipped ``times``
+        blocks (see ``_deferred_images``), else None: one iteration per block; no event task waits
+        for a deferred one; the last iteration's deferred tasks depend on deferred tasks of their
+        own iteration only; and each compute-side task a deferred one waits for has ended in an
+        iteration of the run at most ``times`` back."""
         run, graph = self.run, self.graph
         if run is None or width != 1:
-            return False
+            return None
         deferred, first = graph.deferred, loop.first
         for p in range(first[0], len(graph.tasks)):
             if deferred[p]:
                 after = graph.stream_next[p]
                 if (after >= 0 and not deferred[after]) or any(not deferred[j] for j in graph.dependents[p]):
-                    return False
+                    return None
         last = first[-1]
         for p in range(last, len(graph.tasks)):
             if deferred[p] and any(first[0] <= d < last and deferred[d] for d in graph.deps[p]):
-                return False
+                return None
         references = self._references(loop)
-        return references is not None and all(len(first) - 1 - it <= times for it in references.values())
+        if references is None or any(len(first) - 1 - it > times for it in references.values()):
+            return None
+        return references
 
     def _references(self, loop: _Loop) -> dict[int, int] | None:
         """For each position (within an iteration) of a compute-side task that the last
@@ -382,7 +390,8 @@ class Session:
             references[offset] = it
         return references
 
-    def _deferred_images(self, loop: _Loop, times: int, period: float, seconds: float) -> None:
+    def _deferred_images(self, loop: _Loop, times: int, period: float, seconds: float,
+                         references: dict[int, int]) -> None:
         """The deferred tasks of the ``times`` skipped iterations, and the real ones still
         waiting. Every real deferred task keeps its own iteration; the compute-side task at a
         position in iteration j ends, in the periodic stretch, at its reference's end plus
@@ -391,9 +400,8 @@ class Session:
         task takes those times for what it waits for, and each skipped iteration gets copies of
         the last iteration's deferred tasks, appended to their streams in order."""
         run, graph = self.run, self.graph
-        references = self._references(loop)
-        if run is None or references is None:
-            raise ModelError("a deferred loop skipped without references")
+        if run is None:
+            raise ModelError("the session has no run in progress")
         first, deferred, ends = loop.first, graph.deferred, run.end
         last = len(first) - 1
 
