@@ -127,3 +127,14 @@ def test_a_loop_with_deferred_copies_is_skipped_and_gives_the_full_run(layers: i
     fast, full = _both(repeating_layers(layers, compute_s, copy_bytes))
     if layers >= 20:
         assert fast.events < full.events / 3
+
+
+def test_the_skipped_layers_copies_are_timed_without_being_built() -> None:
+    """Copies far behind the compute (writes 20x slower than a layer): the skip builds the last
+    skipped layer's copies only, the others are timed as images, and every counter is the full run's."""
+    schedule = repeating_layers(60, 1e-3, 6e7)
+    _both(schedule)
+    fast, built = run_schedule(schedule, CAPACITY.__getitem__, fast_forward=True)
+    _full, whole = run_schedule(schedule, CAPACITY.__getitem__, fast_forward=False)
+    assert fast.accounts.stream_bytes["io"] == pytest.approx(61 * 6e7, rel=REL)  # 60 writes and the read
+    assert len(built.tasks) < len(whole.tasks) / 3

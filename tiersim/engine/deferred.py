@@ -10,17 +10,18 @@ really moved at its own bound, so ``settle`` checks after the run that no link a
 flow used could saturate while it ran (every deferred flow on it at its bound plus the event
 run's flows on that link then, each at its own bound), that no fast-forwarded span whose event
 tasks use one of its links overlaps a deferred flow and that none moved before the event run's
-flows were recorded; otherwise
-``NotQuiet`` (the caller then simulates in full). It then adds the deferred tasks to the
-run's time integrals: stream busy seconds and bytes per phase, link units per phase, and link
-busy seconds as the union with the event run's own flows on each link. Times are s, sizes
+flows were recorded; otherwise ``NotQuiet`` (the caller then simulates in full). It then adds
+the deferred tasks (and the copies a fast-forward timed without building, ``Run.images``) to
+the run's time integrals: stream busy seconds and bytes per phase, link units per phase, and
+link busy seconds as the union with the event run's own flows on each link. Times are s, sizes
 bytes, rates bytes/s.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -29,8 +30,16 @@ from tiersim.engine.graph import Usage
 if TYPE_CHECKING:  # pragma: no cover
     from tiersim.engine.runner import Run
 
-Span = tuple[float, float]
-"""From, to (s)."""
+_Kind = tuple[str, tuple[Usage, float, float, str] | None, float]
+"""Stream, flow (usage, rate cap, own bound, stream; None without one) and delay (s)."""
+
+
+class _Spans(NamedTuple):
+    """Flows on one link: starts and ends (s) and the load each puts on it (units/s)."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+    loads: np.ndarray
 
 _OVERLOAD = 1e-12
 """Fraction of a link's capacity the summed bounds on it may exceed (float residue)."""
@@ -51,28 +60,37 @@ def settle(run: Run, skipped: list[tuple[float, float, frozenset[str]]]) -> None
     deferred = [p for p, flag in enumerate(graph.deferred) if flag]
     if any(p not in run.deferred_end for p in deferred):
         raise NotQuiet("a deferred task never had its inputs")
+    groups: dict[_Kind, tuple[list[float], list[float], list[float]]] = {}
+    """Tasks alike but for their size, credited together: their starts, ends and sizes."""
+    kinds: dict[int, _Kind] = {}
+    members = [(p, run.deferred_start[p], run.deferred_end[p]) for p in deferred]
+    for p, at, until in members:
+        run.start[p], run.end[p] = at, until
+    for q, at, until in itertools.chain(members, run.images):
+        kind = kinds.get(q)
+        if kind is None:
+            task, flow = graph.tasks[q], graph.flows[q]
+            kind = kinds[q] = (task.stream, None if flow is None else (flow[1], flow[2], flow[3], flow[4]), task.delay)
+        group = groups.get(kind)
+        if group is None:
+            group = groups[kind] = ([], [], [])
+        group[0].append(at)
+        group[1].append(until)
+        group[2].append(graph.tasks[q].size)
     windows = _phase_windows(accounts.changes, max(max(run.end, default=0.0), max(run.deferred_end.values())))
-    groups: dict[tuple[str, tuple[Usage, float, float, str] | None, float], list[int]] = {}
-    for p in deferred:  # tasks alike but for their size, credited together
-        run.start[p], run.end[p] = run.deferred_start[p], run.deferred_end[p]
-        task, flow = graph.tasks[p], graph.flows[p]
-        kind = None if flow is None else (flow[1], flow[2], flow[3], flow[4])
-        groups.setdefault((task.stream, kind, task.delay), []).append(p)
-    flows_on: dict[str, list[tuple[float, float, float]]] = {}
+    flows_on: dict[str, list[tuple[np.ndarray, np.ndarray, float]]] = {}
     peaks: dict[str, dict[str, float]] = {}
     """Per link, per stream: the largest load (units/s) one of its flows puts on it."""
-    for (stream, kind, delay), members in groups.items():
-        began = np.array([run.deferred_start[p] for p in members])
-        ends = np.array([run.deferred_end[p] for p in members])
-        sizes = [graph.tasks[p].size for p in members]
+    for (stream, flow_kind, delay), (start_list, end_list, sizes) in groups.items():
+        began, ends = np.array(start_list), np.array(end_list)
         for phase, seconds in _per_phase(began, ends, windows):
             _add(accounts.busy, (stream, phase), seconds)
         accounts.stream_busy[stream] = accounts.stream_busy.get(stream, 0.0) + float((ends - began).sum())
         total = math.fsum(sizes)
         accounts.stream_bytes[stream] = accounts.stream_bytes.get(stream, 0.0) + total
-        if kind is None:
+        if flow_kind is None:
             continue
-        usage, _cap, bound, _stream = kind
+        usage, _cap, bound, _stream = flow_kind
         moving = began + delay
         for start, until, links in skipped:
             if links.intersection(link for link, _units in usage) and np.any((moving < until) & (ends > start)):
@@ -85,8 +103,7 @@ def settle(run: Run, skipped: list[tuple[float, float, frozenset[str]]]) -> None
                 _add(accounts.moved, (link, phase), bound * units * seconds)
         for link, units in usage:
             network.moved[link] += total * units
-            flows_on.setdefault(link, []).extend(
-                zip(moving.tolist(), ends.tolist(), [bound * units] * len(members)))
+            flows_on.setdefault(link, []).append((moving, ends, bound * units))
             on_link = peaks.setdefault(link, {})
             on_link[stream] = max(on_link.get(stream, 0.0), bound * units)
     ran: dict[str, list[tuple[float, float, float]]] = {}
@@ -97,15 +114,15 @@ def settle(run: Run, skipped: list[tuple[float, float, frozenset[str]]]) -> None
                     ran.setdefault(link, []).append((start, until, bound * units))
                     on_link = peaks[link]
                     on_link[stream] = max(on_link.get(stream, 0.0), bound * units)
-    for link, flows in flows_on.items():
-        events = ran.get(link, [])
+    for link, chunks in flows_on.items():
+        flows = _Spans(np.concatenate([c[0] for c in chunks]), np.concatenate([c[1] for c in chunks]),
+                       np.concatenate([np.full(len(c[0]), c[2]) for c in chunks]))
+        events = _Spans(*np.array(ran.get(link, []), dtype=float).reshape(-1, 3).T)
         capacity = network.capacity[link]
         if sum(peaks[link].values()) > capacity * (1 + _OVERLOAD):  # a stream runs one flow at a time
             _check_quiet(link, flows, events, capacity)
-        alone = _minus(_union([(start, until) for start, until, _load in flows]),
-                       _union([(start, until) for start, until, _load in events]))
-        if alone:
-            starts, ends = np.array(alone).T
+        starts, ends = _minus(_union(flows.starts, flows.ends), _union(events.starts, events.ends))
+        if len(starts):
             network.busy[link] += float((ends - starts).sum())
             for phase, seconds in _per_phase(starts, ends, windows):
                 _add(accounts.busy, (link, phase), seconds)
@@ -132,25 +149,20 @@ def _per_phase(starts: np.ndarray, ends: np.ndarray,
     return out
 
 
-def _check_quiet(link: str, flows: list[tuple[float, float, float]], events: list[tuple[float, float, float]],
-                 capacity: float) -> None:
-    """``NotQuiet`` if at some moment the deferred ``flows`` on ``link`` (from, to, units/s at
-    their own bounds) and the event run's flows on it then (the same, ``events``) could take
-    more than its ``capacity``."""
-    marks: list[tuple[float, int, float, int]] = []  # (time, 0 = leave before 1 = join, load, deferred)
-    for start, until, load in flows:
-        marks += [(start, 1, load, 1), (until, 0, -load, -1)]
-    for start, until, load in events:
-        marks += [(start, 1, load, 0), (until, 0, -load, 0)]
-    marks.sort()
-    load, active = 0.0, 0
-    for i, (time, _kind, change, count) in enumerate(marks):
-        load += change
-        active += count
-        if i + 1 < len(marks) and marks[i + 1][0] == time:
-            continue
-        if active and load > capacity * (1 + _OVERLOAD):
-            raise NotQuiet(f"link {link!r} could saturate under a deferred flow at {time:.6g} s")
+def _check_quiet(link: str, flows: _Spans, events: _Spans, capacity: float) -> None:
+    """``NotQuiet`` if at some moment the deferred ``flows`` on ``link`` (at their own bounds)
+    and the event run's flows on it then (the same, ``events``) could take more than its
+    ``capacity`` (units/s)."""
+    times = np.concatenate([flows.starts, flows.ends, events.starts, events.ends])
+    change = np.concatenate([flows.loads, -flows.loads, events.loads, -events.loads])
+    count = np.concatenate([np.ones(len(flows.starts)), -np.ones(len(flows.starts)), np.zeros(2 * len(events.starts))])
+    order = np.argsort(times, kind="stable")
+    times = times[order]
+    load, active = np.cumsum(change[order]), np.cumsum(count[order])
+    settled = np.append(times[1:] != times[:-1], True)  # the last change at each moment
+    over = settled & (active > 0) & (load > capacity * (1 + _OVERLOAD))
+    if over.any():
+        raise NotQuiet(f"link {link!r} could saturate under a deferred flow at {times[over][0]:.6g} s")
 
 
 def _phase_windows(changes: list[tuple[float, str]], until: float) -> list[tuple[float, float, str]]:
@@ -165,32 +177,30 @@ def _phase_windows(changes: list[tuple[float, str]], until: float) -> list[tuple
     return windows
 
 
-def _union(spans: list[Span]) -> list[Span]:
-    """Sorted, disjoint spans covering the same time as ``spans``."""
-    merged: list[Span] = []
-    for start, until in sorted(spans):
-        if merged and start <= merged[-1][1]:
-            if until > merged[-1][1]:
-                merged[-1] = (merged[-1][0], until)
-        else:
-            merged.append((start, until))
-    return merged
+def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted, disjoint spans (their starts and ends, s) covering the same time as the spans
+    ``starts``-``ends``; spans that touch are one."""
+    if not len(starts):
+        return starts, ends
+    order = np.argsort(starts, kind="stable")
+    starts, reach = starts[order], np.maximum.accumulate(ends[order])
+    opens = np.append(True, starts[1:] > reach[:-1])
+    closes = np.append(opens[1:], True)
+    return starts[opens], reach[closes]
 
 
-def _minus(spans: list[Span], other: list[Span]) -> list[Span]:
-    """The parts of sorted disjoint ``spans`` outside sorted disjoint ``other``."""
-    out: list[Span] = []
-    j = 0
-    for start, until in spans:
-        while j < len(other) and other[j][1] <= start:
-            j += 1
-        k = j
-        while start < until:
-            if k >= len(other) or other[k][0] >= until:
-                out.append((start, until))
-                break
-            if other[k][0] > start:
-                out.append((start, other[k][0]))
-            start = max(start, other[k][1])
-            k += 1
-    return out
+def _minus(spans: tuple[np.ndarray, np.ndarray], other: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The parts of sorted disjoint ``spans`` outside sorted disjoint ``other`` (starts and
+    ends, s), as pieces between consecutive boundaries of either."""
+    if not len(other[0]) or not len(spans[0]):
+        return spans
+    marks = np.unique(np.concatenate([*spans, *other]))
+    lo, hi = marks[:-1], marks[1:]
+    alone = _inside(spans, lo) & ~_inside(other, lo)
+    return lo[alone], hi[alone]
+
+
+def _inside(spans: tuple[np.ndarray, np.ndarray], times: np.ndarray) -> np.ndarray:
+    """Whether each of ``times`` lies in one of sorted disjoint ``spans`` (start included)."""
+    k = np.searchsorted(spans[0], times, side="right") - 1
+    return (k >= 0) & (spans[1][np.maximum(k, 0)] > times)

@@ -182,6 +182,10 @@ class TaskGraph:
             grouped.setdefault(task.stream, []).append(task)
         return grouped
 
+    def stream_tail(self, stream: str) -> int:
+        """The position of the last task on ``stream`` (-1 for none)."""
+        return self._stream_tails.get(stream, -1)
+
     def stream_tails(self) -> dict[str, str]:
         """The name of the last task on each stream, by stream (in order of their first tasks)."""
         return {stream: self.tasks[at].name for stream, at in self._stream_tails.items()}

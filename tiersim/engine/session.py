@@ -21,7 +21,8 @@ built graph would start a task late (``LateTask``), the caller builds the graph 
 A schedule may also ``defer`` the tasks of some streams for a stretch (copies that fall
 behind the compute at fixed rates, ``tiersim.engine.deferred``): they leave the event run and
 its states; a loop holding any is skipped with copies of its last iteration's deferred tasks
-standing for the skipped ones (``_deferred_images``), and should ``settle`` find that a
+standing for the skipped ones (``_deferred_images``; most are timed by the same recursion
+without being built, ``Run.images``), and should ``settle`` find that a
 deferred flow could have been slowed (``NotQuiet``), the caller simulates the run whole too.
 """
 
@@ -398,7 +399,8 @@ class Session:
         (j - reference) periods (``_references``: ended before the skip, so in the stretch), and
         past the stretch it is the real task the skip moved there. So a waiting real deferred
         task takes those times for what it waits for, and each skipped iteration gets copies of
-        the last iteration's deferred tasks, appended to their streams in order."""
+        the last iteration's deferred tasks, appended to their streams in order: timed here
+        without being built while their inputs are known (``_timed_images``), the rest built."""
         run, graph = self.run, self.graph
         if run is None:
             raise ModelError("the session has no run in progress")
@@ -425,12 +427,13 @@ class Session:
             if not run.unmet[p] and run._before(p) >= 0:
                 run._resolve(p)
         template = [q for q in range(first[last], len(graph.tasks)) if deferred[q]]
-        for m in range(1, times + 1):
+        timed, tails = self._timed_images(first, template, times, references, ended)
+        for m in range(timed + 1, times + 1):
             names: dict[int, str] = {}
             for q in template:
                 task = graph.tasks[q]
                 deps: list[str] = []
-                floor = 0.0
+                floor = tails[task.stream] if timed and m == timed + 1 else 0.0  # after the timed ones
                 for d in graph.deps[q]:
                     if d < first[0]:
                         deps.append(graph.tasks[d].name)
@@ -448,6 +451,66 @@ class Session:
                                           tuple(deps)))
                 if floor:
                     run.floor[len(graph.tasks) - 1] = floor
+
+    def _timed_images(self, first: list[int], template: list[int], times: int, references: dict[int, int],
+                      ended: Callable[[int, int], float]) -> tuple[int, dict[str, float]]:
+        """Time the first skipped iterations' copies of the ``template`` deferred tasks without
+        building them, as ``Run`` would (start = the latest of its stream's previous end, its
+        dependencies' ends and, for a skipped compute-side one, ``ended``; end = start + delay +
+        bytes / its own bound), into ``Run.images`` for ``settle``: each iteration whose inputs
+        are all known, up to the last but one (that one is built: later tasks follow it on its
+        streams). Returns how many were timed and each template stream's end after them (s)."""
+        run, graph = self.run, self.graph
+        if run is None:
+            raise ModelError("the session has no run in progress")
+        deferred, end, deferred_end = graph.deferred, run.end, run.deferred_end
+
+        def done(p: int) -> float:
+            return deferred_end.get(p, -1.0) if deferred[p] else end[p]
+
+        tails = {graph.tasks[q].stream: 0.0 for q in template}
+        for stream in tails:
+            tails[stream] = done(graph.stream_tail(stream))
+        steps = []
+        for q in template:
+            flow = graph.flows[q]
+            inputs: list[tuple[int, int, int]] = []  # (kind, position or offset, iteration)
+            for d in graph.deps[q]:
+                if d < first[0]:
+                    inputs.append((0, d, 0))
+                elif deferred[d]:
+                    inputs.append((1, d, 0))
+                else:
+                    it = bisect.bisect_right(first, d) - 1
+                    inputs.append((2, d - first[it], it))
+            steps.append((q, graph.tasks[q].stream, graph.tasks[q].delay,
+                          flow[0] / flow[3] if flow is not None else 0.0, inputs))
+        if min(tails.values(), default=0.0) < 0 or any(
+                done(at) < 0 for _q, _s, _d, _f, inputs in steps for kind, at, _it in inputs if kind == 0):
+            return 0, tails
+        timed = 0
+        for m in range(1, times):
+            ends: dict[int, float] = {}
+            after = dict(tails)
+            spans = []
+            for q, stream, delay, moving, inputs in steps:
+                began = after[stream]
+                for kind, at, it in inputs:
+                    if kind == 0:
+                        at_end = done(at)
+                    elif kind == 1:
+                        at_end = ends[at]
+                    elif it + m <= references[at] + times:
+                        at_end = ended(it + m, at)
+                    else:
+                        return timed, tails  # waits for a real task not yet run: built from here
+                    if at_end > began:
+                        began = at_end
+                ends[q] = after[stream] = began + delay + moving
+                spans.append((q, began, ends[q]))
+            run.images.extend(spans)
+            tails, timed = after, m
+        return timed, tails
 
 
 def run_schedule(schedule: Callable[[Session], None], capacity_of: Callable[[str], float],
