@@ -19,7 +19,6 @@ bytes, rates bytes/s.
 
 from __future__ import annotations
 
-import itertools
 import math
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -62,21 +61,26 @@ def settle(run: Run, skipped: list[tuple[float, float, frozenset[str]]]) -> None
         raise NotQuiet("a deferred task never had its inputs")
     groups: dict[_Kind, tuple[list[float], list[float], list[float]]] = {}
     """Tasks alike but for their size, credited together: their starts, ends and sizes."""
-    kinds: dict[int, _Kind] = {}
-    members = [(p, run.deferred_start[p], run.deferred_end[p]) for p in deferred]
-    for p, at, until in members:
-        run.start[p], run.end[p] = at, until
-    for q, at, until in itertools.chain(members, run.images):
-        kind = kinds.get(q)
-        if kind is None:
-            task, flow = graph.tasks[q], graph.flows[q]
-            kind = kinds[q] = (task.stream, None if flow is None else (flow[1], flow[2], flow[3], flow[4]), task.delay)
-        group = groups.get(kind)
-        if group is None:
-            group = groups[kind] = ([], [], [])
-        group[0].append(at)
-        group[1].append(until)
-        group[2].append(graph.tasks[q].size)
+
+    def group(q: int) -> tuple[list[float], list[float], list[float]]:
+        task, flow = graph.tasks[q], graph.flows[q]
+        kind = (task.stream, None if flow is None else (flow[1], flow[2], flow[3], flow[4]), task.delay)
+        found = groups.get(kind)
+        if found is None:
+            found = groups[kind] = ([], [], [])
+        return found
+
+    for p in deferred:
+        run.start[p], run.end[p] = run.deferred_start[p], run.deferred_end[p]
+        began_at, ended_at, sizes = group(p)
+        began_at.append(run.start[p])
+        ended_at.append(run.end[p])
+        sizes.append(graph.tasks[p].size)
+    for q, (image_starts, image_ends) in run.images.items():
+        began_at, ended_at, sizes = group(q)
+        began_at += image_starts
+        ended_at += image_ends
+        sizes += [graph.tasks[q].size] * len(image_starts)
     windows = _phase_windows(accounts.changes, max(max(run.end, default=0.0), max(run.deferred_end.values())))
     flows_on: dict[str, list[tuple[np.ndarray, np.ndarray, float]]] = {}
     peaks: dict[str, dict[str, float]] = {}

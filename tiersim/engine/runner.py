@@ -120,9 +120,9 @@ class Run:
         self.proxied: set[int] = set()
         """Deferred tasks an event task waits for: each has a timeout at its end."""
         self.proxies_pending = 0
-        self.images: list[tuple[int, float, float]] = []
-        """Deferred tasks timed but never built (a fast-forward's copies, ``Session``): the
-        position of the task each copies, its start and end (s)."""
+        self.images: dict[int, tuple[list[float], list[float]]] = {}
+        """Deferred tasks timed but never built (a fast-forward's copies, ``Session``): by the
+        position of the task they copy, their starts and ends (s)."""
         self.floor: dict[int, float] = {}
         """Deferred tasks that cannot start before a time (s) besides their dependencies (a
         fast-forward's copy, waiting for a skipped task: ``Session``)."""

@@ -488,11 +488,13 @@ class Session:
         if min(tails.values(), default=0.0) < 0 or any(
                 done(at) < 0 for _q, _s, _d, _f, inputs in steps for kind, at, _it in inputs if kind == 0):
             return 0, tails
+        starts: list[list[float]] = [[] for _ in steps]
+        finishes: list[list[float]] = [[] for _ in steps]
         timed = 0
         for m in range(1, times):
             ends: dict[int, float] = {}
             after = dict(tails)
-            spans = []
+            row = []
             for q, stream, delay, moving, inputs in steps:
                 began = after[stream]
                 for kind, at, it in inputs:
@@ -502,14 +504,24 @@ class Session:
                         at_end = ends[at]
                     elif it + m <= references[at] + times:
                         at_end = ended(it + m, at)
-                    else:
-                        return timed, tails  # waits for a real task not yet run: built from here
+                    else:  # waits for a real task not yet run: built from here
+                        break
                     if at_end > began:
                         began = at_end
-                ends[q] = after[stream] = began + delay + moving
-                spans.append((q, began, ends[q]))
-            run.images.extend(spans)
+                else:
+                    ends[q] = after[stream] = began + delay + moving
+                    row.append(began)
+                    continue
+                break
+            if len(row) < len(steps):
+                break
+            for k, began in enumerate(row):
+                starts[k].append(began)
+                finishes[k].append(ends[steps[k][0]])
             tails, timed = after, m
+        for (q, *_step), began_at, ended_at in zip(steps, starts, finishes):
+            if began_at:
+                run.images[q] = (began_at, ended_at)
         return timed, tails
 
 
