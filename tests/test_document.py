@@ -135,3 +135,19 @@ def test_sized_candidates_derive_from_the_document() -> None:
     assert candidate.document.get("hardware.cxl") is None and candidate.document.get("hardware.nvme.count") == 2
     assert scenario.document.get("hardware.cxl") is not None  # the parent keeps its devices
     assert candidate.document.resolved is scenario.document.resolved  # profiles looked up once for all
+
+
+def test_equal_sections_are_validated_once_and_unequal_ones_apart() -> None:
+    """Variants share the objects of the sections they leave alone; ``1``, ``1.0`` and ``True``
+    are told apart (``True`` for a count is still an error), and an unhashable value is validated
+    each time."""
+    doc = load_document(ROOT / "scenarios" / "quickstart.yaml")
+    a = doc.with_values({"training.global_batch": 8}, SET).configs()[0]
+    b = doc.with_values({"training.global_batch": 16}, SET).configs()[0]
+    assert a.model is b.model and a.training is not b.training
+    assert doc.with_values({"hardware.nvme.count": 1}, SET).configs()[0].hardware.nvme_count == 1
+    with pytest.raises(ConfigError, match="hardware.nvme.count"):
+        doc.with_values({"hardware.nvme.count": True}, SET).configs()
+    odd = doc.with_values({"model.layers": {1, 2}}, SET)
+    with pytest.raises(ConfigError, match="model.layers"):
+        odd.configs()

@@ -75,6 +75,8 @@ class ScenarioDocument:
     resolved: dict[Any, Any] = field(default_factory=dict, repr=False)
     """Hardware resolved from each spec, shared by this document and all its variants (so that
     a sweep's points and a planner's probes look their profiles up once)."""
+    validated: dict[Any, Any] = field(default_factory=dict, repr=False)
+    """Sections validated from each distinct mapping, shared likewise (``scenario_from_dict``)."""
 
     def get(self, path: str, default: Any = None) -> Any:
         """The value at canonical ``path`` (``default`` where there is none)."""
@@ -144,7 +146,8 @@ class ScenarioDocument:
         path and the origin of its value. ``force`` lifts the work limit (``worksize``);
         ``host``: a host profile object to use for ``hardware.host``."""
         try:
-            return scenario_from_dict(self.data, self.source, strategies, self.search, self.resolved, force, host)
+            return scenario_from_dict(self.data, self.source, strategies, self.search, self.resolved, force, host,
+                                      self.validated)
         except ConfigError as exc:
             raise self._blamed(exc) from None
 

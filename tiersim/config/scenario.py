@@ -11,10 +11,10 @@ through ``tiersim.config.document``.
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from tiersim.config.hardware import Hardware, HardwareSpec, resolve_hardware
 from tiersim.config.limits import MAX_WHOLE
@@ -25,6 +25,8 @@ from tiersim.config.yamlfile import parse_value
 from tiersim.errors import ConfigError
 from tiersim.strategies import STRATEGIES
 from tiersim.workload import ModelSpec, TrainingSpec
+
+T = TypeVar("T")
 
 SECTIONS = ("name", "description", "seed", "model", "training", "hardware", "strategies")
 STRATEGY_SECTION = "strategies"
@@ -76,12 +78,13 @@ class NotModeledWarning(UserWarning):
 def scenario_from_dict(
     data: dict[str, Any], source: str, strategies: Sequence[str] = (), search: tuple[Path, ...] = (),
     resolved: dict[tuple[HardwareSpec, tuple[Path, ...]], Hardware] | None = None, force: bool = False,
-    host: HostProfile | None = None,
+    host: HostProfile | None = None, validated: dict[Any, Any] | None = None,
 ) -> list[RunConfig]:
     """Validate a scenario mapping (as read from YAML) into run configs. ``resolved`` keeps the
     hardware already resolved from a spec (a sweep's points share a few), so that its profiles
-    are looked up once; ``host`` is a host profile object to use for ``hardware.host``. A run
-    over the work limit is refused unless ``force``."""
+    are looked up once, and ``validated`` each section already validated from an equal mapping
+    (``_section``); ``host`` is a host profile object to use for ``hardware.host``. A run over
+    the work limit is refused unless ``force``."""
     for key in data:
         if key not in SECTIONS:
             raise ConfigError(source, str(key), f"unknown field (known: {', '.join(SECTIONS)})")
@@ -92,12 +95,12 @@ def scenario_from_dict(
     seed = data.get("seed", 0)
     if not isinstance(seed, int) or isinstance(seed, bool) or abs(seed) > MAX_WHOLE:
         raise ConfigError(source, "seed", f"expected an integer of at most 2^53, got {seed!r}")
-    model = build(ModelSpec, data["model"], source, "model")
-    hardware_spec = build(HardwareSpec, data["hardware"], source, "hardware")
+    model = _section(ModelSpec, data["model"], source, "model", validated)
+    hardware_spec = _section(HardwareSpec, data["hardware"], source, "hardware", validated)
     training_data = dict(data["training"]) if isinstance(data["training"], dict) else data["training"]
     if isinstance(training_data, dict):
         training_data.setdefault("data_parallel", hardware_spec.gpus)
-    training = build(TrainingSpec, training_data, source, "training")
+    training = _section(TrainingSpec, training_data, source, "training", validated)
     if training.data_parallel != hardware_spec.gpus:
         raise ConfigError(
             source,
@@ -110,7 +113,7 @@ def scenario_from_dict(
         hardware = resolve_hardware(hardware_spec, source, search, host)
         if resolved is not None:
             resolved[spec_key] = hardware
-    entries = _strategy_options(data[STRATEGY_SECTION], source)
+    entries = _strategy_options(data[STRATEGY_SECTION], source, validated)
     if strategies:
         unknown = [s for s in strategies if s not in entries]
         if unknown:
@@ -147,17 +150,44 @@ def strategy_entries(raw: object, source: str) -> dict[str, dict[str, Any]]:
     return entries
 
 
-def _strategy_options(raw: object, source: str) -> dict[str, Any]:
+def _strategy_options(raw: object, source: str, validated: dict[Any, Any] | None = None) -> dict[str, Any]:
     """{name: its ``Options`` instance} for the ``strategies:`` list (errors at ``strategies.NAME.OPTION``)."""
     return {
-        name: build(
+        name: _section(
             STRATEGIES[name].Options,
             {k: v for k, v in fields.items() if k != "name"},
             source,
             f"{STRATEGY_SECTION}.{name}",
+            validated,
         )
         for name, fields in strategy_entries(raw, source).items()
     }
+
+
+def _section(cls: type[T], data: object, source: str, path: str, validated: dict[Any, Any] | None) -> T:
+    """``build(cls, data, ...)``, or the object ``validated`` holds for an equal mapping (the
+    config objects are immutable; a sweep's points and a planner's probes differ in a few
+    fields, so most of their sections are validated once). Errors are never kept."""
+    if validated is None:
+        return build(cls, data, source, path)
+    key = (cls, _frozen(data))
+    try:
+        found = validated.get(key)
+    except TypeError:  # a value that is not plain data (unhashable): validated each time
+        return build(cls, data, source, path)
+    if found is None:
+        found = validated[key] = build(cls, data, source, path)
+    return cast(T, found)
+
+
+def _frozen(value: object) -> Hashable:
+    """A hashable image of plain data that tells apart what compares equal across types
+    (``1``, ``1.0`` and ``True``), mapping order kept."""
+    if isinstance(value, dict):
+        return (dict, tuple((_frozen(k), _frozen(v)) for k, v in value.items()))
+    if isinstance(value, list):
+        return (list, tuple(_frozen(v) for v in value))
+    return (type(value), value)
 
 
 def with_strategy(config: RunConfig, strategy: str, options: Any = None) -> RunConfig:

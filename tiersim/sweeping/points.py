@@ -313,7 +313,7 @@ def plan_sweep(
     from tiersim.config.worksize import run_tasks
 
     runs: list[PlannedRun] = []
-    hardware_digests: dict[int, tuple[Any, str]] = {}
+    encodings: dict[int, tuple[Any, str]] = {}
     total_tasks = 0
     for index, point in enumerate(sweep.points):
         if on_progress is not None and index % PROGRESS_EVERY == 0 and index:
@@ -328,7 +328,7 @@ def plan_sweep(
                     point=index,
                     strategy=config.strategy,
                     point_id=_digest(_canon(ident)),
-                    config_hash=config_hash(config, hardware_digests),
+                    config_hash=config_hash(config, encodings),
                     config=config,
                     tasks=tasks,
                 )
@@ -354,23 +354,25 @@ def plan_digest(runs: Sequence[PlannedRun]) -> str:
 def config_hash(config: RunConfig, memo: dict[int, tuple[Any, str]] | None = None) -> str:
     """A short hash of the resolved config (profile figures included) and the tiersim version.
 
-    ``memo`` (id of a Hardware object -> (object, digest)) saves re-encoding hardware shared by
-    many runs; the hash is the same with or without it.
+    ``memo`` (id of a config object -> (object, its encoding)) saves re-encoding the hardware,
+    model and sections many runs share; the hash is the same with or without it.
     """
     import dataclasses
 
     from tiersim.config.schema import to_plain
 
-    hardware = config.hardware
-    cached = memo.get(id(hardware)) if memo is not None else None
-    if cached is not None and cached[0] is hardware:
-        hw_digest = cached[1]
-    else:
-        hw_digest = _digest(_canon(to_plain(hardware)))
-        if memo is not None:
-            memo[id(hardware)] = (hardware, hw_digest)
-    rest = {f.name: to_plain(getattr(config, f.name)) for f in dataclasses.fields(config) if f.name != "hardware"}
-    return _digest(_canon(rest) + "|" + hw_digest + "|" + __version__)
+    def encoded(value: Any) -> str:
+        """``_canon(to_plain(value))``, once per config object in ``memo``."""
+        if not dataclasses.is_dataclass(value) or memo is None:
+            return _canon(to_plain(value))
+        cached = memo.get(id(value))
+        if cached is None or cached[0] is not value:
+            cached = memo[id(value)] = (value, _canon(to_plain(value)))
+        return cached[1]
+
+    rest = sorted((f.name, getattr(config, f.name)) for f in dataclasses.fields(config) if f.name != "hardware")
+    text = "{" + ", ".join(f"{json.dumps(name)}: {encoded(value)}" for name, value in rest) + "}"
+    return _digest(text + "|" + _digest(encoded(config.hardware)) + "|" + __version__)
 
 
 def _digest(text: str) -> str:
