@@ -123,9 +123,8 @@ def settle(run: Run, skipped: list[tuple[float, float, frozenset[str]]]) -> None
                        np.concatenate([np.full(len(c[0]), c[2]) for c in chunks]))
         events = _Spans(*np.array(ran.get(link, []), dtype=float).reshape(-1, 3).T)
         capacity = network.capacity[link]
-        if sum(peaks[link].values()) > capacity * (1 + _OVERLOAD):  # a stream runs one flow at a time
-            _check_quiet(link, flows, events, capacity)
-        starts, ends = _minus(_union(flows.starts, flows.ends), _union(events.starts, events.ends))
+        could_saturate = sum(peaks[link].values()) > capacity * (1 + _OVERLOAD)  # a stream runs one flow at a time
+        starts, ends = _sweep_link(link, flows, events, capacity if could_saturate else None)
         if len(starts):
             network.busy[link] += float((ends - starts).sum())
             for phase, seconds in _per_phase(starts, ends, windows):
@@ -153,20 +152,31 @@ def _per_phase(starts: np.ndarray, ends: np.ndarray,
     return out
 
 
-def _check_quiet(link: str, flows: _Spans, events: _Spans, capacity: float) -> None:
-    """``NotQuiet`` if at some moment the deferred ``flows`` on ``link`` (at their own bounds)
-    and the event run's flows on it then (the same, ``events``) could take more than its
-    ``capacity`` (units/s)."""
+def _sweep_link(link: str, flows: _Spans, events: _Spans, capacity: float | None) -> tuple[np.ndarray, np.ndarray]:
+    """The stretches (starts, ends, s) in which the deferred ``flows`` on ``link`` are on it and
+    none of the event run's flows (``events``) is: disjoint pieces between consecutive moments
+    either begins or ends. Given ``capacity`` (units/s), also ``NotQuiet`` if at some moment
+    the deferred flows on it, at their own bounds, and the event flows then could take more."""
+    count, others = len(flows.starts), len(events.starts)
     times = np.concatenate([flows.starts, flows.ends, events.starts, events.ends])
-    change = np.concatenate([flows.loads, -flows.loads, events.loads, -events.loads])
-    count = np.concatenate([np.ones(len(flows.starts)), -np.ones(len(flows.starts)), np.zeros(2 * len(events.starts))])
     order = np.argsort(times, kind="stable")
     times = times[order]
-    load, active = np.cumsum(change[order]), np.cumsum(count[order])
-    settled = np.append(times[1:] != times[:-1], True)  # the last change at each moment
-    over = settled & (active > 0) & (load > capacity * (1 + _OVERLOAD))
-    if over.any():
-        raise NotQuiet(f"link {link!r} could saturate under a deferred flow at {times[over][0]:.6g} s")
+    on = np.cumsum(_edges(0, count, 2 * others)[order])  # deferred flows on the link
+    if capacity is not None:
+        load = np.cumsum(np.concatenate([flows.loads, -flows.loads, events.loads, -events.loads])[order])
+        settled = np.append(times[1:] != times[:-1], True)  # the last change at each moment
+        over = settled & (on > 0) & (load > capacity * (1 + _OVERLOAD))
+        if over.any():
+            raise NotQuiet(f"link {link!r} could saturate under a deferred flow at {times[over][0]:.6g} s")
+    running = np.cumsum(_edges(2 * count, others, 0)[order])  # event flows on it
+    alone = (on[:-1] > 0) & (running[:-1] == 0)
+    return times[:-1][alone], times[1:][alone]
+
+
+def _edges(before: int, count: int, after: int) -> np.ndarray:
+    """+1 for ``count`` starts then -1 for their ends, ``before`` zeros ahead and ``after`` behind."""
+    return np.concatenate([np.zeros(before, dtype=np.int64), np.ones(count, dtype=np.int64),
+                           np.full(count, -1, dtype=np.int64), np.zeros(after, dtype=np.int64)])
 
 
 def _phase_windows(changes: list[tuple[float, str]], until: float) -> list[tuple[float, float, str]]:
@@ -179,32 +189,3 @@ def _phase_windows(changes: list[tuple[float, str]], until: float) -> list[tuple
         start, phase = time, name
     windows.append((start, max(until, start), phase))
     return windows
-
-
-def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted, disjoint spans (their starts and ends, s) covering the same time as the spans
-    ``starts``-``ends``; spans that touch are one."""
-    if not len(starts):
-        return starts, ends
-    order = np.argsort(starts, kind="stable")
-    starts, reach = starts[order], np.maximum.accumulate(ends[order])
-    opens = np.append(True, starts[1:] > reach[:-1])
-    closes = np.append(opens[1:], True)
-    return starts[opens], reach[closes]
-
-
-def _minus(spans: tuple[np.ndarray, np.ndarray], other: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """The parts of sorted disjoint ``spans`` outside sorted disjoint ``other`` (starts and
-    ends, s), as pieces between consecutive boundaries of either."""
-    if not len(other[0]) or not len(spans[0]):
-        return spans
-    marks = np.unique(np.concatenate([*spans, *other]))
-    lo, hi = marks[:-1], marks[1:]
-    alone = _inside(spans, lo) & ~_inside(other, lo)
-    return lo[alone], hi[alone]
-
-
-def _inside(spans: tuple[np.ndarray, np.ndarray], times: np.ndarray) -> np.ndarray:
-    """Whether each of ``times`` lies in one of sorted disjoint ``spans`` (start included)."""
-    k = np.searchsorted(spans[0], times, side="right") - 1
-    return (k >= 0) & (spans[1][np.maximum(k, 0)] > times)
