@@ -210,18 +210,15 @@ def _start_pool(jobs: int) -> Any:
 
 
 def _run_pool(executor: Any, batches: list[Batch], sink: Sink) -> None:
-    from concurrent.futures import FIRST_COMPLETED, wait
+    from concurrent.futures import as_completed
 
     futures: list[Any] = []
     written: set[Any] = set()
     try:
         futures = [executor.submit(run_batch, batch) for batch in batches]
-        pending = set(futures)
-        while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for future in done:
-                sink(future.result())
-                written.add(future)
+        for future in as_completed(futures):  # one waiter per future (``wait`` in a loop: one per pass)
+            sink(future.result())
+            written.add(future)
     except KeyboardInterrupt:
         # Stop submitting; let running batches finish and keep what they computed.
         executor.shutdown(wait=True, cancel_futures=True)
