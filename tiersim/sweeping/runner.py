@@ -176,8 +176,9 @@ def _batches(runs: Sequence[PlannedRun], size: int) -> list[Batch]:
 
 
 def default_chunk_size(runs: int, workers: int) -> int:
-    """Runs per task: about 16 tasks per worker, between 1 and 32 runs each."""
-    return max(1, min(32, math.ceil(runs / (max(1, workers) * 16))))
+    """Runs per task: about 16 tasks per worker, between 1 and 128 runs each (a task's rows
+    are one Parquet part: smaller tasks in a large sweep cost the parent more than the runs)."""
+    return max(1, min(128, math.ceil(runs / (max(1, workers) * 16))))
 
 
 def default_jobs() -> int:
