@@ -393,6 +393,7 @@ def step_shape(model: ModelSpec, training: TrainingSpec) -> StepShape:
     )
 
 
+@functools.lru_cache(maxsize=256)
 def subgroup_count(model: ModelSpec, training: TrainingSpec) -> int:
     """How many optimizer sub-groups ``build_step`` makes, without listing them: the ZeRO-3 rule
     of ``_subgroups`` runs over the identical decoder layers until its carry-over at a layer
