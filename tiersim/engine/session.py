@@ -488,13 +488,12 @@ class Session:
         if min(tails.values(), default=0.0) < 0 or any(
                 done(at) < 0 for _q, _s, _d, _f, inputs in steps for kind, at, _it in inputs if kind == 0):
             return 0, tails
-        starts: list[list[float]] = [[] for _ in steps]
-        finishes: list[list[float]] = [[] for _ in steps]
-        timed = 0
-        for m in range(1, times):
+        def timed_copy(m: int, tails: dict[str, float]) -> tuple[list[float], dict[str, float]] | None:
+            """Iteration ``m``'s copies' starts, in template order, and the streams' ends after
+            them; None if one waits for a real task not yet run."""
             ends: dict[int, float] = {}
             after = dict(tails)
-            row = []
+            began_at = []
             for q, stream, delay, moving, inputs in steps:
                 began = after[stream]
                 for kind, at, it in inputs:
@@ -504,21 +503,26 @@ class Session:
                         at_end = ends[at]
                     elif it + m <= references[at] + times:
                         at_end = ended(it + m, at)
-                    else:  # waits for a real task not yet run: built from here
-                        break
+                    else:
+                        return None
                     if at_end > began:
                         began = at_end
-                else:
-                    ends[q] = after[stream] = began + delay + moving
-                    row.append(began)
-                    continue
-                break
-            if len(row) < len(steps):
-                break
-            for k, began in enumerate(row):
+                ends[q] = after[stream] = began + delay + moving
+                began_at.append(began)
+            return began_at, after
+
+        starts: list[list[float]] = [[] for _ in steps]
+        finishes: list[list[float]] = [[] for _ in steps]
+        timed = 0
+        for m in range(1, times):
+            copy = timed_copy(m, tails)
+            if copy is None:
+                break  # built from here
+            began_at, tails = copy
+            for k, (began, (_q, _stream, delay, moving, _inputs)) in enumerate(zip(began_at, steps)):
                 starts[k].append(began)
-                finishes[k].append(ends[steps[k][0]])
-            tails, timed = after, m
+                finishes[k].append(began + delay + moving)
+            timed = m
         for (q, *_step), began_at, ended_at in zip(steps, starts, finishes):
             if began_at:
                 run.images[q] = (began_at, ended_at)
