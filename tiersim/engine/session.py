@@ -427,33 +427,47 @@ class Session:
             if not run.unmet[p] and run._before(p) >= 0:
                 run._resolve(p)
         template = [q for q in range(first[last], len(graph.tasks)) if deferred[q]]
-        timed, tails = self._timed_images(first, template, times, references, ended)
+        inputs = {q: self._inputs(first, q) for q in template}
+        timed, tails = self._timed_images(template, inputs, times, references, ended)
         for m in range(timed + 1, times + 1):
             names: dict[int, str] = {}
             for q in template:
                 task = graph.tasks[q]
                 deps: list[str] = []
                 floor = tails[task.stream] if timed and m == timed + 1 else 0.0  # after the timed ones
-                for d in graph.deps[q]:
-                    if d < first[0]:
-                        deps.append(graph.tasks[d].name)
-                    elif deferred[d]:
-                        deps.append(names[d])
-                    else:
-                        it = bisect.bisect_right(first, d) - 1
-                        offset, j = d - first[it], it + m
-                        if j <= references[offset] + times:
-                            floor = max(floor, ended(j, offset))
-                        else:  # the real task the skip moved to iteration j
-                            deps.append(graph.tasks[first[j - times] + offset].name)
+                for kind, at, it in inputs[q]:
+                    if kind == 0:
+                        deps.append(graph.tasks[at].name)
+                    elif kind == 1:
+                        deps.append(names[at])
+                    elif it + m <= references[at] + times:
+                        floor = max(floor, ended(it + m, at))
+                    else:  # the real task the skip moved to iteration it + m
+                        deps.append(graph.tasks[first[it + m - times] + at].name)
                 names[q] = graph.add(Task(f"{task.name}~{self.skipped + m}", task.stream, task.phase,
                                           task.category, task.delay, task.size, task.usage, task.rate_cap,
                                           tuple(deps)))
                 if floor:
                     run.floor[len(graph.tasks) - 1] = floor
 
-    def _timed_images(self, first: list[int], template: list[int], times: int, references: dict[int, int],
-                      ended: Callable[[int, int], float]) -> tuple[int, dict[str, float]]:
+    def _inputs(self, first: list[int], q: int) -> list[tuple[int, int, int]]:
+        """What loop task ``q``'s copies wait for, per dependency: (0, its position, 0) for a
+        task before the loop, (1, its position, 0) for a deferred one of the same iteration, or
+        (2, its offset in its iteration, that iteration) for a compute-side one."""
+        graph = self.graph
+        out = []
+        for d in graph.deps[q]:
+            if d < first[0]:
+                out.append((0, d, 0))
+            elif graph.deferred[d]:
+                out.append((1, d, 0))
+            else:
+                it = bisect.bisect_right(first, d) - 1
+                out.append((2, d - first[it], it))
+        return out
+
+    def _timed_images(self, template: list[int], inputs: dict[int, list[tuple[int, int, int]]], times: int,
+                      references: dict[int, int], ended: Callable[[int, int], float]) -> tuple[int, dict[str, float]]:
         """Time the first skipped iterations' copies of the ``template`` deferred tasks without
         building them, as ``Run`` would (start = the latest of its stream's previous end, its
         dependencies' ends and, for a skipped compute-side one, ``ended``; end = start + delay +
@@ -474,17 +488,8 @@ class Session:
         steps = []
         for q in template:
             flow = graph.flows[q]
-            inputs: list[tuple[int, int, int]] = []  # (kind, position or offset, iteration)
-            for d in graph.deps[q]:
-                if d < first[0]:
-                    inputs.append((0, d, 0))
-                elif deferred[d]:
-                    inputs.append((1, d, 0))
-                else:
-                    it = bisect.bisect_right(first, d) - 1
-                    inputs.append((2, d - first[it], it))
             steps.append((q, graph.tasks[q].stream, graph.tasks[q].delay,
-                          flow[0] / flow[3] if flow is not None else 0.0, inputs))
+                          flow[0] / flow[3] if flow is not None else 0.0, inputs[q]))
         if min(tails.values(), default=0.0) < 0 or any(
                 done(at) < 0 for _q, _s, _d, _f, inputs in steps for kind, at, _it in inputs if kind == 0):
             return 0, tails
