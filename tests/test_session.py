@@ -185,6 +185,20 @@ def test_generated_scenarios_are_the_same_with_and_without_fast_forward(config: 
     assert_same(simulate(config), simulate(config, fast_forward=False))
 
 
+@pytest.mark.parametrize("options", [[], ["strategies.nvme.pipeline_read=true", "strategies.nvme.pipeline_write=true"]])
+def test_a_skip_before_the_swap_buffers_are_reused_gives_the_full_run(options: list[str]) -> None:
+    """70B on NVMe with 64 swap buffers: a sub-group's swap-in waits for the swap-out 16
+    sub-groups back (buffer reuse), but the sub-groups before that repeat as well and are
+    skipped; the later ones reach back over the skip (``reach_back``) and still give the
+    full run, building fewer sub-groups than there are buffers in flight."""
+    config = load_scenario(SEVENTY_B, ["training.global_batch=4", "strategies.nvme.buffer_count=64", *options],
+                           ["nvme"])[0]
+    fast, full = simulate(config), simulate(config, fast_forward=False)
+    assert_same(fast, full)
+    built, every = ([t for t in r.built.tasks if t.name.endswith(".swap_in")] for r in (fast, full))
+    assert len(built) < config.options.groups_in_flight == 16 and len(every) == 82
+
+
 def test_trace_true_keeps_every_task_and_a_fast_result_traces_on_request() -> None:
     config = load_scenario(SEVENTY_B, ["training.global_batch=64"], ["dram"])[0]
     fast, traced = simulate(config), simulate(config, trace=True)

@@ -91,6 +91,15 @@ def runs_of(keys: tuple[Hashable, ...], warmup: int = 0) -> tuple[tuple[Hashable
     return tuple(out)
 
 
+def reach_back(tasks: Sequence[str], back: int) -> list[str]:
+    """The task ``back`` iterations before the one being built, from a loop's list of one task
+    per built iteration (read from its end), as dependencies: none when the list is shorter.
+    Then that iteration was fast-forwarded over, and every task of it is done (a state that
+    repeats holds every pending task of the loop, and only built ones), so waiting for it would
+    change nothing; without a skip the list holds every iteration."""
+    return [tasks[-back]] if len(tasks) >= back else []
+
+
 def _repeats(keys: tuple[Hashable, ...], start: int, width: int) -> int:
     """How many times ``keys[start:start + width]`` repeats in a row from ``start``."""
     block = keys[start:start + width]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from tiersim.config.hardware import Hardware
-from tiersim.engine.session import runs_of
+from tiersim.engine.session import reach_back, runs_of
 from tiersim.errors import ModelError
 from tiersim.strategies import footprint
 from tiersim.strategies.base import (
@@ -134,7 +134,10 @@ class NVMeSwap(Strategy):
         # Lists are read from their ends: after a fast-forward the last entries stand for the
         # latest sub-groups (``Session.repeat``).
         groups = b.step.subgroups
-        for i in b.repeat(runs_of(b.step.subgroup_sizes, max(lag, in_flight))):
+        # Sub-groups add alike tasks when their sizes are equal and so are the dependencies
+        # they have (a previous one, one ``lag`` back, one ``in_flight`` back: buffer reuse).
+        shapes = tuple((size, i > 0, i >= lag, i >= in_flight) for i, size in enumerate(b.step.subgroup_sizes))
+        for i in b.repeat(runs_of(shapes)):
             group = groups[i]
             deps = [begin] + ([flushed] if i == 0 and flushed else [])
             if i > 0 and opts.pipeline_read:
@@ -144,7 +147,7 @@ class NVMeSwap(Strategy):
                 if not opts.pipeline_write:
                     deps.append(writes[-lag])
             if i >= in_flight:
-                deps.append(writes[-in_flight])
+                deps += reach_back(writes, in_flight)
             fp32 = group.numel * FP32_BYTES
             reads.append(b.add(swap_in.task(f"step.{i}.swap_in", TENSORS_SWAPPED_IN * fp32, tuple(deps))))
             # The update loop is sequential: a sub-group's Adam follows the previous one's
