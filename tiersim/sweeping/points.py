@@ -313,7 +313,7 @@ def plan_sweep(
     from tiersim.config.worksize import run_tasks
 
     runs: list[PlannedRun] = []
-    encodings: dict[int, tuple[Any, str]] = {}
+    encodings: dict[tuple[str, int], tuple[Any, str]] = {}
     total_tasks = 0
     for index, point in enumerate(sweep.points):
         if on_progress is not None and index % PROGRESS_EVERY == 0 and index:
@@ -351,28 +351,36 @@ def plan_digest(runs: Sequence[PlannedRun]) -> str:
     return _digest("\n".join(f"{r.point_id} {r.config_hash}" for r in runs))
 
 
-def config_hash(config: RunConfig, memo: dict[int, tuple[Any, str]] | None = None) -> str:
+def config_hash(config: RunConfig, memo: dict[tuple[str, int], tuple[Any, str]] | None = None) -> str:
     """A short hash of the resolved config (profile figures included) and the tiersim version.
 
-    ``memo`` (id of a config object -> (object, its encoding)) saves re-encoding the hardware,
-    model and sections many runs share; the hash is the same with or without it.
+    ``memo`` ((what, id of a config object) -> (object, its encoding or digest)) saves
+    re-encoding the hardware, model and sections many runs share, and re-hashing the hardware;
+    the hash is the same with or without it.
     """
     import dataclasses
 
     from tiersim.config.schema import to_plain
 
-    def encoded(value: Any) -> str:
-        """``_canon(to_plain(value))``, once per config object in ``memo``."""
-        if not dataclasses.is_dataclass(value) or memo is None:
-            return _canon(to_plain(value))
-        cached = memo.get(id(value))
+    def kept(what: str, value: Any, make: Callable[[], str]) -> str:
+        """``make()``, once per config object and ``what`` in ``memo``."""
+        if memo is None:
+            return make()
+        cached = memo.get((what, id(value)))
         if cached is None or cached[0] is not value:
-            cached = memo[id(value)] = (value, _canon(to_plain(value)))
+            cached = memo[(what, id(value))] = (value, make())
         return cached[1]
+
+    def encoded(value: Any) -> str:
+        """``_canon(to_plain(value))``."""
+        if not dataclasses.is_dataclass(value):
+            return _canon(to_plain(value))
+        return kept("text", value, lambda: _canon(to_plain(value)))
 
     rest = sorted((f.name, getattr(config, f.name)) for f in dataclasses.fields(config) if f.name != "hardware")
     text = "{" + ", ".join(f"{json.dumps(name)}: {encoded(value)}" for name, value in rest) + "}"
-    return _digest(text + "|" + _digest(encoded(config.hardware)) + "|" + __version__)
+    hardware = kept("digest", config.hardware, lambda: _digest(encoded(config.hardware)))
+    return _digest(text + "|" + hardware + "|" + __version__)
 
 
 def _digest(text: str) -> str:
