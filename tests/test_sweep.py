@@ -88,6 +88,31 @@ def test_rows_are_the_same_in_process_on_a_pool_and_on_a_dask_cluster() -> None:
     assert list(inline["point"]) == sorted(inline["point"])
 
 
+def test_a_pool_plans_the_same_runs_and_stops_at_the_same_bad_point(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pool's workers plan the points (``PLAN_CHUNK`` each): the same runs, identities and
+    config hashes as planning in-process, and a bad point, or the task limit, past the first
+    chunk stops the sweep with the same line before anything runs."""
+    monkeypatch.setattr("tiersim.sweeping.points.PLAN_CHUNK", 5)
+    spec = {"name": "chunks", "base": str(QUICKSTART), "set": ["model.layers=1", "training.seq_len=128"],
+            "grid": {"strategy": ["dram"], "model.hidden": list(range(64, 64 * 13, 64))}}
+    alone = plan_sweep(load_sweep(spec))
+    pooled = run_sweep(spec, jobs=2)
+    assert [(r.index, r.point, r.point_id, r.config_hash) for r in pooled.runs] == [
+        (r.index, r.point, r.point_id, r.config_hash) for r in alone]
+    assert pooled.frame["iteration_time_s"].tolist() == run_sweep(spec, jobs=1).frame["iteration_time_s"].tolist()
+    bad = {**spec, "points": [{"model.hidden": 64 * (i + 1)} for i in range(12)] + [{"model.hidden": -5}]}
+    del bad["grid"]
+    bad["set"] = [*spec["set"], "strategies=[dram]"]
+    with pytest.raises(ConfigError) as serial:
+        plan_sweep(load_sweep(bad))
+    with pytest.raises(ConfigError) as on_pool:
+        run_sweep(bad, jobs=2)
+    assert str(on_pool.value) == str(serial.value) and "points[12]" in str(serial.value)
+    monkeypatch.setattr("tiersim.sweeping.points.MAX_SWEEP_TASKS", 7 * alone[0].tasks)
+    with pytest.raises(ConfigError, match=r"the runs of its first 8 of 12 points already have"):
+        run_sweep(spec, jobs=2)
+
+
 def test_killed_sweep_resumed_gives_the_same_file(tmp_path: Path) -> None:
     sweep_file = write(tmp_path / "longer.yaml", LONGER)
     full = run_sweep(sweep_file, jobs=1, out=tmp_path / "full")

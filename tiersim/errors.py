@@ -29,6 +29,11 @@ class ConfigError(TiersimError):
         where = f"{self.source}: {self.field}" if self.field else self.source
         return one_line(f"{where}: {self.message}")
 
+    def __reduce__(self) -> tuple[type[ConfigError], tuple[str, str, str]]:
+        """Pickled as its source, field and message (from a sweep's planning workers); a
+        subclass comes back as a plain ``ConfigError``."""
+        return ConfigError, (self.source, self.field, self.message)
+
 
 class ModelError(TiersimError):
     """A broken invariant of the model or the engine: a task graph that cannot be built or run

@@ -46,7 +46,7 @@ import hashlib
 import itertools
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -300,49 +300,71 @@ def _canon(value: Any) -> str:
 
 PROGRESS_EVERY = 1000
 """``plan_sweep`` reports its progress every this many points."""
+PLAN_CHUNK = 250
+"""Points ``plan_sweep`` resolves per call of ``plan_points`` (a task, on a pool)."""
+
+PlannedPoint = list[tuple[int, str, str, str, "RunConfig", int]]
+"""One point's runs as ``PlannedRun`` fields but the run index: point, strategy, point id,
+config hash, config and tasks."""
+ChunkMap = Callable[[Sequence[tuple[int, int]]], Iterable[tuple[list[PlannedPoint], "ConfigError | None"]]]
+"""Resolves each (start, stop) range of points as ``plan_points`` does, results in order."""
 
 
 def plan_sweep(
-    sweep: Sweep, force: bool = False, on_progress: Callable[[int, int], None] | None = None
+    sweep: Sweep, force: bool = False, on_progress: Callable[[int, int], None] | None = None,
+    map_chunks: ChunkMap | None = None,
 ) -> list[PlannedRun]:
     """Every run of the sweep in point order (strategies in base order within a point).
 
     Each run is checked against the work limit and the sweep's runs against
     ``MAX_SWEEP_TASKS`` tasks in all (unless ``force``); ``on_progress(points done, points)``
-    is called every ``PROGRESS_EVERY`` points and at the end."""
+    is called every ``PROGRESS_EVERY`` points and at the end. The points are resolved
+    ``PLAN_CHUNK`` at a time, in this process or by ``map_chunks`` (a process pool's workers,
+    each holding the sweep); the checks and errors are the same either way, in point order."""
+    count = len(sweep.points)
+    bounds = [(start, min(start + PLAN_CHUNK, count)) for start in range(0, count, PLAN_CHUNK)]
+    chunks = map_chunks(bounds) if map_chunks is not None else (
+        plan_points(sweep, start, stop, force) for start, stop in bounds)
+    runs: list[PlannedRun] = []
+    total_tasks = 0
+    for (_start, stop), (points, error) in zip(bounds, chunks):
+        for planned in points:
+            for fields in planned:
+                runs.append(PlannedRun(len(runs), *fields))
+                total_tasks += fields[-1]
+            if total_tasks > MAX_SWEEP_TASKS and not force:
+                raise ConfigError(
+                    sweep.source,
+                    sweep.kind,
+                    f"the runs of its first {planned[0][0] + 1:,} of {count:,} points already have "
+                    f"{total_tasks:,} tasks; the limit is {MAX_SWEEP_TASKS:,} tasks per sweep ({FORCE_HINT})",
+                )
+        if error is not None:
+            raise error
+        if on_progress is not None and stop % PROGRESS_EVERY == 0 and stop < count:
+            on_progress(stop, count)
+    if on_progress is not None:
+        on_progress(count, count)
+    return runs
+
+
+def plan_points(sweep: Sweep, start: int, stop: int,
+                force: bool = False) -> tuple[list[PlannedPoint], ConfigError | None]:
+    """The runs of points ``start`` to ``stop - 1`` as ``PlannedPoint``s, up to the first that
+    cannot be resolved, and that one's error (None if all can)."""
     from tiersim.config.worksize import run_tasks
 
-    runs: list[PlannedRun] = []
     encodings: dict[tuple[str, int], tuple[Any, str]] = {}
-    total_tasks = 0
-    for index, point in enumerate(sweep.points):
-        if on_progress is not None and index % PROGRESS_EVERY == 0 and index:
-            on_progress(index, len(sweep.points))
-        for config in resolve_point(sweep, index, force):
-            tasks = run_tasks(config)
-            total_tasks += tasks
-            ident = {"point": {k: v for k, v in point.items() if k != STRATEGY_FACTOR}, "strategy": config.strategy}
-            runs.append(
-                PlannedRun(
-                    index=len(runs),
-                    point=index,
-                    strategy=config.strategy,
-                    point_id=_digest(_canon(ident)),
-                    config_hash=config_hash(config, encodings),
-                    config=config,
-                    tasks=tasks,
-                )
-            )
-        if total_tasks > MAX_SWEEP_TASKS and not force:
-            raise ConfigError(
-                sweep.source,
-                sweep.kind,
-                f"the runs of its first {index + 1:,} of {len(sweep.points):,} points already have "
-                f"{total_tasks:,} tasks; the limit is {MAX_SWEEP_TASKS:,} tasks per sweep ({FORCE_HINT})",
-            )
-    if on_progress is not None:
-        on_progress(len(sweep.points), len(sweep.points))
-    return runs
+    out: list[PlannedPoint] = []
+    for index in range(start, stop):
+        try:
+            configs = resolve_point(sweep, index, force)
+        except ConfigError as exc:
+            return out, exc
+        point = {k: v for k, v in sweep.points[index].items() if k != STRATEGY_FACTOR}
+        out.append([(index, config.strategy, _digest(_canon({"point": point, "strategy": config.strategy})),
+                     config_hash(config, encodings), config, run_tasks(config)) for config in configs])
+    return out, None
 
 
 def plan_digest(runs: Sequence[PlannedRun]) -> str:

@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from tiersim.config.scenario import RunConfig
 
-from tiersim.sweeping.points import PlannedRun, Sweep, load_sweep, plan_sweep
+from tiersim.sweeping.points import PlannedPoint, PlannedRun, Sweep, load_sweep, plan_points, plan_sweep
 from tiersim.sweeping.store import (
     PARTS_DIR,
     RESULTS_FILE,
@@ -146,10 +146,24 @@ def _noop(_: int) -> None:
     """Starts the pool's workers."""
 
 
-def _worker_init(parent: int) -> None:
-    """Pool worker initialiser: Ctrl-C and SIGTERM are the parent's to handle (it stops
-    submitting and lets running batches finish); the worker dies with its parent, even when
-    the parent is killed outright (``kill -9``: Linux's parent-death signal)."""
+def _plan_chunk(start: int, stop: int, force: bool) -> tuple[list[PlannedPoint], ConfigError | None]:
+    """In a pool worker: ``plan_points`` of the sweep it holds."""
+    if _SWEEP is None:
+        raise ModelError("a planning task reached a worker that holds no sweep")
+    return plan_points(_SWEEP, start, stop, force)
+
+
+_SWEEP: Sweep | None = None
+"""In a pool worker: the sweep whose points it plans (``_plan_chunk``)."""
+
+
+def _worker_init(parent: int, sweep: Sweep | None) -> None:
+    """Pool worker initialiser: it holds ``sweep`` (forked, not copied, on Linux); Ctrl-C and
+    SIGTERM are the parent's to handle (it stops submitting and lets running batches finish);
+    the worker dies with its parent, even when the parent is killed outright (``kill -9``:
+    Linux's parent-death signal)."""
+    global _SWEEP
+    _SWEEP = sweep
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if sys.platform.startswith("linux"):
@@ -194,8 +208,9 @@ def _run_inline(batches: list[Batch], sink: Sink) -> None:
         sink(run_batch(batch))
 
 
-def _start_pool(jobs: int) -> Any:
-    """A process pool with its workers started (they ignore Ctrl-C; the parent handles it)."""
+def _start_pool(jobs: int, sweep: Sweep | None = None) -> Any:
+    """A process pool with its workers started, each holding ``sweep`` (they ignore Ctrl-C;
+    the parent handles it)."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
@@ -204,7 +219,7 @@ def _start_pool(jobs: int) -> Any:
     method = "fork" if sys.platform.startswith("linux") else None
     context = multiprocessing.get_context(method)
     executor = ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_worker_init,
-                                   initargs=(os.getpid(),))
+                                   initargs=(os.getpid(), sweep))
     if method == "fork":
         list(executor.map(_noop, range(jobs)))
     return executor
@@ -229,8 +244,13 @@ def _run_pool(executor: Any, batches: list[Batch], sink: Sink) -> None:
                 written.add(future)
         raise
     finally:
-        _kill_if_broken(executor)
-        executor.shutdown(wait=True, cancel_futures=True)
+        _release_pool(executor)
+
+
+def _release_pool(executor: Any) -> None:
+    """Shut a pool down (what runs finishes; a broken pool's survivors are killed first)."""
+    _kill_if_broken(executor)
+    executor.shutdown(wait=True, cancel_futures=True)
 
 
 def _kill_if_broken(executor: Any) -> None:
@@ -325,13 +345,20 @@ def run_sweep(
         raise ConfigError(API, "jobs", f"must be a whole number of at least 1, got {jobs!r}")
     if chunk_size is not None and (not isinstance(chunk_size, int) or chunk_size < 1):
         raise ConfigError(API, "chunk_size", f"must be a whole number of at least 1, got {chunk_size!r}")
-    sweep, runs = _plan(spec, overrides, force, progress, notice)
-    store = _open_store(sweep, runs, Path(out) if out is not None else None, resume)
-    todo = [r for r in runs if r.index not in store.found]
-    resumed = len(runs) - len(todo)
+    sweep = load_sweep(spec, overrides, force)
     workers = 1 if scheduler is None and jobs == 1 else (jobs or default_jobs())
-    batches = _batches(todo, chunk_size or default_chunk_size(len(todo), workers))
-    _execute(store, batches, scheduler, workers, progress, f"sweep {sweep.name}", resumed)
+    # A local pool is started first and plans the points too (each worker holds the sweep).
+    pool = _start_pool(workers, sweep) if scheduler is None and workers > 1 else None
+    try:
+        runs = _plan(sweep, force, progress, notice, pool)
+        store = _open_store(sweep, runs, Path(out) if out is not None else None, resume)
+        todo = [r for r in runs if r.index not in store.found]
+        resumed = len(runs) - len(todo)
+        batches = _batches(todo, chunk_size or default_chunk_size(len(todo), workers))
+        _execute(store, batches, scheduler, progress, f"sweep {sweep.name}", resumed, pool)
+    finally:
+        if pool is not None:
+            _release_pool(pool)
     final, results_path = store.consolidate(overrides)
     frame = final.to_pandas()
     failed = int(frame["error"].notna().sum()) if "error" in frame.columns else 0
@@ -355,17 +382,12 @@ def run_sweep(
     )
 
 
-def _plan(
-    spec: str | Path | Mapping[str, Any],
-    overrides: Sequence[str],
-    force: bool,
-    progress: bool,
-    notice: Callable[[str], None] | None,
-) -> tuple[Sweep, list[PlannedRun]]:
-    """Load the sweep and plan (validate) every run, telling ``notice`` how large it is."""
+def _plan(sweep: Sweep, force: bool, progress: bool, notice: Callable[[str], None] | None,
+          pool: Any = None) -> list[PlannedRun]:
+    """Plan (validate) every run of the sweep, on the ``pool``'s workers if given, telling
+    ``notice`` how large it is."""
     from tiersim.config.worksize import describe
 
-    sweep = load_sweep(spec, overrides, force)
     loud = progress or len(sweep.points) >= NOTICE_RUNS
     if notice is not None and loud:
         notice(f"sweep {sweep.name}: planning {len(sweep.points):,} points")
@@ -380,10 +402,17 @@ def _plan(
                 tenths = done * 10 // total
                 notice(f"sweep {sweep.name}: planned {done:,} of {total:,} points")
 
-        runs = plan_sweep(sweep, force, report)
+        def on_pool(bounds: Sequence[tuple[int, int]]) -> Iterator[tuple[list[PlannedPoint], ConfigError | None]]:
+            return pool.map(_plan_chunk, [a for a, _ in bounds], [b for _, b in bounds], [force] * len(bounds))
+
+        try:
+            runs = plan_sweep(sweep, force, report, on_pool if pool is not None else None)
+        except BrokenProcessPool:
+            raise SweepAborted(0, len(sweep.points), None, "a worker process died while planning "
+                               "(killed from outside, e.g. by the out-of-memory killer)") from None
     if notice is not None and (loud or len(runs) >= NOTICE_RUNS):
         notice(f"sweep {sweep.name}: {describe(len(runs), sum(r.tasks for r in runs))}")
-    return sweep, runs
+    return runs
 
 
 @dataclass
@@ -445,18 +474,14 @@ Backend = Callable[[list[Batch], Sink], None]
 """Runs batches, handing each one's rows to the sink as it finishes."""
 
 
-def _choose_backend(scheduler: Any, workers: int) -> tuple[Backend, Callable[[], None]]:
-    """The backend (on the Dask ``scheduler``, a pool of ``workers`` processes, or in this
-    process) and how to let go of it afterwards."""
+def _choose_backend(scheduler: Any, pool: Any) -> tuple[Backend, Callable[[], None]]:
+    """The backend (on the Dask ``scheduler``, the process ``pool``, or in this process) and
+    how to let go of it afterwards (the pool is its owner's to shut down)."""
     if scheduler is not None:
         client, owned = _dask_client(scheduler)
         return functools.partial(_run_dask, client), client.close if owned else _nothing
-    if workers > 1:
-        executor = _start_pool(workers)
-        return (
-            functools.partial(_run_pool, executor),
-            functools.partial(executor.shutdown, wait=True, cancel_futures=True),
-        )
+    if pool is not None:
+        return functools.partial(_run_pool, pool), _nothing
     return _run_inline, _nothing
 
 
@@ -465,9 +490,10 @@ def _nothing() -> None:
 
 
 def _execute(
-    store: _Store, batches: list[Batch], scheduler: Any, workers: int, progress: bool, label: str, resumed: int
+    store: _Store, batches: list[Batch], scheduler: Any, progress: bool, label: str, resumed: int, pool: Any = None,
 ) -> None:
-    """Run the batches on the chosen backend into ``store``, with a progress bar over every run
+    """Run the batches on the chosen backend (Dask ``scheduler``, the process ``pool``, or
+    in this process) into ``store``, with a progress bar over every run
     (``resumed`` of them done before); Ctrl-C, SIGTERM and a dead worker keep what was stored."""
     release = _nothing
     total = len(store.runs)
@@ -477,7 +503,7 @@ def _execute(
     gc.freeze()
     try:
         with _sigterm_interrupts():
-            backend, release = _choose_backend(scheduler, workers) if batches else (_run_inline, _nothing)
+            backend, release = _choose_backend(scheduler, pool) if batches else (_run_inline, _nothing)
             with progress_bar(progress, total, label, "runs", resumed) as bar:
 
                 def sink(results: list[tuple[int, dict[str, Any]]]) -> None:
