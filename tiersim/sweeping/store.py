@@ -99,9 +99,7 @@ class RowTable:
     def table(self, rows: Sequence[dict[str, Any]]) -> pa.Table:
         import pyarrow as pa
 
-        columns: list[str] = []
-        for row in rows:
-            columns.extend(k for k in row if k not in columns)
+        columns = list(dict.fromkeys(key for row in rows for key in row))  # in order of first use
         arrays = [pa.array([row.get(c) for row in rows], type=self._type(c)) for c in columns]
         return pa.Table.from_arrays(arrays, names=columns)
 
