@@ -134,20 +134,19 @@ class NVMeSwap(Strategy):
         # Lists are read from their ends: after a fast-forward the last entries stand for the
         # latest sub-groups (``Session.repeat``).
         groups = b.step.subgroups
-        # Sub-groups add alike tasks when their sizes are equal and so are the dependencies
-        # they have (a previous one, one ``lag`` back, one ``in_flight`` back: buffer reuse).
-        shapes = tuple((size, i > 0, i >= lag, i >= in_flight) for i, size in enumerate(b.step.subgroup_sizes))
+        # Sub-groups of equal size add alike tasks but for the first (it waits for the gradient
+        # writes); a sub-group the pipeline or buffer reuse would make wait for one before the
+        # first waits for none (``reach_back``), which a repeating state shows to be the same.
+        shapes = tuple((size, i == 0) for i, size in enumerate(b.step.subgroup_sizes))
         for i in b.repeat(runs_of(shapes)):
             group = groups[i]
             deps = [begin] + ([flushed] if i == 0 and flushed else [])
-            if i > 0 and opts.pipeline_read:
-                deps.append(reads[-1])
-            if i >= lag:
-                deps.append(updated[-lag])
-                if not opts.pipeline_write:
-                    deps.append(writes[-lag])
-            if i >= in_flight:
-                deps += reach_back(writes, in_flight)
+            if opts.pipeline_read:
+                deps += reach_back(reads, 1)
+            deps += reach_back(updated, lag)
+            if not opts.pipeline_write:
+                deps += reach_back(writes, lag)
+            deps += reach_back(writes, in_flight)
             fp32 = group.numel * FP32_BYTES
             reads.append(b.add(swap_in.task(f"step.{i}.swap_in", TENSORS_SWAPPED_IN * fp32, tuple(deps))))
             # The update loop is sequential: a sub-group's Adam follows the previous one's
