@@ -94,9 +94,11 @@ def runs_of(keys: tuple[Hashable, ...], warmup: int = 0) -> tuple[tuple[Hashable
 def reach_back(tasks: Sequence[str], back: int) -> list[str]:
     """The task ``back`` iterations before the one being built, from a loop's list of one task
     per built iteration (read from its end), as dependencies: none when the list is shorter.
-    Then that iteration was fast-forwarded over, and every task of it is done (a state that
-    repeats holds every pending task of the loop, and only built ones), so waiting for it would
-    change nothing; without a skip the list holds every iteration."""
+    That iteration is then before the loop's first, or it was fast-forwarded over and every
+    task of it is done (a state that repeats holds every pending task of the loop, all of
+    built iterations). So a loop's first iterations may share the key of the later ones that
+    do wait: two equal states (same pending tasks, each with as many unmet dependencies) show
+    that what the later ones wait for that way is done, and waiting for it changes nothing."""
     return [tasks[-back]] if len(tasks) >= back else []
 
 

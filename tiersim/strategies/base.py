@@ -20,7 +20,7 @@ from tiersim.config.hardware import TIERS, Hardware
 from tiersim.config.profiles import GPUProfile
 from tiersim.engine import Task
 from tiersim.engine.graph import TaskGraph, Usage
-from tiersim.engine.session import Runs, Session, runs_of
+from tiersim.engine.session import Runs, Session, reach_back, runs_of
 from tiersim.strategies import footprint
 from tiersim.strategies.memory import HostMemory
 from tiersim.workload import LayerWork, StepShape, SubGroup, TrainingStep
@@ -340,9 +340,9 @@ class Strategy(ABC):
         b.marker(f"m{micro}.forward.begin", "forward")
         computed: list[str] = []
         layers = b.step.layers
-        for i in b.repeat(runs_of(b.step.layer_shapes, PREFETCH_WARMUP)):
+        for i in b.repeat(runs_of(b.step.layer_shapes)):
             layer = layers[i]
-            prefetch = (computed[-2],) if i >= 2 else ()
+            prefetch = tuple(reach_back(computed, 2))
             ag = self._gather(b, f"m{micro}.fwd.{i}.allgather", "forward", layer, prefetch)
             computed.append(b.compute(f"m{micro}.fwd.{i}", "forward", layer.forward_flops, _some(ag)))
 
@@ -360,7 +360,7 @@ class Strategy(ABC):
         computed: list[str] = []
         blocking: str | None = None
         layers = b.step.layers
-        for j in b.repeat(runs_of(b.step.layer_shapes[::-1], PREFETCH_WARMUP)):
+        for j in b.repeat(runs_of(b.step.layer_shapes[::-1])):
             i = len(layers) - 1 - j
             layer = layers[i]
             prefix = f"m{micro}.bwd.{i}"
@@ -368,7 +368,7 @@ class Strategy(ABC):
                 ("", layer.backward_flops),)
             for label, flops in passes:
                 name = f"{prefix}.{label}" if label else prefix
-                after = (computed[-2],) if len(computed) >= 2 else ()
+                after = tuple(reach_back(computed, 2))
                 if blocking is not None:
                     after = (*after, blocking)
                 ag = self._gather(b, f"{name}.allgather" if label else f"{prefix}.allgather", "backward", layer, after)
@@ -379,11 +379,6 @@ class Strategy(ABC):
             blocking = self.offload_gradients(b, micro, i, layer, rs or computed[-1])
         if boundary and self.deferred_copies:
             b.session.defer(frozenset())
-
-
-PREFETCH_WARMUP = 2
-"""Layers before a forward or backward loop builds alike: each pass prefetches while the
-compute two passes back runs."""
 
 
 def micro_runs(micro_steps: int) -> Runs:
