@@ -73,7 +73,8 @@ class TaskLimit(Exception):
 @functools.lru_cache(maxsize=256)
 def runs_of(keys: tuple[Hashable, ...], warmup: int = 0) -> tuple[tuple[Hashable, int, int], ...]:
     """``keys`` as runs of blocks: the first ``warmup`` iterations are each their own (a loop
-    whose dependencies reach back ``warmup`` iterations builds its first ones differently);
+    whose first iterations are built otherwise, e.g. the first waits for a task before the
+    loop instead of the iteration before; one that only waits for fewer, ``reach_back``, need not);
     after them, equal keys in a row are one run of one-iteration blocks, and a pattern of up
     to ``MAX_PERIOD`` keys repeated three times or more (a layer's tensors split into
     sub-groups of a few sizes, in turn) is one run of blocks of that width, the longest
