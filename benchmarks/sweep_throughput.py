@@ -5,9 +5,10 @@ Builds a ``--points``-point sweep (default 1,000) on scenarios/llama2-70b-offloa
 the offloaded optimizer step), NVMe offload, over NVMe drive count x pinned buffer count x aio
 queue depth x aio thread count, and runs it with ``tiersim.sweeping.runner.run_sweep`` for each ``--jobs``
 value (1 = in this process, N = a process pool of N), ``--repeat`` times each (default 3: the
-VM's speed drifts by tens of percent within an hour). Prints the planning seconds (resolving
-every point's config), the mean CPU milliseconds per run of a worker's batch (``simulate`` and
-the result row) measured in-process on a sample of the configs, and a markdown table: jobs,
+VM's speed drifts by tens of percent within an hour). Prints the planning seconds in-process
+(resolving every point's config; a sweep on a pool plans on its workers), the mean CPU
+milliseconds per run of a worker's batch (``simulate`` and the result row) measured
+in-process on a sample of the configs, and a markdown table: jobs,
 runs, best wall seconds (planning, pool start, runs, Parquet parts and the final file), best
 and every runs/s, and the best's speed-up over the first row. Target (issue 5): at least 200
 runs/s on 2 cores. ``instructions_per_run.py`` counts instructions instead of seconds.
@@ -90,7 +91,7 @@ def main() -> int:
     plan_sweep(load_sweep(spec), force=args.force)
     planning = time.perf_counter() - t0
     cpu_ms = run_cpu_ms(spec, args.sample, args.force)
-    print(f"{args.points} points of 70B (global_batch 4, nvme), planning {planning:.2f} s, "
+    print(f"{args.points} points of 70B (global_batch 4, nvme), planning in-process {planning:.2f} s, "
           f"{cpu_ms:.1f} ms CPU per run (simulate + row) in-process (mean of {args.sample})")
     print()
     print("| backend | runs | wall s (best) | runs/s (best) | runs/s (each repeat) | speed-up (best) |")
