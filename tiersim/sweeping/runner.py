@@ -146,15 +146,15 @@ def _noop(_: int) -> None:
     """Starts the pool's workers."""
 
 
+_SWEEP: Sweep | None = None
+"""In a pool worker: the sweep whose points it plans (``_plan_chunk``)."""
+
+
 def _plan_chunk(start: int, stop: int, force: bool) -> tuple[list[PlannedPoint], ConfigError | None]:
     """In a pool worker: ``plan_points`` of the sweep it holds."""
     if _SWEEP is None:
         raise ModelError("a planning task reached a worker that holds no sweep")
     return plan_points(_SWEEP, start, stop, force)
-
-
-_SWEEP: Sweep | None = None
-"""In a pool worker: the sweep whose points it plans (``_plan_chunk``)."""
 
 
 def _worker_init(parent: int, sweep: Sweep | None) -> None:
@@ -243,8 +243,6 @@ def _run_pool(executor: Any, batches: list[Batch], sink: Sink) -> None:
                 sink(future.result())
                 written.add(future)
         raise
-    finally:
-        _release_pool(executor)
 
 
 def _release_pool(executor: Any) -> None:
