@@ -44,6 +44,11 @@ STATE_BUDGET = 64
 a loop whose large states keep failing to repeat (a queue that grows) then simulates on
 without taking them, so its cost stays linear in its tasks."""
 STATE_BUDGET_BASE = 4096
+SPECULATIVE_PENDING = 32
+"""A state of at most this many pending tasks is taken at a boundary even when it cannot
+repeat the one before (its signature differs): the next one may repeat it, a loop then skips
+an iteration sooner, and reading it costs less than simulating that iteration. Larger ones
+(a queue that grows) are taken only when their signature repeats."""
 
 LoopRun = tuple[Hashable, int] | tuple[Hashable, int, int]
 """(key, count) or (key, count, width): ``count`` consecutive blocks of ``width`` iterations
@@ -279,8 +284,8 @@ class Session:
         timers = sorted(due - now for due in run.network.armed)
         alike = signature == loop.signature and _close(timers, loop.timers, _TIME_TOL * max(1.0, now))
         loop.signature, loop.timers = signature, timers
-        if not alike:  # cannot repeat the last state: not worth taking
-            return None
+        if not alike and len(run.pending) > SPECULATIVE_PENDING:
+            return None  # cannot repeat the last state, and too large to take for the next one
         if loop.state_cost > STATE_BUDGET * (len(self.graph.tasks) - loop.first[0]) + STATE_BUDGET_BASE:
             return None  # states this large never repeated: simulate on without taking them
         loop.state_cost += len(run.pending)
