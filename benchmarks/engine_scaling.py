@@ -8,8 +8,8 @@ offload strategy and print a markdown table: model, global batch, strategy, fits
 events (the engine's: delays and flow timers processed), the full simulation's events
 (without fast-forward; not run past ``--full-limit`` micro-steps), wall time (best of
 ``--repeat`` runs of ``simulate``, ms), instructions per run (``--instructions``: counted by
-valgrind's callgrind, one child process per case, each minus a child that stops before the
-counted runs) and the predicted iteration time.
+valgrind's callgrind, one child process per case, counting its runs alone: ``callgrind.py``)
+and the predicted iteration time.
 
     python3 benchmarks/engine_scaling.py --repeat 3 --instructions
 """
@@ -17,18 +17,15 @@ counted runs) and the predicted iteration time.
 from __future__ import annotations
 
 import argparse
-import os
-import re
 import shutil
 import signal
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from tiersim.config.scenario import scenario_from_dict
 from tiersim.simulate import simulate
@@ -132,36 +129,27 @@ def measure(case: int, repeat: int, timeout: float, full_limit: int) -> list[dic
 
 
 def child(case: int, runs: int) -> None:
-    """Build every case's configs and run each once; then ``runs`` runs of case ``case``'s."""
+    """Build every case's configs and run each once; then ``runs`` runs of case ``case``'s
+    (the part callgrind counts)."""
     every = [configs(k) for k in range(len(CASES))]
     for batch in every:
         for config in batch:
             simulate(config, max_tasks=None)
-    if case >= 0:
+
+    def counted() -> None:
         for _ in range(runs):
             for config in every[case]:
                 simulate(config, max_tasks=None)
 
-
-def callgrind(case: int, runs: int, workdir: str) -> int:
-    """Instructions callgrind counts for a child process (``child``)."""
-    out = os.path.join(workdir, f"callgrind.{case}.out")
-    env = {**os.environ, "PYTHONHASHSEED": "0"}
-    done = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable,
-                           __file__, "--child", str(case), str(runs)], env=env, capture_output=True, text=True,
-                          check=True)
-    found = re.search(r"Collected\s*:\s*(\d+)", done.stderr)
-    if not found:
-        raise SystemExit("callgrind printed no instruction count:\n" + done.stderr[-2000:])
-    return int(found.group(1))
+    sys.call_tracing(counted, ())
 
 
 def instructions(runs: int) -> dict[int, float]:
     """Instructions per run (mean over a case's strategies), per case."""
-    with tempfile.TemporaryDirectory() as workdir:
-        base = callgrind(-1, 0, workdir)
-        return {case: (callgrind(case, runs, workdir) - base) / (runs * len(STRATEGIES))
-                for case in range(len(CASES))}
+    from callgrind import counted
+
+    return {case: counted([__file__, "--child", str(case), str(runs)]) / (runs * len(STRATEGIES))
+            for case in range(len(CASES))}
 
 
 def markdown(rows: list[dict[str, Any]], counted: dict[int, float] | None) -> str:

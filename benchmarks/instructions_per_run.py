@@ -3,9 +3,9 @@
 Wall and CPU time on the development VM drift by tens of percent within an hour, so a change
 to the engine is measured here in instructions instead: the same 1,000-point grid as
 ``sweep_throughput.py``, every 25th point, run through ``run_batch`` (simulate and the result
-row) after one untimed run. Two processes under callgrind, one stopping before the timed batch,
-one after it; the difference over the batch size is the instructions per run. Needs
-``valgrind`` on the PATH (not a dependency); takes about a minute.
+row) after one untimed run; callgrind counts the batch alone (``callgrind.py``), over the batch
+size that is the instructions per run. Needs ``valgrind`` on the PATH (not a dependency); takes
+under a minute.
 
     python3 benchmarks/instructions_per_run.py [--runs 20]
 """
@@ -13,12 +13,8 @@ one after it; the difference over the batch size is the instructions per run. Ne
 from __future__ import annotations
 
 import argparse
-import os
-import re
 import shutil
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,20 +32,7 @@ def child(runs: int) -> None:
     planned = plan_sweep(load_sweep(sweep_spec(1000)))
     chosen = [(r.index, r.config) for r in planned[::25]]
     run_batch(chosen[:1])
-    if runs:
-        run_batch(chosen[:runs])
-
-
-def collected(runs: int, workdir: str) -> int:
-    """Instructions callgrind counts for a child process doing ``runs`` runs."""
-    out = os.path.join(workdir, f"callgrind.{runs}.out")
-    env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable,
-                           __file__, "--child", str(runs)], env=env, capture_output=True, text=True, check=True)
-    found = re.search(r"Collected\s*:\s*(\d+)", done.stderr)
-    if not found:
-        raise SystemExit("callgrind printed no instruction count:\n" + done.stderr[-2000:])
-    return int(found.group(1))
+    sys.call_tracing(run_batch, (chosen[:runs],))
 
 
 def main() -> int:
@@ -66,9 +49,11 @@ def main() -> int:
     if not 1 <= args.runs <= 40:
         print("instructions_per_run: --runs must be 1-40", file=sys.stderr)
         return 2
-    with tempfile.TemporaryDirectory() as workdir:
-        base, counted = collected(0, workdir), collected(args.runs, workdir)
-    print(f"{(counted - base) / args.runs / 1e6:.1f} M instructions per run (simulate + row), "
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from callgrind import counted
+
+    total = counted([__file__, "--child", str(args.runs)])
+    print(f"{total / args.runs / 1e6:.2f} M instructions per run (simulate + row), "
           f"mean of {args.runs} 70B NVMe sweep points")
     return 0
 

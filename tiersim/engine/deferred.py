@@ -20,11 +20,12 @@ bytes, rates bytes/s.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from tiersim.engine.graph import Usage
+from tiersim.engine.spans import Intervals, Window, merged, union
 
 if TYPE_CHECKING:  # pragma: no cover
     from tiersim.engine.runner import Run
@@ -33,15 +34,10 @@ _Kind = tuple[str, tuple[Usage, float, float, str] | None, float]
 """Stream, flow (usage, rate cap, own bound, stream; None without one) and delay (s)."""
 
 
-class _Spans(NamedTuple):
-    """Flows on one link: starts and ends (s) and the load each puts on it (units/s)."""
-
-    starts: np.ndarray
-    ends: np.ndarray
-    loads: np.ndarray
-
 _OVERLOAD = 1e-12
 """Fraction of a link's capacity the summed bounds on it may exceed (float residue)."""
+_RESIDUE = 1e-12
+"""Seconds per second of the run below which a stretch is float residue, not one at all."""
 
 
 class NotQuiet(Exception):
@@ -59,118 +55,129 @@ def settle(run: Run, skipped: list[tuple[float, float, frozenset[str]]]) -> None
     deferred = [p for p, flag in enumerate(graph.deferred) if flag]
     if any(p not in run.deferred_end for p in deferred):
         raise NotQuiet("a deferred task never had its inputs")
-    groups: dict[_Kind, tuple[list[float], list[float], list[float]]] = {}
-    """Tasks alike but for their size, credited together: their starts, ends and sizes."""
+    groups: dict[_Kind, tuple[Intervals, list[float]]] = {}
+    """Tasks alike but for their size, credited together: their intervals, and the bytes of
+    each single one or progression."""
 
-    def group(q: int) -> tuple[list[float], list[float], list[float]]:
+    def group(q: int) -> tuple[Intervals, list[float]]:
         task, flow = graph.tasks[q], graph.flows[q]
         kind = (task.stream, None if flow is None else (flow[1], flow[2], flow[3], flow[4]), task.delay)
         found = groups.get(kind)
         if found is None:
-            found = groups[kind] = ([], [], [])
+            found = groups[kind] = (Intervals(), [])
         return found
 
+    start, end, tasks = run.start, run.end, graph.tasks
     for p in deferred:
-        run.start[p], run.end[p] = run.deferred_start[p], run.deferred_end[p]
-        began_at, ended_at, sizes = group(p)
-        began_at.append(run.start[p])
-        ended_at.append(run.end[p])
-        sizes.append(graph.tasks[p].size)
-    for q, (image_starts, image_ends) in run.images.items():
-        began_at, ended_at, sizes = group(q)
-        began_at += image_starts
-        ended_at += image_ends
-        sizes += [graph.tasks[q].size] * len(image_starts)
-    windows = _phase_windows(accounts.changes, max(max(run.end, default=0.0), max(run.deferred_end.values())))
-    flows_on: dict[str, list[tuple[np.ndarray, np.ndarray, float]]] = {}
+        start[p], end[p] = run.deferred_start[p], run.deferred_end[p]
+        intervals, sizes = group(p)
+        intervals.singles.append((start[p], end[p]))
+        sizes.append(tasks[p].size)
+    for q, images in run.images.items():
+        intervals, sizes = group(q)
+        for span in images:
+            intervals.add(span)
+            sizes.append(tasks[q].size * span.times)
+    hi = max(max(end, default=0.0), max(run.deferred_end.values()))
+    windows = _phase_windows(accounts.changes, hi)
+    least = _RESIDUE * hi
+    flows_on: dict[str, list[tuple[Intervals, float]]] = {}
+    """Per link: the deferred flows on it and the load each puts on it (units/s)."""
     peaks: dict[str, dict[str, float]] = {}
     """Per link, per stream: the largest load (units/s) one of its flows puts on it."""
-    for (stream, flow_kind, delay), (start_list, end_list, sizes) in groups.items():
-        began, ends = np.array(start_list), np.array(end_list)
-        for phase, seconds in _per_phase(began, ends, windows):
+    for (stream, flow_kind, delay), (intervals, sizes) in groups.items():
+        for phase, seconds in intervals.per_window(windows, least):
             _add(accounts.busy, (stream, phase), seconds)
-        accounts.stream_busy[stream] = accounts.stream_busy.get(stream, 0.0) + float((ends - began).sum())
+        accounts.stream_busy[stream] = accounts.stream_busy.get(stream, 0.0) + intervals.total
         total = math.fsum(sizes)
         accounts.stream_bytes[stream] = accounts.stream_bytes.get(stream, 0.0) + total
         if flow_kind is None:
             continue
         usage, _cap, bound, _stream = flow_kind
-        moving = began + delay
-        for start, until, links in skipped:
-            if links.intersection(link for link, _units in usage) and np.any((moving < until) & (ends > start)):
+        moving = intervals.later(delay)
+        for since, until, links in skipped:
+            if links.intersection(link for link, _units in usage) and moving.meets(since, until):
                 raise NotQuiet(f"a deferred {stream} task overlaps a fast-forwarded span on its links")
-        if float(moving.min()) < network.pieces_since:
+        if moving.bounds()[0] < network.pieces_since:
             raise NotQuiet(f"a deferred {stream} task moves before the event run's flows were recorded")
-        for phase, seconds in _per_phase(moving, ends, windows):
+        for phase, seconds in moving.per_window(windows, least):
             _add(accounts.moved, (stream, phase), bound * seconds)
             for link, units in usage:
                 _add(accounts.moved, (link, phase), bound * units * seconds)
         for link, units in usage:
             network.moved[link] += total * units
-            flows_on.setdefault(link, []).append((moving, ends, bound * units))
+            flows_on.setdefault(link, []).append((moving, bound * units))
             on_link = peaks.setdefault(link, {})
             on_link[stream] = max(on_link.get(stream, 0.0), bound * units)
+    reach = {link: _reach([intervals for intervals, _load in flows]) for link, flows in flows_on.items()}
     ran: dict[str, list[tuple[float, float, float]]] = {}
-    for start, until, usage, bound, stream in network.pieces or ():
-        if until > start:
-            for link, units in usage:
-                if link in flows_on:
-                    ran.setdefault(link, []).append((start, until, bound * units))
-                    on_link = peaks[link]
-                    on_link[stream] = max(on_link.get(stream, 0.0), bound * units)
-    for link, chunks in flows_on.items():
-        flows = _Spans(np.concatenate([c[0] for c in chunks]), np.concatenate([c[1] for c in chunks]),
-                       np.concatenate([np.full(len(c[0]), c[2]) for c in chunks]))
-        events = _Spans(*np.array(ran.get(link, []), dtype=float).reshape(-1, 3).T)
+    """Per link: the event run's flows on it while deferred ones are (from, to, load)."""
+    for since, until, usage, bound, stream in network.pieces or ():
+        for link, units in usage:
+            if link in reach and since < reach[link][1] and until > max(since, reach[link][0]):
+                ran.setdefault(link, []).append((since, until, bound * units))
+                on_link = peaks[link]
+                on_link[stream] = max(on_link.get(stream, 0.0), bound * units)
+    for link, flows in flows_on.items():
         capacity = network.capacity[link]
-        could_saturate = sum(peaks[link].values()) > capacity * (1 + _OVERLOAD)  # a stream runs one flow at a time
-        starts, ends = _sweep_link(link, flows, events, capacity if could_saturate else None)
-        if len(starts):
-            network.busy[link] += float((ends - starts).sum())
-            for phase, seconds in _per_phase(starts, ends, windows):
-                _add(accounts.busy, (link, phase), seconds)
+        if sum(peaks[link].values()) > capacity * (1 + _OVERLOAD):  # a stream runs one flow at a time
+            _check_load(link, flows, ran.get(link, []), capacity)
+        for phase, seconds in _alone(union(intervals for intervals, _load in flows), ran.get(link, []), windows,
+                                     least):
+            network.busy[link] += seconds
+            _add(accounts.busy, (link, phase), seconds)
 
 
 def _add(target: dict[tuple[str, str], float], key: tuple[str, str], value: float) -> None:
     target[key] = target.get(key, 0.0) + value
 
 
-def _per_phase(starts: np.ndarray, ends: np.ndarray,
-               windows: list[tuple[float, float, str]]) -> list[tuple[str, float]]:
-    """Seconds of the spans ``starts``-``ends`` in each phase window they overlap."""
-    lo, hi = float(starts.min()), float(ends.max())
+def _reach(parts: list[Intervals]) -> tuple[float, float]:
+    """The earliest start and latest end of ``parts`` (s)."""
+    bounds = [part.bounds() for part in parts]
+    return min(lo for lo, _hi in bounds), max(hi for _lo, hi in bounds)
+
+
+def _alone(on: Intervals, events: list[tuple[float, float, float]], windows: list[Window],
+           least: float) -> list[tuple[str, float]]:
+    """Seconds per phase window in which the disjoint intervals ``on`` (deferred flows on a
+    link) are on it and none of the event run's flows (``events``: from, to, load) is (those
+    over ``least`` s: what an event flow covers, to float residue, is not alone)."""
+    if not on.singles and not on.spans:
+        return []
+    lo, hi = on.bounds()
+    covered = merged([(a, b) for a, b, _load in events if a < hi and b > lo])
     out = []
     for begin, end, phase in windows:
         if begin >= hi or end <= lo:
             continue
-        if begin <= lo and hi <= end:
-            seconds = float((ends - starts).sum())
-        else:
-            seconds = float(np.clip(np.minimum(ends, end) - np.maximum(starts, begin), 0.0, None).sum())
-        if seconds > 0:
+        seconds = on.covered(begin, end)
+        for a, b in covered:
+            if a < end and b > begin:
+                seconds -= on.covered(max(a, begin), min(b, end))
+        if seconds > least:
             out.append((phase, seconds))
     return out
 
 
-def _sweep_link(link: str, flows: _Spans, events: _Spans, capacity: float | None) -> tuple[np.ndarray, np.ndarray]:
-    """The stretches (starts, ends, s) in which the deferred ``flows`` on ``link`` are on it and
-    none of the event run's flows (``events``) is: disjoint pieces between consecutive moments
-    either begins or ends. Given ``capacity`` (units/s), also ``NotQuiet`` if at some moment
-    the deferred flows on it, at their own bounds, and the event flows then could take more."""
-    count, others = len(flows.starts), len(events.starts)
-    times = np.concatenate([flows.starts, flows.ends, events.starts, events.ends])
+def _check_load(link: str, flows: list[tuple[Intervals, float]], events: list[tuple[float, float, float]],
+                capacity: float) -> None:
+    """``NotQuiet`` if at some moment the deferred ``flows`` on ``link`` (intervals and loads,
+    at their own bounds) and the event run's flows then (from, to, load) could take more than
+    its ``capacity`` (units/s)."""
+    listed = [(a, b, load) for intervals, load in flows for a, b in intervals.listed()]
+    ours = np.array(listed, dtype=float).reshape(-1, 3).T
+    theirs = np.array(events, dtype=float).reshape(-1, 3).T
+    count, others = ours.shape[1], theirs.shape[1]
+    times = np.concatenate([ours[0], ours[1], theirs[0], theirs[1]])
     order = np.argsort(times, kind="stable")
     times = times[order]
     on = np.cumsum(_edges(0, count, 2 * others)[order])  # deferred flows on the link
-    if capacity is not None:
-        load = np.cumsum(np.concatenate([flows.loads, -flows.loads, events.loads, -events.loads])[order])
-        settled = np.append(times[1:] != times[:-1], True)  # the last change at each moment
-        over = settled & (on > 0) & (load > capacity * (1 + _OVERLOAD))
-        if over.any():
-            raise NotQuiet(f"link {link!r} could saturate under a deferred flow at {times[over][0]:.6g} s")
-    running = np.cumsum(_edges(2 * count, others, 0)[order])  # event flows on it
-    alone = (on[:-1] > 0) & (running[:-1] == 0)
-    return times[:-1][alone], times[1:][alone]
+    load = np.cumsum(np.concatenate([ours[2], -ours[2], theirs[2], -theirs[2]])[order])
+    settled = np.append(times[1:] != times[:-1], True)  # the last change at each moment
+    over = settled & (on > 0) & (load > capacity * (1 + _OVERLOAD))
+    if over.any():
+        raise NotQuiet(f"link {link!r} could saturate under a deferred flow at {times[over][0]:.6g} s")
 
 
 def _edges(before: int, count: int, after: int) -> np.ndarray:
@@ -179,7 +186,7 @@ def _edges(before: int, count: int, after: int) -> np.ndarray:
                            np.full(count, -1, dtype=np.int64), np.zeros(after, dtype=np.int64)])
 
 
-def _phase_windows(changes: list[tuple[float, str]], until: float) -> list[tuple[float, float, str]]:
+def _phase_windows(changes: list[tuple[float, str]], until: float) -> list[Window]:
     """The run's phases as (from, to, phase) (s), the phase before the first marker ""."""
     windows = []
     start, phase = 0.0, ""

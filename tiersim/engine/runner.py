@@ -15,6 +15,7 @@ import simpy
 from tiersim.engine.accounts import Accounts
 from tiersim.engine.flows import FlowNetwork
 from tiersim.engine.graph import Task, TaskGraph
+from tiersim.engine.spans import Spans
 from tiersim.errors import ConfigError, ModelError
 
 COMPUTE_CATEGORIES = ("compute", "adam")
@@ -120,9 +121,9 @@ class Run:
         self.proxied: set[int] = set()
         """Deferred tasks an event task waits for: each has a timeout at its end."""
         self.proxies_pending = 0
-        self.images: dict[int, tuple[list[float], list[float]]] = {}
+        self.images: dict[int, list[Spans]] = {}
         """Deferred tasks timed but never built (a fast-forward's copies, ``Session``): by the
-        position of the task they copy, their starts and ends (s)."""
+        position of the task they copy, their spans (s)."""
         self.floor: dict[int, float] = {}
         """Deferred tasks that cannot start before a time (s) besides their dependencies (a
         fast-forward's copy, waiting for a skipped task: ``Session``)."""

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field, replace
 from tiersim.engine.deferred import NotQuiet, settle
 from tiersim.engine.graph import Task, TaskGraph
 from tiersim.engine.runner import EngineRun, LateTask, Run, run_graph
+from tiersim.engine.spans import Spans
 from tiersim.errors import ModelError
 
 STATE_BUDGET = 64
@@ -510,45 +511,69 @@ class Session:
         if min(tails.values(), default=0.0) < 0 or any(
                 done(at) < 0 for _q, _s, _d, _f, inputs in steps for kind, at, _it in inputs if kind == 0):
             return 0, tails
-        def timed_copy(m: int, tails: dict[str, float]) -> tuple[list[float], dict[str, float]] | None:
-            """Iteration ``m``'s copies' starts, in template order, and the streams' ends after
-            them; None if one waits for a real task not yet run."""
+        last = min([times - 1] + [references[at] + times - it for *_step, inputs in steps
+                                  for kind, at, it in inputs if kind == 2])
+        """The last skipped iteration whose copies' inputs are all known (a compute-side one of
+        iteration ``it + m`` is, up to its reference plus ``times``)."""
+
+        def timed_copy(m: int, tails: dict[str, float]) -> tuple[list[float], list[list[float]], dict[str, float]]:
+            """Iteration ``m``'s copies' starts, in template order, what each start is the latest
+            of (its stream's previous end, then its inputs' ends) and the streams' ends after
+            them (s)."""
             ends: dict[int, float] = {}
             after = dict(tails)
-            began_at = []
+            began_at, terms = [], []
             for q, stream, delay, moving, inputs in steps:
-                began = after[stream]
+                values = [after[stream]]
                 for kind, at, it in inputs:
-                    if kind == 0:
-                        at_end = done(at)
-                    elif kind == 1:
-                        at_end = ends[at]
-                    elif it + m <= references[at] + times:
-                        at_end = ended(it + m, at)
-                    else:
-                        return None
-                    if at_end > began:
-                        began = at_end
+                    values.append(done(at) if kind == 0 else ends[at] if kind == 1 else ended(it + m, at))
+                began = max(values)
                 ends[q] = after[stream] = began + delay + moving
                 began_at.append(began)
-            return began_at, after
+                terms.append(values)
+            return began_at, terms, after
 
-        starts: list[list[float]] = [[] for _ in steps]
-        finishes: list[list[float]] = [[] for _ in steps]
-        timed = 0
-        for m in range(1, times):
-            copy = timed_copy(m, tails)
-            if copy is None:
-                break  # built from here
-            began_at, tails = copy
-            for k, (began, (_q, _stream, delay, moving, _inputs)) in enumerate(zip(began_at, steps)):
-                starts[k].append(began)
-                finishes[k].append(began + delay + moving)
-            timed = m
-        for (q, *_step), began_at, ended_at in zip(steps, starts, finishes):
-            if began_at:
-                run.images[q] = (began_at, ended_at)
-        return timed, tails
+        timed: list[tuple[list[float], list[list[float]]]] = []
+        steady = False
+        for m in range(1, last + 1):
+            began_at, terms, tails = timed_copy(m, tails)
+            timed.append((began_at, terms))
+            if m >= 3 and all(it + m - 2 > references[at] for *_step, inputs in steps
+                              for kind, at, it in inputs if kind == 2):
+                steady = _steady(timed[-3:], last - m, _TIME_TOL * max(1.0, max(began_at)))
+                if steady:
+                    break
+        lasting = [delay + moving for _q, _stream, delay, moving, _inputs in steps]
+        rest = last - len(timed) if steady else 0  # iterations after the listed ones, in closed form
+        for k, (q, stream, *_step) in enumerate(steps):
+            listed = [Spans(began_at[k], lasting[k], lasting[k], 1) for began_at, _terms in timed]
+            if rest:
+                step = timed[-1][0][k] - timed[-2][0][k]
+                listed.append(Spans(timed[-1][0][k] + step, step, lasting[k], rest))
+                tails[stream] = listed[-1].last  # template order is each stream's order
+            if listed:
+                run.images[q] = listed
+        return len(timed) + rest, tails
+
+
+def _steady(timed: list[tuple[list[float], list[list[float]]]], remaining: int, tolerance: float) -> bool:
+    """Whether three iterations' copies (their starts and what each is the latest of) are past
+    their transient, so that every later start is the last one plus whole steps: every term
+    went up by the same step twice, each start's latest term stayed the latest, and no other
+    term, rising faster, could overtake it within the ``remaining`` iterations (s)."""
+    (_a, before), (_b, middle), (_c, now) = timed
+    for was, mid, new in zip(before, middle, now):
+        winner = max(range(len(new)), key=new.__getitem__)
+        if max(range(len(mid)), key=mid.__getitem__) != winner:
+            return False
+        rise = new[winner] - mid[winner]
+        for j, value in enumerate(new):
+            step = value - mid[j]
+            if abs(step - (mid[j] - was[j])) > tolerance:
+                return False
+            if step > rise and (step - rise) * remaining >= new[winner] - value:
+                return False
+    return True
 
 
 def run_schedule(schedule: Callable[[Session], None], capacity_of: Callable[[str], float],

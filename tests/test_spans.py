@@ -1,0 +1,56 @@
+"""Spans in arithmetic progression (tiersim.engine.spans) measure what their intervals, listed one
+by one, measure: seconds in a window, meeting an interval, and the union of several."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tiersim.engine.spans import Intervals, Spans, merged, union
+
+
+@st.composite
+def progressions(draw: st.DrawFn) -> Spans:
+    """A progression of 1-40 intervals, each at most as long as the step."""
+    step = draw(st.floats(0.01, 5.0))
+    length = draw(st.floats(0.0, 1.0)) * step
+    return Spans(draw(st.floats(0.0, 50.0)), step, length, draw(st.integers(1, 40)))
+
+
+def listed_covered(intervals: list[tuple[float, float]], lo: float, hi: float) -> float:
+    return sum(max(0.0, min(b, hi) - max(a, lo)) for a, b in intervals)
+
+
+@settings(max_examples=300, deadline=None)
+@given(span=progressions(), lo=st.floats(-5.0, 250.0), width=st.floats(0.0, 100.0))
+def test_seconds_in_a_window_are_those_of_the_listed_intervals(span: Spans, lo: float, width: float) -> None:
+    hi = lo + width
+    assert span.covered(lo, hi) == pytest.approx(listed_covered(span.listed(), lo, hi), abs=1e-9)
+    listed = any(a < hi and b > lo for a, b in span.listed())
+    assert Intervals([], [span]).meets(lo, hi) == listed
+
+
+@settings(max_examples=300, deadline=None)
+@given(spans=st.lists(progressions(), min_size=1, max_size=4),
+       singles=st.lists(st.tuples(st.floats(0.0, 200.0), st.floats(0.0, 3.0)), max_size=5),
+       lo=st.floats(-5.0, 250.0), width=st.floats(0.0, 300.0))
+def test_a_union_covers_what_the_listed_intervals_cover_once(spans: list[Spans], singles: list[tuple[float, float]],
+                                                             lo: float, width: float) -> None:
+    parts = [Intervals([], [span]) for span in spans] + [Intervals([(a, a + d) for a, d in singles])]
+    together = union(parts)
+    listed = merged([i for part in parts for i in part.listed()])
+    assert together.covered(lo, lo + width) == pytest.approx(listed_covered(listed, lo, lo + width), abs=1e-9)
+    pieces = together.listed()
+    assert listed_covered(pieces, -1e9, 1e9) == pytest.approx(listed_covered(listed, -1e9, 1e9), abs=1e-9)
+
+
+def test_a_chain_of_copies_is_one_stretch_and_a_gapped_one_stays_a_progression() -> None:
+    """Three copies per iteration, each starting where the one before ended, make one stretch;
+    two with a gap between them stay progressions (not listed interval by interval)."""
+    chain = [Spans(0.0, 3.0, 1.0, 1000), Spans(1.0, 3.0, 1.0, 1000), Spans(2.0, 3.0, 1.0, 1000)]
+    together = union([Intervals([], chain)])
+    assert together.singles == [(0.0, 3000.0)] and not together.spans
+    gapped = union([Intervals([], [Spans(0.0, 3.0, 1.0, 1000), Spans(2.0, 3.0, 0.5, 1000)])])
+    assert not gapped.singles and len(gapped.spans) == 2
+    assert gapped.covered(0.0, 3000.0) == pytest.approx(1500.0)

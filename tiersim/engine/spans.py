@@ -1,0 +1,206 @@
+"""Time spans in arithmetic progression: what ``settle`` credits deferred tasks with.
+
+A ``Spans`` is ``times`` intervals of ``length`` seconds, the k-th starting at ``first + k *
+step`` (s). The copies of a deferred task that a fast-forward times over many skipped
+iterations (a stream that keeps pace with the compute, or one whose queue grows by the same
+amount every iteration) are one progression; ``Intervals`` holds such progressions beside
+single intervals (the deferred tasks that ran). The measures ``settle`` needs (seconds inside
+each phase window, whether any interval meets a span, the union of what is on a link) are
+computed from the progressions' terms, so their cost does not grow with the iterations skipped.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
+
+_TOUCH = 1e-12
+"""Relative float residue by which consecutive intervals may miss touching and still be one
+stretch (a stream whose queue never empties)."""
+
+Window = tuple[float, float, str]
+"""A phase window: from, to (s) and the phase."""
+
+
+class Spans(NamedTuple):
+    """``times`` intervals of ``length`` s, the k-th from ``first + k * step`` (s); ``step``
+    is at least ``length`` (a stream runs one task at a time)."""
+
+    first: float
+    step: float
+    length: float
+    times: int
+
+    @property
+    def last(self) -> float:
+        """The end of the last interval (s)."""
+        return self.first + (self.times - 1) * self.step + self.length
+
+    def joined(self) -> bool:
+        """Whether each interval reaches the next (the progression is one stretch)."""
+        return self.step <= self.length + _TOUCH * max(abs(self.first), self.step)
+
+    def covered(self, lo: float, hi: float) -> float:
+        """Seconds of the intervals inside ``[lo, hi]``."""
+        first, step, length, _times = self
+        k0, k1 = self._meeting(lo, hi)
+        if k0 > k1 or length <= 0:
+            return 0.0
+        start0, start1 = first + k0 * step, first + k1 * step
+        return (k1 - k0 + 1) * length - max(0.0, lo - start0) - max(0.0, start1 + length - hi)
+
+    def _meeting(self, lo: float, hi: float) -> tuple[int, int]:
+        """The first and last k whose interval overlaps ``(lo, hi)`` (k0 > k1: none)."""
+        first, step, length, count = self
+        if hi <= first or lo >= self.last:
+            return 1, 0
+        if count == 1:
+            return 0, 0
+        k0 = max(0, math.floor((lo - first - length) / step))
+        while k0 > 0 and first + (k0 - 1) * step + length > lo:
+            k0 -= 1
+        while k0 < count and first + k0 * step + length <= lo:
+            k0 += 1
+        k1 = min(count - 1, max(0, math.ceil((hi - first) / step)))
+        while k1 < count - 1 and first + (k1 + 1) * step < hi:
+            k1 += 1
+        while k1 >= 0 and first + k1 * step >= hi:
+            k1 -= 1
+        return k0, k1
+
+    def listed(self) -> list[tuple[float, float]]:
+        """Every interval as (start, end) (s)."""
+        first, step, length, times = self
+        return [(first + k * step, first + k * step + length) for k in range(times)]
+
+
+class Intervals:
+    """Single intervals (``singles``: start, end, s) and progressions of them (``spans``)."""
+
+    __slots__ = ("singles", "spans")
+
+    def __init__(self, singles: list[tuple[float, float]] | None = None, spans: list[Spans] | None = None) -> None:
+        self.singles = singles if singles is not None else []
+        self.spans = spans if spans is not None else []
+
+    def add(self, spans: Spans) -> None:
+        """Take in a progression (one of a single interval goes with the singles)."""
+        if spans.times == 1:
+            self.singles.append((spans.first, spans.first + spans.length))
+        else:
+            self.spans.append(spans)
+
+    @property
+    def total(self) -> float:
+        """Seconds of every interval together."""
+        return sum(end - start for start, end in self.singles) + sum(s.times * s.length for s in self.spans)
+
+    def bounds(self) -> tuple[float, float]:
+        """The earliest start and the latest end (s)."""
+        lo = min([start for start, _end in self.singles] + [s.first for s in self.spans])
+        hi = max([end for _start, end in self.singles] + [s.last for s in self.spans])
+        return lo, hi
+
+    def later(self, seconds: float) -> Intervals:
+        """Every interval starting ``seconds`` later and as much shorter (a flow moves after its
+        task's delay)."""
+        if not seconds:
+            return self
+        return Intervals([(start + seconds, end) for start, end in self.singles],
+                         [Spans(s.first + seconds, s.step, s.length - seconds, s.times) for s in self.spans])
+
+    def meets(self, lo: float, hi: float) -> bool:
+        """Whether an interval overlaps the open interval ``(lo, hi)``."""
+        if any(start < hi and end > lo for start, end in self.singles):
+            return True
+        return any(k0 <= k1 for k0, k1 in (span._meeting(lo, hi) for span in self.spans))
+
+    def covered(self, lo: float, hi: float) -> float:
+        """Seconds of the intervals inside ``[lo, hi]``."""
+        seconds = sum(min(e, hi) - max(s, lo) for s, e in self.singles if s < hi and e > lo)
+        return seconds + sum(span.covered(lo, hi) for span in self.spans)
+
+    def per_window(self, windows: Sequence[Window], least: float = 0.0) -> list[tuple[str, float]]:
+        """Seconds of the intervals in each phase window (those over ``least`` s)."""
+        lo, hi = self.bounds()
+        out = []
+        for begin, end, phase in windows:
+            if begin >= hi or end <= lo:
+                continue
+            seconds = self.total if begin <= lo and hi <= end else self.covered(begin, end)
+            if seconds > least:
+                out.append((phase, seconds))
+        return out
+
+    def listed(self) -> list[tuple[float, float]]:
+        """Every interval as (start, end) (s)."""
+        return self.singles + [interval for span in self.spans for interval in span.listed()]
+
+
+def union(parts: Iterable[Intervals]) -> Intervals:
+    """Disjoint intervals (at most touching) covering what ``parts`` cover.
+
+    A progression whose intervals reach each other is one stretch. Progressions of as many
+    intervals at one step (to float residue: a chain of copies, one per iteration) repeat one
+    pattern, the union of their first intervals: while it fits in one step, its pieces are
+    progressions at that step again, kept as such unless a single interval overlaps them (then
+    they are listed, and merged with the rest)."""
+    singles: list[tuple[float, float]] = []
+    periodic: list[Spans] = []
+    for part in parts:
+        singles += part.singles
+        for span in part.spans:
+            if span.length <= 0:
+                continue
+            if span.joined():
+                singles.append((span.first, span.last))
+            else:
+                periodic.append(span)
+    blocks: list[tuple[float, float, list[Spans]]] = []
+    for members in _alike(periodic):
+        count, step = members[0].times, members[0].step
+        pattern = merged([(s.first, s.first + s.length) for s in members])
+        lo, hi = pattern[0][0], pattern[-1][1]
+        if hi - lo <= step * (1 + _TOUCH):
+            pieces = [Spans(a, step, b - a, count) for a, b in pattern]
+            joined = [(p.first, p.last) for p in pieces if p.joined()]
+            singles += joined
+            if len(joined) < len(pieces):
+                blocks.append((lo, hi + (count - 1) * step, [p for p in pieces if not p.joined()]))
+        else:
+            singles += [interval for member in members for interval in member.listed()]
+    out = Intervals(merged(singles))
+    for lo, hi, pieces in blocks:
+        tol = _TOUCH * max(abs(lo), abs(hi))  # touching, to float residue, is not crossing
+        crossing = any(start < hi - tol and end > lo + tol for start, end in out.singles) or any(
+            lo < other_hi - tol and hi > other_lo + tol for other_lo, other_hi, other in blocks if other is not pieces)
+        if crossing:
+            out.singles = merged(out.singles + [i for piece in pieces for i in piece.listed()])
+        else:
+            out.spans += pieces
+    return out
+
+
+def _alike(periodic: list[Spans]) -> list[list[Spans]]:
+    """Progressions grouped by count and step (equal to float residue)."""
+    groups: list[list[Spans]] = []
+    for span in sorted(periodic, key=lambda s: (s.times, s.step)):
+        last = groups[-1][0] if groups else None
+        if last is not None and last.times == span.times and span.step - last.step <= 16 * _TOUCH * span.step:
+            groups[-1].append(span)
+        else:
+            groups.append([span])
+    return groups
+
+
+def merged(intervals: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Intervals (s) joined where they overlap or touch, in order."""
+    out: list[tuple[float, float]] = []
+    for lo, hi in sorted(intervals):
+        if out and lo <= out[-1][1]:
+            if hi > out[-1][1]:
+                out[-1] = (out[-1][0], hi)
+        else:
+            out.append((lo, hi))
+    return out
