@@ -69,6 +69,19 @@ class Spans(NamedTuple):
             k1 -= 1
         return k0, k1
 
+    def minus(self, lo: float, hi: float) -> tuple[list[Spans], list[tuple[float, float]]]:
+        """What of the intervals lies outside ``[lo, hi]``: the progressions of those before and
+        after it, and the parts (start, end, s) of the two it cuts."""
+        k0, k1 = self._meeting(lo, hi)
+        if k0 > k1:
+            return [self], []
+        first, step, length, times = self
+        kept = [span for span in (Spans(first, step, length, k0),
+                                  Spans(first + (k1 + 1) * step, step, length, times - k1 - 1)) if span.times]
+        cut = first + k0 * step, first + k1 * step + length
+        parts = [part for part in ((cut[0], lo), (hi, cut[1])) if part[1] > part[0]]
+        return kept, parts
+
     def listed(self) -> list[tuple[float, float]]:
         """Every interval as (start, end) (s)."""
         first, step, length, times = self
@@ -83,6 +96,11 @@ class Intervals:
     def __init__(self, singles: list[tuple[float, float]] | None = None, spans: list[Spans] | None = None) -> None:
         self.singles = singles if singles is not None else []
         self.spans = spans if spans is not None else []
+
+    def add_all(self, spans: Iterable[Spans]) -> None:
+        """Take in progressions (see ``add``)."""
+        for span in spans:
+            self.add(span)
 
     def add(self, spans: Spans) -> None:
         """Take in a progression (one of a single interval goes with the singles)."""
@@ -170,15 +188,23 @@ def union(parts: Iterable[Intervals]) -> Intervals:
                 blocks.append((lo, hi + (count - 1) * step, [p for p in pieces if not p.joined()]))
         else:
             singles += [interval for member in members for interval in member.listed()]
-    out = Intervals(merged(singles))
+    singles = merged(singles)
+    out = Intervals(list(singles))
     for lo, hi, pieces in blocks:
         tol = _TOUCH * max(abs(lo), abs(hi))  # touching, to float residue, is not crossing
-        crossing = any(start < hi - tol and end > lo + tol for start, end in out.singles) or any(
-            lo < other_hi - tol and hi > other_lo + tol for other_lo, other_hi, other in blocks if other is not pieces)
-        if crossing:
-            out.singles = merged(out.singles + [i for piece in pieces for i in piece.listed()])
-        else:
-            out.spans += pieces
+        if any(lo < other_hi - tol and hi > other_lo + tol for other_lo, other_hi, other in blocks if other is not pieces):
+            out.singles += [i for piece in pieces for i in piece.listed()]
+            continue
+        for start, end in singles:  # what a single interval covers is its own
+            if start < hi - tol and end > lo + tol:
+                left: list[Spans] = []
+                for piece in pieces:
+                    kept, parts = piece.minus(start, end)
+                    left += kept
+                    out.singles += parts
+                pieces = left
+        out.add_all(pieces)
+    out.singles = merged(out.singles)
     return out
 
 
