@@ -192,7 +192,7 @@ def union(parts: Iterable[Intervals]) -> Intervals:
     out = Intervals(list(singles))
     for lo, hi, pieces in blocks:
         tol = _TOUCH * max(abs(lo), abs(hi))  # touching, to float residue, is not crossing
-        if any(lo < other_hi - tol and hi > other_lo + tol for other_lo, other_hi, other in blocks if other is not pieces):
+        if any(lo < b_hi - tol and hi > b_lo + tol for b_lo, b_hi, other in blocks if other is not pieces):
             out.singles += [i for piece in pieces for i in piece.listed()]
             continue
         for start, end in singles:  # what a single interval covers is its own
