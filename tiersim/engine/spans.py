@@ -199,9 +199,9 @@ def union(parts: Iterable[Intervals]) -> Intervals:
             if start < hi - tol and end > lo + tol:
                 left: list[Spans] = []
                 for piece in pieces:
-                    kept, parts = piece.minus(start, end)
+                    kept, cut = piece.minus(start, end)
                     left += kept
-                    out.singles += parts
+                    out.singles += cut
                 pieces = left
         out.add_all(pieces)
     out.singles = merged(out.singles)
