@@ -333,6 +333,34 @@ def test_resume_reuses_this_sweeps_rows_and_refuses_another_sweeps_folder(tmp_pa
     assert {p.name: p.stat().st_mtime_ns for p in (tmp_path / "o").rglob("*")} == before  # nothing touched
 
 
+def test_the_results_file_is_what_its_parts_consolidate_to(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``results.parquet`` is consolidated from the rows kept in memory (the parts stored
+    before a resume and those written since): the same table, schema and metadata as the
+    parts on disk read back and consolidated, for a sweep whose first part is a failed run."""
+    import pyarrow.parquet as pq
+
+    import tiersim.simulate as simulate_module
+    from tiersim.sweeping.store import concat_tables, final_table, read_parts, stored_rows
+
+    real = simulate_module.simulate
+
+    def flaky(config):  # type: ignore[no-untyped-def]
+        if config.strategy in ("gpu", "nvme"):
+            raise RuntimeError("engine fell over")
+        return real(config)
+
+    out = tmp_path / "o"
+    patch_simulate(monkeypatch, flaky)
+    assert run_sweep(SMALL, out=out, chunk_size=3).failed == 16
+    monkeypatch.setattr(simulate_module, "simulate", real)
+    outcome = run_sweep(SMALL, out=out, chunk_size=3, resume=True)
+    assert (outcome.resumed, outcome.computed, outcome.failed) == (16, 16, 0)
+    parts = concat_tables(read_parts(out / "parts"))
+    assert parts is not None and parts.num_rows == 48
+    expected = final_table(parts, stored_rows(parts, outcome.runs), outcome.sweep, ())
+    assert pq.read_table(out / "results.parquet").equals(expected, check_metadata=True)
+
+
 def test_a_bad_argument_names_the_parameter_from_python_and_the_flag_from_the_cli(tmp_path: Path) -> None:
     for kwargs, name in (({"jobs": 0}, "jobs"), ({"chunk_size": 0}, "chunk_size")):
         with pytest.raises(ConfigError) as raised:

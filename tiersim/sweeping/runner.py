@@ -36,7 +36,6 @@ from tiersim.sweeping.store import (
     concat_tables,
     final_table,
     open_folder,
-    read_parts,
     results_frame,
     stored_rows,
     write_part,
@@ -415,15 +414,17 @@ def _plan(sweep: Sweep, force: bool, progress: bool, notice: Callable[[str], Non
 
 @dataclass
 class _Store:
-    """Where a sweep's rows go: Parquet parts under ``out``, or tables kept in memory (no
-    ``out``). ``found``: {run index: row} of the rows ``out`` held before this sweep ran."""
+    """Where a sweep's rows go: Parquet parts under ``out`` (if any), each part's table also
+    kept in memory. ``found``: {run index: row} of the rows ``out`` held before this sweep ran."""
 
     sweep: Sweep
     runs: list[PlannedRun]
     out: Path | None
     found: dict[int, int]
     rows: RowTable
-    memory: list[Any] = field(default_factory=list)
+    tables: list[Any] = field(default_factory=list)
+    """The parts ``out`` held before this sweep ran, then each added one, in the order they
+    were written (so consolidating reads nothing back)."""
     computed: int = 0
 
     def add(self, results: list[tuple[int, dict[str, Any]]]) -> None:
@@ -431,17 +432,13 @@ class _Store:
         table = self.rows.table([self.rows.row(self.runs[i], row) for i, row in results])
         if self.out is not None:
             write_part(self.out / PARTS_DIR, table)
-        else:
-            self.memory.append(table)
+        self.tables.append(table)
         self.computed += len(results)
 
     def consolidate(self, overrides: Sequence[str]) -> tuple[Any, Path | None]:
         """Every run's row in run order as one Arrow table, written to ``results.parquet``
         under ``out`` (whose path comes back; None without ``out``)."""
-        if self.out is not None:
-            table = concat_tables(read_parts(self.out / PARTS_DIR), self.out)
-        else:
-            table = concat_tables(self.memory)
+        table = concat_tables(self.tables, self.out)
         runs = self.runs
         found = stored_rows(table, runs)
         missing = len(runs) - len(found)
@@ -462,10 +459,9 @@ class _Store:
 def _open_store(sweep: Sweep, runs: list[PlannedRun], out: Path | None, resume: bool) -> _Store:
     """The store of this sweep: ``out`` checked (see ``store.open_folder``) and its rows of
     this sweep found."""
-    found: dict[int, int] = {}
-    if out is not None:
-        found = stored_rows(concat_tables(open_folder(out, sweep, runs, resume), out), runs, failed=False)
-    return _Store(sweep, runs, out, found, RowTable(sweep, runs))
+    stored = open_folder(out, sweep, runs, resume) if out is not None else []
+    found = stored_rows(concat_tables(stored, out), runs, failed=False)
+    return _Store(sweep, runs, out, found, RowTable(sweep, runs), stored)
 
 
 Backend = Callable[[list[Batch], Sink], None]
