@@ -274,13 +274,16 @@ def _list_points(points: object, source: str) -> list[dict[str, Any]]:
     if not isinstance(points, list) or not points:
         raise ConfigError(source, "points", "expected a non-empty list of mappings (dotted field path -> value)")
     seen: dict[str, int] = {}
+    checked: set[str] = set()  # keys already found well-formed (points repeat their keys)
     out: list[dict[str, Any]] = []
     for i, point in enumerate(points):
         if not isinstance(point, Mapping):
             raise ConfigError(source, f"points[{i}]",
                               f"expected a mapping of dotted field path -> value, got {point!r}")
         for key in point:
-            _check_key(key, source, f"points[{i}].{key}")
+            if key not in checked:
+                _check_key(key, source, f"points[{i}].{key}")
+                checked.add(key)
         canon = _canon(dict(point))
         if canon in seen:
             raise ConfigError(source, f"points[{i}]", f"is the same point as points[{seen[canon]}]")
