@@ -414,19 +414,17 @@ def _digest(text: str) -> str:
 
 def point_document(sweep: Sweep, index: int) -> ScenarioDocument:
     """The scenario of point ``index``: the sweep's document with the point's factors set (each
-    blamed on the point), its ``strategy`` selected, then the strategy options (those of a
-    strategy the point does not run are left out)."""
+    blamed on the point; its fields in one variant, its options in another), its ``strategy``
+    selected, then the strategy options (those of a strategy the point does not run are left
+    out)."""
     from tiersim.strategies import STRATEGIES
 
     point = sweep.points[index]
     origin = sweep.origin(index)
     doc = sweep.document
-    options = list(sweep.pending)
-    for key, value in point.items():
-        if key.startswith(STRATEGY_OPTIONS):
-            options.append(Setting(key, value, origin))
-        elif key != STRATEGY_FACTOR:
-            doc = doc.with_values({key: value}, origin)
+    fields = {k: v for k, v in point.items() if k != STRATEGY_FACTOR and not k.startswith(STRATEGY_OPTIONS)}
+    if fields:
+        doc = doc.with_values(fields, origin)
     selected = point.get(STRATEGY_FACTOR)
     if STRATEGY_FACTOR in point:
         if not isinstance(selected, str) or selected not in STRATEGIES:
@@ -436,11 +434,18 @@ def point_document(sweep: Sweep, index: int) -> ScenarioDocument:
                 f"unknown strategy {selected!r} (known: {', '.join(STRATEGIES)})",
             )
         doc = doc.with_strategy(selected)
-    for setting in options:
-        name = setting.key.split(".")[1]
-        if selected is not None and name != selected and name in STRATEGIES:
-            continue  # this point runs another strategy: the option does not apply
-        doc = doc.with_values({setting.key: setting.value}, setting.origin)
+
+    def applies(key: str) -> bool:
+        """Whether option ``key`` is set here (not when this point runs another strategy)."""
+        name = key.split(".")[1]
+        return selected is None or name == selected or name not in STRATEGIES
+
+    for setting in sweep.pending:
+        if applies(setting.key):
+            doc = doc.with_values({setting.key: setting.value}, setting.origin)
+    options = {k: v for k, v in point.items() if k.startswith(STRATEGY_OPTIONS) and applies(k)}
+    if options:
+        doc = doc.with_values(options, origin)
     return doc
 
 
