@@ -42,6 +42,7 @@ same file as an uninterrupted one.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -402,10 +403,22 @@ def config_hash(config: RunConfig, memo: dict[tuple[str, int], tuple[Any, str]] 
             return _canon(to_plain(value))
         return kept("text", value, lambda: _canon(to_plain(value)))
 
-    rest = sorted((f.name, getattr(config, f.name)) for f in dataclasses.fields(config) if f.name != "hardware")
-    text = "{" + ", ".join(f"{json.dumps(name)}: {encoded(value)}" for name, value in rest) + "}"
+    fields = _hashed_fields()
+    text = "{" + ", ".join(f"{key}: {encoded(getattr(config, name))}" for name, key in fields) + "}"
     hardware = kept("digest", config.hardware, lambda: _digest(encoded(config.hardware)))
     return _digest(text + "|" + hardware + "|" + __version__)
+
+
+@functools.cache
+def _hashed_fields() -> tuple[tuple[str, str], ...]:
+    """The fields of ``RunConfig`` that ``config_hash`` encodes as JSON text (all but
+    ``hardware``, hashed apart), by name: (name, name as a JSON string)."""
+    import dataclasses
+
+    from tiersim.config.scenario import RunConfig
+
+    names = sorted(f.name for f in dataclasses.fields(RunConfig) if f.name != "hardware")
+    return tuple((name, json.dumps(name)) for name in names)
 
 
 def _digest(text: str) -> str:
