@@ -113,6 +113,43 @@ def test_a_pool_plans_the_same_runs_and_stops_at_the_same_bad_point(monkeypatch:
         run_sweep(spec, jobs=2)
 
 
+def test_a_pool_stores_the_batches_finished_while_the_parent_was_busy_together(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the parent stores one part, the batches that finish meanwhile are handed to the
+    store together, in the order they finished (one part, not one each); a batch that raised
+    stops the run after the others' rows are stored."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tiersim.sweeping import runner
+
+    first_part, last_done = threading.Event(), threading.Event()
+
+    def fake_batch(batch):  # type: ignore[no-untyped-def]
+        (index, _config), = batch
+        if index > 0:
+            assert first_part.wait(10)
+        if index == 5:
+            raise RuntimeError("worker fell over")
+        if index == 9:
+            last_done.set()
+        return [(index, {"index": index})]
+
+    stored: list[list[int]] = []
+
+    def sink(results: list[tuple[int, dict[str, int]]]) -> None:
+        if not stored:  # the first part: every other batch finishes meanwhile
+            first_part.set()
+            assert last_done.wait(10)
+            time.sleep(0.1)
+        stored.append([row["index"] for _, row in results])
+
+    monkeypatch.setattr(runner, "run_batch", fake_batch)
+    with ThreadPoolExecutor(max_workers=1) as pool, pytest.raises(RuntimeError, match="worker fell over"):
+        runner._run_pool(pool, [[(i, None)] for i in range(10)], sink)  # type: ignore[list-item]
+    assert stored == [[0], [1, 2, 3, 4, 6, 7, 8, 9]]
+
+
 def test_killed_sweep_resumed_gives_the_same_file(tmp_path: Path) -> None:
     sweep_file = write(tmp_path / "longer.yaml", LONGER)
     full = run_sweep(sweep_file, jobs=1, out=tmp_path / "full")

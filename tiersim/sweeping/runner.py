@@ -225,23 +225,38 @@ def _start_pool(jobs: int, sweep: Sweep | None = None) -> Any:
 
 
 def _run_pool(executor: Any, batches: list[Batch], sink: Sink) -> None:
-    from concurrent.futures import as_completed
+    """Run the batches on the pool. The sink gets, in one call (one Parquet part), the rows of
+    every batch that has finished since its last call, in the order they finished: one batch's
+    when the parent keeps up with the workers, several when it lags behind (fast runs)."""
+    import queue
 
+    finished: queue.SimpleQueue[Any] = queue.SimpleQueue()
     futures: list[Any] = []
     written: set[Any] = set()
     try:
         futures = [executor.submit(run_batch, batch) for batch in batches]
-        for future in as_completed(futures):  # one waiter per future (``wait`` in a loop: one per pass)
-            sink(future.result())
-            written.add(future)
+        for future in futures:
+            future.add_done_callback(finished.put)
+        while len(written) < len(futures):
+            ready = [finished.get()]
+            while not finished.empty():
+                ready.append(finished.get())
+            _store_finished(ready, written, sink)
+            for future in ready:
+                future.result()  # a batch that raised (its worker died): BrokenProcessPool
     except KeyboardInterrupt:
         # Stop submitting; let running batches finish and keep what they computed.
         executor.shutdown(wait=True, cancel_futures=True)
-        for future in futures:
-            if future not in written and future.done() and not future.cancelled() and future.exception() is None:
-                sink(future.result())
-                written.add(future)
+        _store_finished(futures, written, sink)
         raise
+
+
+def _store_finished(futures: Sequence[Any], written: set[Any], sink: Sink) -> None:
+    """Hand the sink the rows of those ``futures`` that finished without raising and are not
+    ``written`` yet, together, in order; they are ``written`` then."""
+    done = [f for f in futures if f not in written and f.done() and not f.cancelled() and f.exception() is None]
+    sink([pair for future in done for pair in future.result()])
+    written.update(done)
 
 
 def _release_pool(executor: Any) -> None:
