@@ -190,7 +190,8 @@ def _batches(runs: Sequence[PlannedRun], size: int) -> list[Batch]:
 
 def default_chunk_size(runs: int, workers: int) -> int:
     """Runs per task: about 16 tasks per worker, between 1 and 128 runs each (a task's rows
-    are one Parquet part: smaller tasks in a large sweep cost the parent more than the runs)."""
+    are one Parquet part, or share one with the tasks that finished with it on a pool: smaller
+    tasks in a large sweep cost the parent more than the runs)."""
     return max(1, min(128, math.ceil(runs / (max(1, workers) * 16))))
 
 
