@@ -381,8 +381,8 @@ def config_hash(config: RunConfig, memo: dict[tuple[str, int], tuple[Any, str]] 
     """A short hash of the resolved config (profile figures included) and the tiersim version.
 
     ``memo`` ((what, id of a config object) -> (object, its encoding or digest)) saves
-    re-encoding the hardware, model and sections many runs share, and re-hashing the hardware;
-    the hash is the same with or without it.
+    re-encoding the hardware, model, sections and scalars (name, seed, strategy) many runs
+    share, and re-hashing the hardware; the hash is the same with or without it.
     """
     import dataclasses
 
@@ -398,8 +398,8 @@ def config_hash(config: RunConfig, memo: dict[tuple[str, int], tuple[Any, str]] 
         return cached[1]
 
     def encoded(value: Any) -> str:
-        """``_canon(to_plain(value))``."""
-        if not dataclasses.is_dataclass(value):
+        """``_canon(to_plain(value))`` (kept for immutable values: config objects, scalars)."""
+        if not dataclasses.is_dataclass(value) and not isinstance(value, (str, int, float)):
             return _canon(to_plain(value))
         return kept("text", value, lambda: _canon(to_plain(value)))
 
