@@ -157,11 +157,14 @@ def _plan_chunk(start: int, stop: int, force: bool) -> tuple[list[PlannedPoint],
 
 
 def _worker_init(parent: int, sweep: Sweep | None) -> None:
-    """Pool worker initialiser: it holds ``sweep`` (forked, not copied, on Linux); Ctrl-C and
-    SIGTERM are the parent's to handle (it stops submitting and lets running batches finish);
-    the worker dies with its parent, even when the parent is killed outright (``kill -9``:
-    Linux's parent-death signal)."""
+    """Pool worker initialiser: it holds ``sweep`` (forked, not copied, on Linux) and keeps
+    what it inherits out of the collector's full passes (``gc.freeze``: a pass over the
+    parent's objects, tens of milliseconds, would also copy every page it shares with them);
+    Ctrl-C and SIGTERM are the parent's to handle (it stops submitting and lets running
+    batches finish); the worker dies with its parent, even when the parent is killed outright
+    (``kill -9``: Linux's parent-death signal)."""
     global _SWEEP
+    gc.freeze()
     _SWEEP = sweep
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -508,8 +511,8 @@ def _execute(
     release = _nothing
     total = len(store.runs)
     # The planned configs (thousands of objects) live as long as the sweep: keep them out of
-    # the collector's full passes, here and in forked workers (whose pages the passes would
-    # also copy); see gc.freeze.
+    # the collector's full passes (a pool's workers, forked before planning, freeze what they
+    # inherit themselves: _worker_init); see gc.freeze.
     gc.freeze()
     try:
         with _sigterm_interrupts():
