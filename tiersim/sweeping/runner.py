@@ -141,6 +141,19 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
+@contextlib.contextmanager
+def _frozen() -> Iterator[None]:
+    """Keep every object made so far out of the collector's full passes (``gc.freeze``): a
+    sweep's planned runs, thousands of objects that live as long as the sweep, are passed over
+    in tens of milliseconds each time, to free nothing. A pool's workers, forked before
+    planning, freeze what they inherit themselves (``_worker_init``)."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
 def _noop(_: int) -> None:
     """Starts the pool's workers."""
 
@@ -366,12 +379,14 @@ def run_sweep(
     # A local pool is started first and plans the points too (each worker holds the sweep).
     pool = _start_pool(workers, sweep) if scheduler is None and workers > 1 else None
     try:
-        runs = _plan(sweep, force, progress, notice, pool)
-        store = _open_store(sweep, runs, Path(out) if out is not None else None, resume)
-        todo = [r for r in runs if r.index not in store.found]
-        resumed = len(runs) - len(todo)
-        batches = _batches(todo, chunk_size or default_chunk_size(len(todo), workers))
-        _execute(store, batches, scheduler, progress, f"sweep {sweep.name}", resumed, pool)
+        with _collector_paused():  # planning leaves no reference cycle to collect
+            runs = _plan(sweep, force, progress, notice, pool)
+        with _frozen():
+            store = _open_store(sweep, runs, Path(out) if out is not None else None, resume)
+            todo = [r for r in runs if r.index not in store.found]
+            resumed = len(runs) - len(todo)
+            batches = _batches(todo, chunk_size or default_chunk_size(len(todo), workers))
+            _execute(store, batches, scheduler, progress, f"sweep {sweep.name}", resumed, pool)
     finally:
         if pool is not None:
             _release_pool(pool)
@@ -510,10 +525,6 @@ def _execute(
     (``resumed`` of them done before); Ctrl-C, SIGTERM and a dead worker keep what was stored."""
     release = _nothing
     total = len(store.runs)
-    # The planned configs (thousands of objects) live as long as the sweep: keep them out of
-    # the collector's full passes (a pool's workers, forked before planning, freeze what they
-    # inherit themselves: _worker_init); see gc.freeze.
-    gc.freeze()
     try:
         with _sigterm_interrupts():
             backend, release = _choose_backend(scheduler, pool) if batches else (_run_inline, _nothing)
@@ -536,7 +547,6 @@ def _execute(
             "a worker process died (killed from outside, e.g. by the out-of-memory killer)",
         ) from None
     finally:
-        gc.unfreeze()
         release()
 
 
