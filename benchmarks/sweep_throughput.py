@@ -15,8 +15,14 @@ runs/s on 2 cores. ``instructions_per_run.py`` counts instructions instead of se
 ``--dask-workers 1 2 4`` also runs the sweep on a Dask ``LocalCluster`` of that many
 single-threaded worker processes (started before the clock starts, closed after), one table
 row per cluster size (issue 15: the README gives runs/s for 1, 2 and 4 workers).
+``--stub-simulate`` measures what the sweep costs around simulate: every run returns one
+``Result`` simulated up front (the pool's workers are forked after the stub is in place), so
+the table's seconds are loading and planning the points, the pool, the result rows, the Parquet
+parts and the final file, and nothing else (``--jobs`` only: Dask's workers are spawned and
+would run the real ``simulate``).
 
     python3 benchmarks/sweep_throughput.py --points 1000 --jobs 1 2
+    python3 benchmarks/sweep_throughput.py --points 1000 --jobs 1 2 --stub-simulate
     python3 benchmarks/sweep_throughput.py --points 1000 --jobs 1 --dask-workers 1 2 4
     python3 benchmarks/sweep_throughput.py --points 100000 --jobs 2 --repeat 1 --force
 """
@@ -74,6 +80,15 @@ def run_cpu_ms(spec: dict, sample: int, force: bool = False) -> float:
     return (time.process_time() - start) * 1000 / len(chosen)
 
 
+def stub_simulate(spec: dict) -> None:
+    """Make ``simulate`` return, for every config, the ``Result`` of the sweep's first run
+    (simulated once, here), so that a sweep costs only what it does around ``simulate``."""
+    import tiersim.simulate as simulate_module
+
+    result = simulate_module.simulate(plan_sweep(load_sweep({**spec, "points": spec["points"][:1]}))[0].config)
+    simulate_module.simulate = lambda config, **kwargs: result
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--points", type=int, default=1000)
@@ -85,14 +100,21 @@ def main() -> int:
                         help="also run on a Dask LocalCluster of each of these worker counts")
     parser.add_argument("--force", action="store_true",
                         help="lift the sweep's work limit (100,000 points count over 10^8 tasks)")
+    parser.add_argument("--stub-simulate", action="store_true",
+                        help="every run returns one precomputed Result: what the sweep costs around simulate")
     args = parser.parse_args()
+    if args.stub_simulate and args.dask_workers:
+        parser.error("--stub-simulate applies to --jobs only (Dask's workers would run the real simulate)")
     spec = sweep_spec(args.points)
+    if args.stub_simulate:
+        stub_simulate(spec)
     t0 = time.perf_counter()
     plan_sweep(load_sweep(spec), force=args.force)
     planning = time.perf_counter() - t0
     cpu_ms = run_cpu_ms(spec, args.sample, args.force)
+    work = "stub simulate + row" if args.stub_simulate else "simulate + row"
     print(f"{args.points} points of 70B (global_batch 4, nvme), planning in-process {planning:.2f} s, "
-          f"{cpu_ms:.1f} ms CPU per run (simulate + row) in-process (mean of {args.sample})")
+          f"{cpu_ms:.3g} ms CPU per run ({work}) in-process (mean of {args.sample})")
     print()
     print("| backend | runs | wall s (best) | runs/s (best) | runs/s (each repeat) | speed-up (best) |")
     print("|---|-----:|--------------:|--------------:|---------------------:|----------------:|")
@@ -123,7 +145,7 @@ def row(label: str, spec: dict, args: argparse.Namespace, first: float | None, *
     best = max(rates)
     base = first or best
     each = ", ".join(f"{rate:.1f}" for rate in rates)
-    print(f"| {label} | {total} | {min(walls):.1f} | {best:.1f} | {each} | {best / base:.2f}x |", flush=True)
+    print(f"| {label} | {total} | {min(walls):.2f} | {best:.1f} | {each} | {best / base:.2f}x |", flush=True)
     return base
 
 

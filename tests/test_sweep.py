@@ -113,6 +113,43 @@ def test_a_pool_plans_the_same_runs_and_stops_at_the_same_bad_point(monkeypatch:
         run_sweep(spec, jobs=2)
 
 
+def test_a_pool_stores_the_batches_finished_while_the_parent_was_busy_together(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the parent stores one part, the batches that finish meanwhile are handed to the
+    store together, in the order they finished (one part, not one each); a batch that raised
+    stops the run after the others' rows are stored."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tiersim.sweeping import runner
+
+    first_part, last_done = threading.Event(), threading.Event()
+
+    def fake_batch(batch):  # type: ignore[no-untyped-def]
+        (index, _config), = batch
+        if index > 0:
+            assert first_part.wait(10)
+        if index == 5:
+            raise RuntimeError("worker fell over")
+        if index == 9:
+            last_done.set()
+        return [(index, {"index": index})]
+
+    stored: list[list[int]] = []
+
+    def sink(results: list[tuple[int, dict[str, int]]]) -> None:
+        if not stored:  # the first part: every other batch finishes meanwhile
+            first_part.set()
+            assert last_done.wait(10)
+            time.sleep(0.1)
+        stored.append([row["index"] for _, row in results])
+
+    monkeypatch.setattr(runner, "run_batch", fake_batch)
+    with ThreadPoolExecutor(max_workers=1) as pool, pytest.raises(RuntimeError, match="worker fell over"):
+        runner._run_pool(pool, [[(i, None)] for i in range(10)], sink)  # type: ignore[list-item]
+    assert stored == [[0], [1, 2, 3, 4, 6, 7, 8, 9]]
+
+
 def test_killed_sweep_resumed_gives_the_same_file(tmp_path: Path) -> None:
     sweep_file = write(tmp_path / "longer.yaml", LONGER)
     full = run_sweep(sweep_file, jobs=1, out=tmp_path / "full")
@@ -331,6 +368,34 @@ def test_resume_reuses_this_sweeps_rows_and_refuses_another_sweeps_folder(tmp_pa
     with pytest.raises(FolderInUse, match=r"already holds this sweep \(complete, 32 runs\)"):
         run_sweep(SMALL, out=tmp_path / "o")
     assert {p.name: p.stat().st_mtime_ns for p in (tmp_path / "o").rglob("*")} == before  # nothing touched
+
+
+def test_the_results_file_is_what_its_parts_consolidate_to(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``results.parquet`` is consolidated from the rows kept in memory (the parts stored
+    before a resume and those written since): the same table, schema and metadata as the
+    parts on disk read back and consolidated, for a sweep whose first part is a failed run."""
+    import pyarrow.parquet as pq
+
+    import tiersim.simulate as simulate_module
+    from tiersim.sweeping.store import concat_tables, final_table, read_parts, stored_rows
+
+    real = simulate_module.simulate
+
+    def flaky(config):  # type: ignore[no-untyped-def]
+        if config.strategy in ("gpu", "nvme"):
+            raise RuntimeError("engine fell over")
+        return real(config)
+
+    out = tmp_path / "o"
+    patch_simulate(monkeypatch, flaky)
+    assert run_sweep(SMALL, out=out, chunk_size=3).failed == 16
+    monkeypatch.setattr(simulate_module, "simulate", real)
+    outcome = run_sweep(SMALL, out=out, chunk_size=3, resume=True)
+    assert (outcome.resumed, outcome.computed, outcome.failed) == (16, 16, 0)
+    parts = concat_tables(read_parts(out / "parts"))
+    assert parts is not None and parts.num_rows == 48
+    expected = final_table(parts, stored_rows(parts, outcome.runs), outcome.sweep, ())
+    assert pq.read_table(out / "results.parquet").equals(expected, check_metadata=True)
 
 
 def test_a_bad_argument_names_the_parameter_from_python_and_the_flag_from_the_cli(tmp_path: Path) -> None:

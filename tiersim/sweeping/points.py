@@ -42,6 +42,7 @@ same file as an uninterrupted one.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -274,13 +275,16 @@ def _list_points(points: object, source: str) -> list[dict[str, Any]]:
     if not isinstance(points, list) or not points:
         raise ConfigError(source, "points", "expected a non-empty list of mappings (dotted field path -> value)")
     seen: dict[str, int] = {}
+    checked: set[str] = set()  # keys already found well-formed (points repeat their keys)
     out: list[dict[str, Any]] = []
     for i, point in enumerate(points):
         if not isinstance(point, Mapping):
             raise ConfigError(source, f"points[{i}]",
                               f"expected a mapping of dotted field path -> value, got {point!r}")
         for key in point:
-            _check_key(key, source, f"points[{i}].{key}")
+            if key not in checked:
+                _check_key(key, source, f"points[{i}].{key}")
+                checked.add(key)
         canon = _canon(dict(point))
         if canon in seen:
             raise ConfigError(source, f"points[{i}]", f"is the same point as points[{seen[canon]}]")
@@ -377,8 +381,8 @@ def config_hash(config: RunConfig, memo: dict[tuple[str, int], tuple[Any, str]] 
     """A short hash of the resolved config (profile figures included) and the tiersim version.
 
     ``memo`` ((what, id of a config object) -> (object, its encoding or digest)) saves
-    re-encoding the hardware, model and sections many runs share, and re-hashing the hardware;
-    the hash is the same with or without it.
+    re-encoding the hardware, model, sections and scalars (name, seed, strategy) many runs
+    share, and re-hashing the hardware; the hash is the same with or without it.
     """
     import dataclasses
 
@@ -394,15 +398,27 @@ def config_hash(config: RunConfig, memo: dict[tuple[str, int], tuple[Any, str]] 
         return cached[1]
 
     def encoded(value: Any) -> str:
-        """``_canon(to_plain(value))``."""
-        if not dataclasses.is_dataclass(value):
+        """``_canon(to_plain(value))`` (kept for immutable values: config objects, scalars)."""
+        if not dataclasses.is_dataclass(value) and not isinstance(value, (str, int, float)):
             return _canon(to_plain(value))
         return kept("text", value, lambda: _canon(to_plain(value)))
 
-    rest = sorted((f.name, getattr(config, f.name)) for f in dataclasses.fields(config) if f.name != "hardware")
-    text = "{" + ", ".join(f"{json.dumps(name)}: {encoded(value)}" for name, value in rest) + "}"
+    fields = _hashed_fields()
+    text = "{" + ", ".join(f"{key}: {encoded(getattr(config, name))}" for name, key in fields) + "}"
     hardware = kept("digest", config.hardware, lambda: _digest(encoded(config.hardware)))
     return _digest(text + "|" + hardware + "|" + __version__)
+
+
+@functools.cache
+def _hashed_fields() -> tuple[tuple[str, str], ...]:
+    """The fields of ``RunConfig`` that ``config_hash`` encodes as JSON text (all but
+    ``hardware``, hashed apart), by name: (name, name as a JSON string)."""
+    import dataclasses
+
+    from tiersim.config.scenario import RunConfig
+
+    names = sorted(f.name for f in dataclasses.fields(RunConfig) if f.name != "hardware")
+    return tuple((name, json.dumps(name)) for name in names)
 
 
 def _digest(text: str) -> str:
@@ -411,19 +427,17 @@ def _digest(text: str) -> str:
 
 def point_document(sweep: Sweep, index: int) -> ScenarioDocument:
     """The scenario of point ``index``: the sweep's document with the point's factors set (each
-    blamed on the point), its ``strategy`` selected, then the strategy options (those of a
-    strategy the point does not run are left out)."""
+    blamed on the point; its fields in one variant, its options in another), its ``strategy``
+    selected, then the strategy options (those of a strategy the point does not run are left
+    out)."""
     from tiersim.strategies import STRATEGIES
 
     point = sweep.points[index]
     origin = sweep.origin(index)
     doc = sweep.document
-    options = list(sweep.pending)
-    for key, value in point.items():
-        if key.startswith(STRATEGY_OPTIONS):
-            options.append(Setting(key, value, origin))
-        elif key != STRATEGY_FACTOR:
-            doc = doc.with_values({key: value}, origin)
+    fields = {k: v for k, v in point.items() if k != STRATEGY_FACTOR and not k.startswith(STRATEGY_OPTIONS)}
+    if fields:
+        doc = doc.with_values(fields, origin)
     selected = point.get(STRATEGY_FACTOR)
     if STRATEGY_FACTOR in point:
         if not isinstance(selected, str) or selected not in STRATEGIES:
@@ -433,11 +447,18 @@ def point_document(sweep: Sweep, index: int) -> ScenarioDocument:
                 f"unknown strategy {selected!r} (known: {', '.join(STRATEGIES)})",
             )
         doc = doc.with_strategy(selected)
-    for setting in options:
-        name = setting.key.split(".")[1]
-        if selected is not None and name != selected and name in STRATEGIES:
-            continue  # this point runs another strategy: the option does not apply
-        doc = doc.with_values({setting.key: setting.value}, setting.origin)
+
+    def applies(key: str) -> bool:
+        """Whether option ``key`` is set here (not when this point runs another strategy)."""
+        name = key.split(".")[1]
+        return selected is None or name == selected or name not in STRATEGIES
+
+    for setting in sweep.pending:
+        if applies(setting.key):
+            doc = doc.with_values({setting.key: setting.value}, setting.origin)
+    options = {k: v for k, v in point.items() if k.startswith(STRATEGY_OPTIONS) and applies(k)}
+    if options:
+        doc = doc.with_values(options, origin)
     return doc
 
 

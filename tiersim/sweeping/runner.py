@@ -36,7 +36,6 @@ from tiersim.sweeping.store import (
     concat_tables,
     final_table,
     open_folder,
-    read_parts,
     results_frame,
     stored_rows,
     write_part,
@@ -142,6 +141,19 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
+@contextlib.contextmanager
+def _frozen() -> Iterator[None]:
+    """Keep every object made so far out of the collector's full passes (``gc.freeze``): a
+    sweep's planned runs, thousands of objects that live as long as the sweep, are passed over
+    in tens of milliseconds each time, to free nothing. A pool's workers, forked before
+    planning, freeze what they inherit themselves (``_worker_init``)."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
 def _noop(_: int) -> None:
     """Starts the pool's workers."""
 
@@ -158,11 +170,14 @@ def _plan_chunk(start: int, stop: int, force: bool) -> tuple[list[PlannedPoint],
 
 
 def _worker_init(parent: int, sweep: Sweep | None) -> None:
-    """Pool worker initialiser: it holds ``sweep`` (forked, not copied, on Linux); Ctrl-C and
-    SIGTERM are the parent's to handle (it stops submitting and lets running batches finish);
-    the worker dies with its parent, even when the parent is killed outright (``kill -9``:
-    Linux's parent-death signal)."""
+    """Pool worker initialiser: it holds ``sweep`` (forked, not copied, on Linux) and keeps
+    what it inherits out of the collector's full passes (``gc.freeze``: a pass over the
+    parent's objects, tens of milliseconds, would also copy every page it shares with them);
+    Ctrl-C and SIGTERM are the parent's to handle (it stops submitting and lets running
+    batches finish); the worker dies with its parent, even when the parent is killed outright
+    (``kill -9``: Linux's parent-death signal)."""
     global _SWEEP
+    gc.freeze()
     _SWEEP = sweep
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -191,7 +206,8 @@ def _batches(runs: Sequence[PlannedRun], size: int) -> list[Batch]:
 
 def default_chunk_size(runs: int, workers: int) -> int:
     """Runs per task: about 16 tasks per worker, between 1 and 128 runs each (a task's rows
-    are one Parquet part: smaller tasks in a large sweep cost the parent more than the runs)."""
+    are one Parquet part, or share one with the tasks that finished with it on a pool: smaller
+    tasks in a large sweep cost the parent more than the runs)."""
     return max(1, min(128, math.ceil(runs / (max(1, workers) * 16))))
 
 
@@ -226,23 +242,38 @@ def _start_pool(jobs: int, sweep: Sweep | None = None) -> Any:
 
 
 def _run_pool(executor: Any, batches: list[Batch], sink: Sink) -> None:
-    from concurrent.futures import as_completed
+    """Run the batches on the pool. The sink gets, in one call (one Parquet part), the rows of
+    every batch that has finished since its last call, in the order they finished: one batch's
+    when the parent keeps up with the workers, several when it lags behind (fast runs)."""
+    import queue
 
+    finished: queue.SimpleQueue[Any] = queue.SimpleQueue()
     futures: list[Any] = []
     written: set[Any] = set()
     try:
         futures = [executor.submit(run_batch, batch) for batch in batches]
-        for future in as_completed(futures):  # one waiter per future (``wait`` in a loop: one per pass)
-            sink(future.result())
-            written.add(future)
+        for future in futures:
+            future.add_done_callback(finished.put)
+        while len(written) < len(futures):
+            ready = [finished.get()]
+            while not finished.empty():
+                ready.append(finished.get())
+            _store_finished(ready, written, sink)
+            for future in ready:
+                future.result()  # a batch that raised (its worker died): BrokenProcessPool
     except KeyboardInterrupt:
         # Stop submitting; let running batches finish and keep what they computed.
         executor.shutdown(wait=True, cancel_futures=True)
-        for future in futures:
-            if future not in written and future.done() and not future.cancelled() and future.exception() is None:
-                sink(future.result())
-                written.add(future)
+        _store_finished(futures, written, sink)
         raise
+
+
+def _store_finished(futures: Sequence[Any], written: set[Any], sink: Sink) -> None:
+    """Hand the sink the rows of those ``futures`` that finished without raising and are not
+    ``written`` yet, together, in order; they are ``written`` then."""
+    done = [f for f in futures if f not in written and f.done() and not f.cancelled() and f.exception() is None]
+    sink([pair for future in done for pair in future.result()])
+    written.update(done)
 
 
 def _release_pool(executor: Any) -> None:
@@ -348,12 +379,14 @@ def run_sweep(
     # A local pool is started first and plans the points too (each worker holds the sweep).
     pool = _start_pool(workers, sweep) if scheduler is None and workers > 1 else None
     try:
-        runs = _plan(sweep, force, progress, notice, pool)
-        store = _open_store(sweep, runs, Path(out) if out is not None else None, resume)
-        todo = [r for r in runs if r.index not in store.found]
-        resumed = len(runs) - len(todo)
-        batches = _batches(todo, chunk_size or default_chunk_size(len(todo), workers))
-        _execute(store, batches, scheduler, progress, f"sweep {sweep.name}", resumed, pool)
+        with _collector_paused():  # planning leaves no reference cycle to collect
+            runs = _plan(sweep, force, progress, notice, pool)
+        with _frozen():
+            store = _open_store(sweep, runs, Path(out) if out is not None else None, resume)
+            todo = [r for r in runs if r.index not in store.found]
+            resumed = len(runs) - len(todo)
+            batches = _batches(todo, chunk_size or default_chunk_size(len(todo), workers))
+            _execute(store, batches, scheduler, progress, f"sweep {sweep.name}", resumed, pool)
     finally:
         if pool is not None:
             _release_pool(pool)
@@ -415,15 +448,17 @@ def _plan(sweep: Sweep, force: bool, progress: bool, notice: Callable[[str], Non
 
 @dataclass
 class _Store:
-    """Where a sweep's rows go: Parquet parts under ``out``, or tables kept in memory (no
-    ``out``). ``found``: {run index: row} of the rows ``out`` held before this sweep ran."""
+    """Where a sweep's rows go: Parquet parts under ``out`` (if any), each part's table also
+    kept in memory. ``found``: {run index: row} of the rows ``out`` held before this sweep ran."""
 
     sweep: Sweep
     runs: list[PlannedRun]
     out: Path | None
     found: dict[int, int]
     rows: RowTable
-    memory: list[Any] = field(default_factory=list)
+    tables: list[Any] = field(default_factory=list)
+    """The parts ``out`` held before this sweep ran, then each added one, in the order they
+    were written (so consolidating reads nothing back)."""
     computed: int = 0
 
     def add(self, results: list[tuple[int, dict[str, Any]]]) -> None:
@@ -431,17 +466,13 @@ class _Store:
         table = self.rows.table([self.rows.row(self.runs[i], row) for i, row in results])
         if self.out is not None:
             write_part(self.out / PARTS_DIR, table)
-        else:
-            self.memory.append(table)
+        self.tables.append(table)
         self.computed += len(results)
 
     def consolidate(self, overrides: Sequence[str]) -> tuple[Any, Path | None]:
         """Every run's row in run order as one Arrow table, written to ``results.parquet``
         under ``out`` (whose path comes back; None without ``out``)."""
-        if self.out is not None:
-            table = concat_tables(read_parts(self.out / PARTS_DIR), self.out)
-        else:
-            table = concat_tables(self.memory)
+        table = concat_tables(self.tables, self.out)
         runs = self.runs
         found = stored_rows(table, runs)
         missing = len(runs) - len(found)
@@ -462,10 +493,9 @@ class _Store:
 def _open_store(sweep: Sweep, runs: list[PlannedRun], out: Path | None, resume: bool) -> _Store:
     """The store of this sweep: ``out`` checked (see ``store.open_folder``) and its rows of
     this sweep found."""
-    found: dict[int, int] = {}
-    if out is not None:
-        found = stored_rows(concat_tables(open_folder(out, sweep, runs, resume), out), runs, failed=False)
-    return _Store(sweep, runs, out, found, RowTable(sweep, runs))
+    stored = open_folder(out, sweep, runs, resume) if out is not None else []
+    found = stored_rows(concat_tables(stored, out), runs, failed=False)
+    return _Store(sweep, runs, out, found, RowTable(sweep, runs), stored)
 
 
 Backend = Callable[[list[Batch], Sink], None]
@@ -495,10 +525,6 @@ def _execute(
     (``resumed`` of them done before); Ctrl-C, SIGTERM and a dead worker keep what was stored."""
     release = _nothing
     total = len(store.runs)
-    # The planned configs (thousands of objects) live as long as the sweep: keep them out of
-    # the collector's full passes, here and in forked workers (whose pages the passes would
-    # also copy); see gc.freeze.
-    gc.freeze()
     try:
         with _sigterm_interrupts():
             backend, release = _choose_backend(scheduler, pool) if batches else (_run_inline, _nothing)
@@ -521,7 +547,6 @@ def _execute(
             "a worker process died (killed from outside, e.g. by the out-of-memory killer)",
         ) from None
     finally:
-        gc.unfreeze()
         release()
 
 
