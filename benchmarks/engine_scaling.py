@@ -27,6 +27,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from tiersim import _native
 from tiersim.config.scenario import scenario_from_dict
 from tiersim.simulate import simulate
 
@@ -194,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     for case in range(len(CASES)):
         rows.extend(measure(case, args.repeat, args.timeout, args.full_limit))
     counted = instructions(args.runs) if args.instructions else None
+    print(_native.describe())
     print(markdown(rows, counted))
     return 0
 

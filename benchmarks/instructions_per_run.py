@@ -52,9 +52,11 @@ def main() -> int:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from callgrind import counted
 
+    from tiersim import _native  # decides as the child will: same checkout, same environment
+
     total = counted([__file__, "--child", str(args.runs)])
     print(f"{total / args.runs / 1e6:.2f} M instructions per run (simulate + row), "
-          f"mean of {args.runs} 70B NVMe sweep points")
+          f"mean of {args.runs} 70B NVMe sweep points ({_native.describe()})")
     return 0
 
 

@@ -39,6 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tiersim import _native  # noqa: E402
 from tiersim.sweeping.points import load_sweep, plan_sweep  # noqa: E402
 from tiersim.sweeping.runner import run_batch, run_sweep  # noqa: E402
 
@@ -114,7 +115,7 @@ def main() -> int:
     cpu_ms = run_cpu_ms(spec, args.sample, args.force)
     work = "stub simulate + row" if args.stub_simulate else "simulate + row"
     print(f"{args.points} points of 70B (global_batch 4, nvme), planning in-process {planning:.2f} s, "
-          f"{cpu_ms:.3g} ms CPU per run ({work}) in-process (mean of {args.sample})")
+          f"{cpu_ms:.3g} ms CPU per run ({work}) in-process (mean of {args.sample}; {_native.describe()})")
     print()
     print("| backend | runs | wall s (best) | runs/s (best) | runs/s (each repeat) | speed-up (best) |")
     print("|---|-----:|--------------:|--------------:|---------------------:|----------------:|")

@@ -422,10 +422,8 @@ def test_records_of_a_fast_forwarded_run_name_the_trace_option() -> None:
 
 
 def _without_shortcuts(g: TaskGraph, monkeypatch: pytest.MonkeyPatch) -> EngineRun:
-    from tiersim.engine.flows import FlowNetwork
-
     with monkeypatch.context() as patch:
-        patch.setattr(FlowNetwork, "shortcuts", False)
+        patch.setattr("tiersim.engine.flows.SHORTCUTS", False)
         return run_graph(g)
 
 

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from tiersim import _native
 from tiersim._version import __version__
+
+_native.install()  # before any engine module is imported: compiled, or from the sources
 
 if TYPE_CHECKING:  # pragma: no cover
     from tiersim.analysis.plots import timeline_figure, utilisation_figure

@@ -23,7 +23,6 @@ from tiersim.strategies.base import Unfit
 from tiersim.strategies.estimator import zero3_estimate
 
 PHASES = ("forward", "backward", "optimizer_step")
-COMPUTE_CATEGORIES = ("compute", "adam")
 UTILISATION_COLUMNS = ["resource", "kind", "phase", "busy_s", "utilisation", "units_moved"]
 
 

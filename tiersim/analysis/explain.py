@@ -26,10 +26,11 @@ from typing import Any
 import pandas as pd
 
 from tiersim.engine import TaskGraph
+from tiersim.engine.accounts import COMPUTE_CATEGORIES
 from tiersim.engine.graph import Task
 from tiersim.errors import ConfigError
 from tiersim.jsonout import plain_records
-from tiersim.results import COMPUTE_CATEGORIES, PHASES, Result, phase_windows
+from tiersim.results import PHASES, Result, phase_windows
 
 SEGMENT_COLUMNS = ["name", "stream", "phase", "category", "resource", "limit", "via", "start", "end", "seconds"]
 

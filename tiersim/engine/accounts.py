@@ -30,6 +30,9 @@ class ActiveFlow(Protocol):
     attributed: float
 
 
+COMPUTE_CATEGORIES = ("compute", "adam")
+"""Task categories that compute (GPU kernels, CPU Adam); the rest move data or mark phases."""
+
 Totals = dict[str, dict]
 """A copy of every accumulator (see ``Accounts.totals``)."""
 
@@ -37,7 +40,7 @@ Totals = dict[str, dict]
 class Accounts:
     """Time integrals of one run, updated at each start, end and phase change."""
 
-    def __init__(self, compute_categories: Iterable[str]) -> None:
+    def __init__(self, compute_categories: Iterable[str] = COMPUTE_CATEGORIES) -> None:
         self.compute_categories = frozenset(compute_categories)
         self.phase: str | None = None
         self.phase_since = 0.0

@@ -33,6 +33,15 @@ _ARM_SLACK = 1 + 1e-12
 serves it: the flow ends on that timer, not on one of its own."""
 
 
+SHORTCUTS = True
+"""Whether a network skips the re-allocations that provably change nothing (``FlowNetwork``)."""
+
+
+def _closed(keys: list[int], now: float) -> None:
+    """A closed network's ``done`` (no flow can end on it)."""
+    raise ModelError("a flow ended on a closed network")
+
+
 class Flow:
     """One active transfer: ``remaining`` bytes as of time ``last`` (s), its current ``rate``
     (bytes/s, at first its ``bound``: ``own_bound``, the rate it gets alone), and ``finish_at``
@@ -137,14 +146,13 @@ class FlowNetwork:
     Re-allocation is skipped where it provably changes nothing: a new flow whose own bound
     (its cap, or its tightest link alone) fits in every one of its links' spare capacity
     leaves every other rate as it was, and so does a finished flow none of whose links
-    was saturated. ``shortcuts = False`` re-allocates on every change (the tests compare).
+    was saturated. With ``SHORTCUTS`` False it re-allocates on every change (the tests compare).
 
     Timers: some pending timer is always at or before every active flow's ``finish_at``, or
     within float residue after it (a start that re-allocates nothing only compares the new
     flow's finish with the earliest pending timer).
     """
 
-    shortcuts = True
 
     def __init__(
         self,
@@ -154,6 +162,7 @@ class FlowNetwork:
         accounts: Accounts | None = None,
     ) -> None:
         self.env = env
+        self.shortcuts = SHORTCUTS
         self.accounts = accounts
         self.capacity = capacity
         self.done = done
@@ -224,7 +233,7 @@ class FlowNetwork:
         the network: a reference cycle) once no flow is active."""
         if self.flows:
             raise ModelError("closing a flow network with active flows")
-        del self.done
+        self.done = _closed
 
     def shift(self, seconds: float) -> None:
         """Move every time the network holds ``seconds`` later (a fast-forward; the caller

@@ -14,8 +14,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from tiersim.errors import ModelError
+from tiersim.frozen import by_fields
 
 Usage = tuple[tuple[str, float], ...]
 """(link name, link units one byte of a flow consumes) pairs."""
@@ -30,6 +32,9 @@ class Link:
 
     name: str
     capacity: float
+
+    def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
+        return by_fields(self)
 
     def __post_init__(self) -> None:
         if not self.capacity > 0 or not math.isfinite(self.capacity):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import NamedTuple, cast
+from typing import Any, NamedTuple, cast
 
 import simpy
 
@@ -17,9 +17,7 @@ from tiersim.engine.flows import FlowNetwork
 from tiersim.engine.graph import Task, TaskGraph
 from tiersim.engine.spans import Spans
 from tiersim.errors import ConfigError, ModelError
-
-COMPUTE_CATEGORIES = ("compute", "adam")
-"""Task categories that compute (GPU kernels, CPU Adam); the rest move data or mark phases."""
+from tiersim.frozen import by_fields
 
 
 class TaskRecord(NamedTuple):
@@ -61,6 +59,9 @@ class EngineRun:
     accounts: Accounts = field(repr=False)
     complete: bool = True
 
+    def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
+        return by_fields(self)
+
     @cached_property
     def records(self) -> list[TaskRecord]:
         """One record per task, in the order they finished."""
@@ -98,7 +99,7 @@ class Run:
     def __init__(self, graph: TaskGraph) -> None:
         self.env = simpy.Environment()
         self.graph = graph
-        self.accounts = Accounts(COMPUTE_CATEGORIES)
+        self.accounts = Accounts()
         self.network = FlowNetwork(self.env, {}, self.flows_done, self.accounts)
         self.tasks = graph.tasks
         self.dependents = graph.dependents

@@ -112,7 +112,8 @@ class Intervals:
     @property
     def total(self) -> float:
         """Seconds of every interval together."""
-        return sum(end - start for start, end in self.singles) + sum(s.times * s.length for s in self.spans)
+        singles = sum((end - start for start, end in self.singles), 0.0)
+        return singles + sum((span.times * span.length for span in self.spans), 0.0)
 
     def bounds(self) -> tuple[float, float]:
         """The earliest start and the latest end (s)."""
@@ -136,8 +137,8 @@ class Intervals:
 
     def covered(self, lo: float, hi: float) -> float:
         """Seconds of the intervals inside ``[lo, hi]``."""
-        seconds = sum(min(e, hi) - max(s, lo) for s, e in self.singles if s < hi and e > lo)
-        return seconds + sum(span.covered(lo, hi) for span in self.spans)
+        seconds = sum((min(e, hi) - max(s, lo) for s, e in self.singles if s < hi and e > lo), 0.0)
+        return seconds + sum((span.covered(lo, hi) for span in self.spans), 0.0)
 
     def per_window(self, windows: Sequence[Window], least: float = 0.0) -> list[tuple[str, float]]:
         """Seconds of the intervals in each phase window (those over ``least`` s)."""

@@ -21,6 +21,7 @@ from tiersim.config.profiles import GPUProfile
 from tiersim.engine import Task
 from tiersim.engine.graph import TaskGraph, Usage
 from tiersim.engine.session import Runs, Session, reach_back, runs_of
+from tiersim.frozen import by_fields
 from tiersim.strategies import footprint
 from tiersim.strategies.memory import HostMemory
 from tiersim.workload import LayerWork, StepShape, SubGroup, TrainingStep
@@ -127,6 +128,9 @@ class Misfit:
     need_bytes: int
     have_bytes: int
 
+    def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
+        return by_fields(self)
+
     @property
     def scope(self) -> str:
         """What the bytes count: "per GPU" (hbm) or "on the node" (host tiers)."""
@@ -144,6 +148,9 @@ class MissingDevice:
 
     tier: str
     what: str
+
+    def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
+        return by_fields(self)
 
     def __str__(self) -> str:
         return f"no {self.what} in hardware.{self.tier}"

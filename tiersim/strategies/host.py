@@ -18,10 +18,12 @@ read and write CXL memory directly.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from tiersim.config.hardware import Hardware
 from tiersim.config.schema import number
 from tiersim.engine.session import runs_of
+from tiersim.frozen import by_fields
 from tiersim.strategies import footprint
 from tiersim.strategies.base import (
     ADAM_STATE_BYTES,
@@ -129,6 +131,9 @@ class InterleaveOptions:
 
     dram_weight: float = number(12, gt=0)
     cxl_weight: float = number(5, gt=0)
+
+    def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
+        return by_fields(self)
 
 
 class CXLInterleave(HostOffload):

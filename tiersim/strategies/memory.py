@@ -9,10 +9,12 @@ the CXL link's own bandwidth). Weighted interleave splits every allocation by pa
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from tiersim.config.hardware import Hardware
 from tiersim.engine.graph import Usage
 from tiersim.errors import ModelError
+from tiersim.frozen import by_fields
 
 
 @dataclass(frozen=True)
@@ -23,6 +25,9 @@ class HostMemory:
     cxl_fraction: float
     cxl_read_cost: float = 0.0
     cxl_write_cost: float = 0.0
+
+    def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
+        return by_fields(self)
 
     @classmethod
     def dram_only(cls) -> HostMemory:

@@ -12,10 +12,12 @@ bandwidth is shared with every other stream through the ``nvme`` link (device-se
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from tiersim.config.profiles import NVMeProfile
 from tiersim.config.schema import integer, size
 from tiersim.errors import ConfigError
+from tiersim.frozen import by_fields
 
 TENSORS_SWAPPED_IN = 4
 """fp32 param, exp_avg, exp_avg_sq and gradient of a sub-group are read for its update."""
@@ -33,6 +35,9 @@ class SwapOptions:
     thread_count: int = integer(1, gt=0)
     pipeline_read: bool = False
     pipeline_write: bool = False
+
+    def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
+        return by_fields(self)
 
     def validate(self, source: str, path: str) -> None:
         """A sub-group's swap-in needs ``TENSORS_SWAPPED_IN`` buffers at once."""
