@@ -24,15 +24,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tiersim.engine.graph import Usage
-from tiersim.engine.spans import Intervals, Window, merged, union
+from tiersim.engine.spans import Intervals, Spans, Window, merged, union
 
 if TYPE_CHECKING:  # pragma: no cover
     from tiersim.engine.runner import Run
-
-_Kind = tuple[str, tuple[Usage, float, float, str] | None, float]
-"""Stream, flow (usage, rate cap, own bound, stream; None without one) and delay (s)."""
-
 
 _OVERLOAD = 1e-12
 """Fraction of a link's capacity the summed bounds on it may exceed (float residue)."""
@@ -55,29 +50,28 @@ def settle(run: Run, skipped: list[tuple[float, float, frozenset[str]]]) -> None
     deferred = [p for p, flag in enumerate(graph.deferred) if flag]
     if any(p not in run.deferred_end for p in deferred):
         raise NotQuiet("a deferred task never had its inputs")
-    groups: dict[_Kind, tuple[Intervals, list[float]]] = {}
-    """Tasks alike but for their size, credited together: their intervals, and the bytes of
-    each single one or progression."""
+    groups: dict[tuple[str, int, float, float], tuple[list[tuple[float, float]], list[Spans], list[float], int]] = {}
+    """Tasks alike but for their size (stream, usage, rate cap and delay), credited together:
+    their single intervals and progressions (s), the bytes of each, and one of them."""
+    start, end, tasks = run.start, run.end, graph.tasks
 
-    def group(q: int) -> tuple[Intervals, list[float]]:
-        task, flow = graph.tasks[q], graph.flows[q]
-        kind = (task.stream, None if flow is None else (flow[1], flow[2], flow[3], flow[4]), task.delay)
-        found = groups.get(kind)
+    def group(p: int) -> tuple[list[tuple[float, float]], list[Spans], list[float], int]:
+        task = tasks[p]
+        key = (task.stream, id(task.usage), task.rate_cap, task.delay)  # usages are shared by kind
+        found = groups.get(key)
         if found is None:
-            found = groups[kind] = (Intervals(), [])
+            found = groups[key] = ([], [], [], p)
         return found
 
-    start, end, tasks = run.start, run.end, graph.tasks
     for p in deferred:
         start[p], end[p] = run.deferred_start[p], run.deferred_end[p]
-        intervals, sizes = group(p)
-        intervals.singles.append((start[p], end[p]))
+        singles, _spans, sizes, _kind = group(p)
+        singles.append((start[p], end[p]))
         sizes.append(tasks[p].size)
     for q, images in run.images.items():
-        intervals, sizes = group(q)
-        for span in images:
-            intervals.add(span)
-            sizes.append(tasks[q].size * span.times)
+        _singles, spans, sizes, _kind = group(q)
+        spans += images
+        sizes += [tasks[q].size * span.times for span in images]
     hi = max(max(end, default=0.0), max(run.deferred_end.values()))
     windows = _phase_windows(accounts.changes, hi)
     least = _RESIDUE * hi
@@ -85,20 +79,22 @@ def settle(run: Run, skipped: list[tuple[float, float, frozenset[str]]]) -> None
     """Per link: the deferred flows on it and the load each puts on it (units/s)."""
     peaks: dict[str, dict[str, float]] = {}
     """Per link, per stream: the largest load (units/s) one of its flows puts on it."""
-    for (stream, flow_kind, delay), (intervals, sizes) in groups.items():
+    for singles, spans, sizes, kind in groups.values():
+        intervals, task, flow = Intervals(singles, spans), tasks[kind], graph.flows[kind]
+        stream = task.stream
         for phase, seconds in intervals.per_window(windows, least):
             _add(accounts.busy, (stream, phase), seconds)
         accounts.stream_busy[stream] = accounts.stream_busy.get(stream, 0.0) + intervals.total
         total = math.fsum(sizes)
         accounts.stream_bytes[stream] = accounts.stream_bytes.get(stream, 0.0) + total
-        if flow_kind is None:
+        if flow is None:
             continue
-        usage, _cap, bound, _stream = flow_kind
-        moving = intervals.later(delay)
+        usage, bound = flow[1], flow[3]
+        moving = intervals.later(task.delay)
         for since, until, links in skipped:
             if links.intersection(link for link, _units in usage) and moving.meets(since, until):
                 raise NotQuiet(f"a deferred {stream} task overlaps a fast-forwarded span on its links")
-        if moving.bounds()[0] < network.pieces_since:
+        if moving.lo < network.pieces_since:
             raise NotQuiet(f"a deferred {stream} task moves before the event run's flows were recorded")
         for phase, seconds in moving.per_window(windows, least):
             _add(accounts.moved, (stream, phase), bound * seconds)
@@ -109,7 +105,8 @@ def settle(run: Run, skipped: list[tuple[float, float, frozenset[str]]]) -> None
             flows_on.setdefault(link, []).append((moving, bound * units))
             on_link = peaks.setdefault(link, {})
             on_link[stream] = max(on_link.get(stream, 0.0), bound * units)
-    reach = {link: _reach([intervals for intervals, _load in flows]) for link, flows in flows_on.items()}
+    reach = {link: (min(part.lo for part, _load in flows), max(part.hi for part, _load in flows))
+             for link, flows in flows_on.items()}
     ran: dict[str, list[tuple[float, float, float]]] = {}
     """Per link: the event run's flows on it while deferred ones are (from, to, load)."""
     for since, until, usage, bound, stream in network.pieces or ():
@@ -132,12 +129,6 @@ def _add(target: dict[tuple[str, str], float], key: tuple[str, str], value: floa
     target[key] = target.get(key, 0.0) + value
 
 
-def _reach(parts: list[Intervals]) -> tuple[float, float]:
-    """The earliest start and latest end of ``parts`` (s)."""
-    bounds = [part.bounds() for part in parts]
-    return min(lo for lo, _hi in bounds), max(hi for _lo, hi in bounds)
-
-
 def _alone(on: Intervals, events: list[tuple[float, float, float]], windows: list[Window],
            least: float) -> list[tuple[str, float]]:
     """Seconds per phase window in which the disjoint intervals ``on`` (deferred flows on a
@@ -145,7 +136,7 @@ def _alone(on: Intervals, events: list[tuple[float, float, float]], windows: lis
     over ``least`` s: what an event flow covers, to float residue, is not alone)."""
     if not on.singles and not on.spans:
         return []
-    lo, hi = on.bounds()
+    lo, hi = on.lo, on.hi
     covered = merged([(a, b) for a, b, _load in events if a < hi and b > lo])
     out = []
     for begin, end, phase in windows:

@@ -189,14 +189,16 @@ class Session:
         self.graph = TaskGraph(capacity_of=capacity_of)
         self.max_tasks = max_tasks
         """Tasks the session may build (``TaskLimit`` past it), or None."""
-        self.add: Callable[[Task], str] = self.graph.add
-        """Add a task and return its name."""
         self.fast_forward = fast_forward
         self.run = Run(self.graph) if fast_forward else None
         self.skipped = 0
         """Loop iterations fast-forwarded over."""
         self.skips: list[tuple[float, float, frozenset[str]]] = []
         """The spans fast-forwarded over (s) and the links the skipped event tasks use."""
+
+    def add(self, task: Task) -> str:
+        """Add a task and return its name."""
+        return self.graph.add(task)
 
     def defer(self, streams: frozenset[str]) -> None:
         """Add the tasks of ``streams`` as deferred from now on (``tiersim.engine.deferred``;

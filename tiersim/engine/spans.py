@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import NamedTuple
 
 _TOUCH = 1e-12
 """Relative float residue by which consecutive intervals may miss touching and still be one
@@ -23,19 +22,18 @@ Window = tuple[float, float, str]
 """A phase window: from, to (s) and the phase."""
 
 
-class Spans(NamedTuple):
+class Spans:
     """``times`` intervals of ``length`` s, the k-th from ``first + k * step`` (s); ``step``
-    is at least ``length`` (a stream runs one task at a time)."""
+    is at least ``length`` (a stream runs one task at a time). ``last``: where the last ends."""
 
-    first: float
-    step: float
-    length: float
-    times: int
+    __slots__ = ("first", "last", "length", "step", "times")
 
-    @property
-    def last(self) -> float:
-        """The end of the last interval (s)."""
-        return self.first + (self.times - 1) * self.step + self.length
+    def __init__(self, first: float, step: float, length: float, times: int) -> None:
+        self.first = first
+        self.step = step
+        self.length = length
+        self.times = times
+        self.last = first + (times - 1) * step + length
 
     def joined(self) -> bool:
         """Whether each interval reaches the next (the progression is one stretch)."""
@@ -43,7 +41,7 @@ class Spans(NamedTuple):
 
     def covered(self, lo: float, hi: float) -> float:
         """Seconds of the intervals inside ``[lo, hi]``."""
-        first, step, length, _times = self
+        first, step, length = self.first, self.step, self.length
         k0, k1 = self._meeting(lo, hi)
         if k0 > k1 or length <= 0:
             return 0.0
@@ -52,7 +50,7 @@ class Spans(NamedTuple):
 
     def _meeting(self, lo: float, hi: float) -> tuple[int, int]:
         """The first and last k whose interval overlaps ``(lo, hi)`` (k0 > k1: none)."""
-        first, step, length, count = self
+        first, step, length, count = self.first, self.step, self.length, self.times
         if hi <= first or lo >= self.last:
             return 1, 0
         if count == 1:
@@ -75,7 +73,7 @@ class Spans(NamedTuple):
         k0, k1 = self._meeting(lo, hi)
         if k0 > k1:
             return [self], []
-        first, step, length, times = self
+        first, step, length, times = self.first, self.step, self.length, self.times
         kept = [span for span in (Spans(first, step, length, k0),
                                   Spans(first + (k1 + 1) * step, step, length, times - k1 - 1)) if span.times]
         cut = first + k0 * step, first + k1 * step + length
@@ -84,42 +82,24 @@ class Spans(NamedTuple):
 
     def listed(self) -> list[tuple[float, float]]:
         """Every interval as (start, end) (s)."""
-        first, step, length, times = self
-        return [(first + k * step, first + k * step + length) for k in range(times)]
+        first, step, length = self.first, self.step, self.length
+        return [(first + k * step, first + k * step + length) for k in range(self.times)]
 
 
 class Intervals:
-    """Single intervals (``singles``: start, end, s) and progressions of them (``spans``)."""
+    """Single intervals (``singles``: start, end, s) and progressions of them (``spans``), with
+    the earliest start ``lo``, the latest end ``hi`` and the seconds of them all, ``total``."""
 
-    __slots__ = ("singles", "spans")
+    __slots__ = ("hi", "lo", "singles", "spans", "total")
 
-    def __init__(self, singles: list[tuple[float, float]] | None = None, spans: list[Spans] | None = None) -> None:
-        self.singles = singles if singles is not None else []
-        self.spans = spans if spans is not None else []
-
-    def add_all(self, spans: Iterable[Spans]) -> None:
-        """Take in progressions (see ``add``)."""
-        for span in spans:
-            self.add(span)
-
-    def add(self, spans: Spans) -> None:
-        """Take in a progression (one of a single interval goes with the singles)."""
-        if spans.times == 1:
-            self.singles.append((spans.first, spans.first + spans.length))
-        else:
-            self.spans.append(spans)
-
-    @property
-    def total(self) -> float:
-        """Seconds of every interval together."""
-        singles = sum((end - start for start, end in self.singles), 0.0)
-        return singles + sum((span.times * span.length for span in self.spans), 0.0)
-
-    def bounds(self) -> tuple[float, float]:
-        """The earliest start and the latest end (s)."""
-        lo = min([start for start, _end in self.singles] + [s.first for s in self.spans])
-        hi = max([end for _start, end in self.singles] + [s.last for s in self.spans])
-        return lo, hi
+    def __init__(self, singles: list[tuple[float, float]], spans: Sequence[Spans] = ()) -> None:
+        alone = [(span.first, span.first + span.length) for span in spans if span.times == 1]
+        self.singles = singles + alone if alone else singles
+        self.spans = [span for span in spans if span.times > 1]
+        self.lo = min([start for start, _end in self.singles] + [span.first for span in self.spans], default=0.0)
+        self.hi = max([end for _start, end in self.singles] + [span.last for span in self.spans], default=0.0)
+        self.total = (sum([end - start for start, end in self.singles], 0.0)
+                      + sum([span.times * span.length for span in self.spans], 0.0))
 
     def later(self, seconds: float) -> Intervals:
         """Every interval starting ``seconds`` later and as much shorter (a flow moves after its
@@ -142,7 +122,7 @@ class Intervals:
 
     def per_window(self, windows: Sequence[Window], least: float = 0.0) -> list[tuple[str, float]]:
         """Seconds of the intervals in each phase window (those over ``least`` s)."""
-        lo, hi = self.bounds()
+        lo, hi = self.lo, self.hi
         out = []
         for begin, end, phase in windows:
             if begin >= hi or end <= lo:
@@ -190,11 +170,12 @@ def union(parts: Iterable[Intervals]) -> Intervals:
         else:
             singles += [interval for member in members for interval in member.listed()]
     singles = merged(singles)
-    out = Intervals(list(singles))
+    listed: list[tuple[float, float]] = []
+    spans: list[Spans] = []
     for lo, hi, pieces in blocks:
         tol = _TOUCH * max(abs(lo), abs(hi))  # touching, to float residue, is not crossing
         if any(lo < b_hi - tol and hi > b_lo + tol for b_lo, b_hi, other in blocks if other is not pieces):
-            out.singles += [i for piece in pieces for i in piece.listed()]
+            listed += [i for piece in pieces for i in piece.listed()]
             continue
         for start, end in singles:  # what a single interval covers is its own
             if start < hi - tol and end > lo + tol:
@@ -202,11 +183,10 @@ def union(parts: Iterable[Intervals]) -> Intervals:
                 for piece in pieces:
                     kept, cut = piece.minus(start, end)
                     left += kept
-                    out.singles += cut
+                    listed += cut
                 pieces = left
-        out.add_all(pieces)
-    out.singles = merged(out.singles)
-    return out
+        spans += pieces
+    return Intervals(merged(singles + listed) if listed else singles, spans)
 
 
 def _alike(periodic: list[Spans]) -> list[list[Spans]]:

@@ -14,7 +14,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar
 
 from tiersim.config.hardware import TIERS, Hardware
 from tiersim.config.profiles import GPUProfile
@@ -36,18 +36,22 @@ ADAM_STATE_BYTES = 8
 """Adam's fp32 exp_avg and exp_avg_sq per element (bytes)."""
 
 
-class TaskKind(NamedTuple):
+class TaskKind:
     """What the tasks of one kind in a schedule share, worked out once: stream, phase,
     category, delay (s), link usage, rate cap (bytes/s) and the bytes one unit of work moves
     (a task of ``amount`` units moves ``amount * unit_bytes`` bytes)."""
 
-    stream: str
-    phase: str
-    category: str
-    delay: float
-    usage: Usage
-    rate_cap: float = math.inf
-    unit_bytes: float = 1.0
+    __slots__ = ("category", "delay", "phase", "rate_cap", "stream", "unit_bytes", "usage")
+
+    def __init__(self, stream: str, phase: str, category: str, delay: float, usage: Usage,
+                 rate_cap: float = math.inf, unit_bytes: float = 1.0) -> None:
+        self.stream = stream
+        self.phase = phase
+        self.category = category
+        self.delay = delay
+        self.usage = usage
+        self.rate_cap = rate_cap
+        self.unit_bytes = unit_bytes
 
     def task(self, name: str, amount: float, deps: tuple[str, ...]) -> Task:
         """A task of this kind over ``amount`` units (bytes, or elements for Adam); its fields
@@ -199,8 +203,6 @@ class StepBuilder:
         self.hw = hw
         self.session = session or Session(functools.partial(rank_link_capacity, hw), fast_forward=False)
         self.graph: TaskGraph = self.session.graph
-        self.add: Callable[[Task], str] = self.session.add
-        """Add a task and return its name (the graph declares the rank's links on first use)."""
         self.repeat: Callable[[Runs], Iterator[int]] = self.session.repeat
         """The indices of a loop whose alike iterations the session may fast-forward over."""
         self.kinds: dict[Hashable, TaskKind] = {}
@@ -208,6 +210,10 @@ class StepBuilder:
         self.background: set[str] = set()
         """Streams whose backward work may run on into the optimizer step (the step does not
         wait for them to begin; the strategy waits where it needs them)."""
+
+    def add(self, task: Task) -> str:
+        """Add a task and return its name (the graph declares the rank's links on first use)."""
+        return self.graph.add(task)
 
     @property
     def gpu(self) -> GPUProfile:
