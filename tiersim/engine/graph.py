@@ -41,23 +41,39 @@ class Link:
             raise ModelError(f"link {self.name!r}: capacity must be positive and finite, got {self.capacity}")
 
 
-@dataclass(slots=True)
 class Task:
     """One unit of work: a delay (s) then a flow of ``size`` bytes over ``usage`` links.
 
-    Not frozen (a frozen dataclass costs three times as much to create, and a 70B iteration
-    creates over a thousand), but nothing changes a task once it is in a graph; the graph
-    checks it when it is added."""
+    A plain class (a dataclass with slots is not native to mypyc, and a 70B iteration creates
+    over a thousand): nothing changes a task once it is in a graph; the graph checks it when
+    it is added. Two tasks are equal when every field is."""
 
-    name: str
-    stream: str
-    phase: str
-    category: str
-    delay: float = 0.0
-    size: float = 0.0
-    usage: Usage = ()
-    rate_cap: float = math.inf
-    deps: tuple[str, ...] = ()
+    __slots__ = ("category", "delay", "deps", "name", "phase", "rate_cap", "size", "stream", "usage")
+
+    def __init__(self, name: str, stream: str, phase: str, category: str, delay: float = 0.0, size: float = 0.0,
+                 usage: Usage = (), rate_cap: float = math.inf, deps: tuple[str, ...] = ()) -> None:
+        self.name = name
+        self.stream = stream
+        self.phase = phase
+        self.category = category
+        self.delay = delay
+        self.size = size
+        self.usage = usage
+        self.rate_cap = rate_cap
+        self.deps = deps
+
+    def _fields(self) -> tuple[str, str, str, str, float, float, Usage, float, tuple[str, ...]]:
+        return (self.name, self.stream, self.phase, self.category, self.delay, self.size, self.usage, self.rate_cap,
+                self.deps)
+
+    def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
+        return Task, self._fields()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Task) and self._fields() == other._fields()
+
+    def __repr__(self) -> str:
+        return "Task" + repr(self._fields())
 
 
 @dataclass

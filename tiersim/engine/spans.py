@@ -96,10 +96,12 @@ class Intervals:
         alone = [(span.first, span.first + span.length) for span in spans if span.times == 1]
         self.singles = singles + alone if alone else singles
         self.spans = [span for span in spans if span.times > 1]
-        self.lo = min([start for start, _end in self.singles] + [span.first for span in self.spans], default=0.0)
-        self.hi = max([end for _start, end in self.singles] + [span.last for span in self.spans], default=0.0)
-        self.total = (sum([end - start for start, end in self.singles], 0.0)
-                      + sum([span.times * span.length for span in self.spans], 0.0))
+        lo, hi, total = math.inf, -math.inf, 0.0
+        for start, end in self.singles:
+            lo, hi, total = min(lo, start), max(hi, end), total + (end - start)
+        for span in self.spans:
+            lo, hi, total = min(lo, span.first), max(hi, span.last), total + span.times * span.length
+        self.lo, self.hi, self.total = lo, hi, total
 
     def later(self, seconds: float) -> Intervals:
         """Every interval starting ``seconds`` later and as much shorter (a flow moves after its
