@@ -167,11 +167,12 @@ def utilisation_rows(run: EngineRun, spans: dict[str, float], only: str | None =
     time integrals (``tiersim.engine.accounts``), which need no trace. A link's utilisation is
     the units its flows used over capacity x time."""
     acc = run.accounts
+    busy, moved = acc.busy, acc.moved
     phases = [p for p in PHASES if only is None or p == only]
     if only is None:
         streams = sorted(acc.stream_busy)
     else:
-        streams = sorted(s for s in acc.stream_busy if (s, only) in acc.busy)
+        streams = sorted(s for s in acc.stream_busy if (s, only) in busy)
     rows: list[dict[str, Any]] = []
     for stream in streams:
         if only is None:
@@ -187,8 +188,8 @@ def utilisation_rows(run: EngineRun, spans: dict[str, float], only: str | None =
                 }
             )
         for phase in phases:
-            if (stream, phase) in acc.busy:
-                seconds = acc.busy[(stream, phase)]
+            if (stream, phase) in busy:
+                seconds = busy[(stream, phase)]
                 rows.append(
                     {
                         "resource": stream,
@@ -196,7 +197,7 @@ def utilisation_rows(run: EngineRun, spans: dict[str, float], only: str | None =
                         "phase": phase,
                         "busy_s": seconds,
                         "utilisation": _ratio(seconds, spans[phase]),
-                        "units_moved": acc.moved.get((stream, phase), 0.0),
+                        "units_moved": moved.get((stream, phase), 0.0),
                     }
                 )
     for link, capacity in run.link_capacity.items():
@@ -213,14 +214,14 @@ def utilisation_rows(run: EngineRun, spans: dict[str, float], only: str | None =
                 }
             )
         for phase in phases:
-            if (link, phase) in acc.busy:
-                units_used = acc.moved.get((link, phase), 0.0)
+            if (link, phase) in busy:
+                units_used = moved.get((link, phase), 0.0)
                 rows.append(
                     {
                         "resource": link,
                         "kind": "link",
                         "phase": phase,
-                        "busy_s": acc.busy[(link, phase)],
+                        "busy_s": busy[(link, phase)],
                         "utilisation": _ratio(units_used, capacity * spans[phase]),
                         "units_moved": units_used,
                     }

@@ -7,33 +7,23 @@ stream's busy seconds and bytes and the seconds in which no compute task runs (t
 sizes bytes). A flow's bytes count in the phase in which they move: at a phase change every
 active flow is brought to that moment (``flush``). Every total is a plain number in a dict,
 so a fast-forward over ``m`` identical periods adds ``m`` times one period's increase
-(``scaled``).
+(``scaled``). Busy seconds and units moved are kept per phase, by resource (``busy_in``,
+``moved_in``); ``busy`` and ``moved`` give them by (resource, phase).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Protocol
+from typing import TYPE_CHECKING, Any
 
-from tiersim.engine.graph import Usage
-
-
-class ActiveFlow(Protocol):
-    """What accounting reads of a flow in progress (``tiersim.engine.flows.Flow``)."""
-
-    stream: str
-    usage: Usage
-    size: float
-    remaining: float
-    rate: float
-    last: float
-    attributed: float
+if TYPE_CHECKING:  # pragma: no cover
+    from tiersim.engine.flows import Flow
 
 
 COMPUTE_CATEGORIES = ("compute", "adam")
 """Task categories that compute (GPU kernels, CPU Adam); the rest move data or mark phases."""
 
-Totals = dict[str, dict]
+Totals = dict[str, Any]
 """A copy of every accumulator (see ``Accounts.totals``)."""
 
 
@@ -46,10 +36,12 @@ class Accounts:
         self.phase_since = 0.0
         self.spans: dict[str, float] = {}
         """Seconds per phase."""
-        self.busy: dict[tuple[str, str], float] = {}
-        """(stream or link, phase) -> busy seconds."""
-        self.moved: dict[tuple[str, str], float] = {}
-        """(stream or link, phase) -> bytes (stream) or link units (link) moved."""
+        self.busy_in: dict[str, dict[str, float]] = {"": {}}
+        """Phase -> stream or link -> busy seconds (the phase before the first marker: "")."""
+        self.moved_in: dict[str, dict[str, float]] = {"": {}}
+        """Phase -> stream or link -> bytes (stream) or link units (link) moved."""
+        self._busy_now = self.busy_in[""]
+        self._moved_now = self.moved_in[""]
         self.stream_busy: dict[str, float] = {}
         """Stream -> seconds its tasks ran, over the run."""
         self.stream_bytes: dict[str, float] = {}
@@ -64,6 +56,28 @@ class Accounts:
         """When each phase began (s) and its name, in order (those a fast-forward skips over
         are not here: a skipped span ends in the phase it began in)."""
 
+    @property
+    def busy(self) -> dict[tuple[str, str], float]:
+        """(stream or link, phase) -> busy seconds."""
+        return {(resource, phase): value for phase, values in self.busy_in.items()
+                for resource, value in values.items()}
+
+    @property
+    def moved(self) -> dict[tuple[str, str], float]:
+        """(stream or link, phase) -> bytes (stream) or link units (link) moved."""
+        return {(resource, phase): value for phase, values in self.moved_in.items()
+                for resource, value in values.items()}
+
+    def add_busy(self, resource: str, phase: str, seconds: float) -> None:
+        """Count ``seconds`` of ``resource`` busy in ``phase``."""
+        values = self.busy_in.setdefault(phase, {})
+        values[resource] = values.get(resource, 0.0) + seconds
+
+    def add_moved(self, resource: str, phase: str, amount: float) -> None:
+        """Count ``amount`` bytes (stream) or link units (link) moved in ``phase``."""
+        values = self.moved_in.setdefault(phase, {})
+        values[resource] = values.get(resource, 0.0) + amount
+
     def task_started(self, stream: str, category: str, now: float) -> None:
         """A task of ``category`` began on ``stream`` at ``now`` (s)."""
         self.since[stream] = now
@@ -75,8 +89,8 @@ class Accounts:
     def task_ended(self, stream: str, category: str, began: float, size: float, now: float) -> None:
         """A task that began at ``began`` ended at ``now`` (s), having moved ``size`` bytes
         (phase markers are not tasks here: they end in ``phase_begins``)."""
-        key = (stream, self.phase or "")
-        self.busy[key] = self.busy.get(key, 0.0) + now - self.since.pop(stream)
+        busy = self._busy_now
+        busy[stream] = busy.get(stream, 0.0) + now - self.since.pop(stream)
         self.stream_busy[stream] = self.stream_busy.get(stream, 0.0) + now - began
         self.stream_bytes[stream] = self.stream_bytes.get(stream, 0.0) + size
         if category in self.compute_categories:
@@ -90,33 +104,29 @@ class Accounts:
 
     def link_idle(self, link: str, now: float) -> None:
         """The last flow left ``link`` at ``now``."""
-        key = (link, self.phase or "")
-        self.busy[key] = self.busy.get(key, 0.0) + now - self.since.pop(link)
+        busy = self._busy_now
+        busy[link] = busy.get(link, 0.0) + now - self.since.pop(link)
 
-    def flow_ended(self, flow: ActiveFlow) -> None:
+    def flow_ended(self, flow: Flow) -> None:
         """A flow moved its last byte: the bytes not yet counted count in this phase."""
         self._credit(flow, flow.size - flow.attributed)
 
-    def _credit(self, flow: ActiveFlow, num_bytes: float) -> None:
-        phase = self.phase or ""
-        moved = self.moved
-        key = (flow.stream, phase)
-        moved[key] = moved.get(key, 0.0) + num_bytes
+    def _credit(self, flow: Flow, num_bytes: float) -> None:
+        moved = self._moved_now
+        stream = flow.stream
+        moved[stream] = moved.get(stream, 0.0) + num_bytes
         for link, units in flow.usage:
-            key = (link, phase)
-            moved[key] = moved.get(key, 0.0) + num_bytes * units
+            moved[link] = moved.get(link, 0.0) + num_bytes * units
 
-    def flush(self, now: float, flows: Iterable[ActiveFlow]) -> None:
+    def flush(self, now: float, flows: Iterable[Flow]) -> None:
         """Count everything in progress up to ``now`` in the current phase."""
-        phase = self.phase or ""
-        busy = self.busy
-        for resource, since in self.since.items():
-            if now > since:
-                key = (resource, phase)
-                busy[key] = busy.get(key, 0.0) + now - since
-                self.since[resource] = now
+        busy, since = self._busy_now, self.since
+        for resource, began in since.items():
+            if now > began:
+                busy[resource] = busy.get(resource, 0.0) + now - began
+                since[resource] = now
         if self.phase is not None:
-            self.spans[phase] = self.spans.get(phase, 0.0) + now - self.phase_since
+            self.spans[self.phase] = self.spans.get(self.phase, 0.0) + now - self.phase_since
         self.phase_since = now
         if not self.computing:
             self.exposed += now - self.idle_since
@@ -127,29 +137,32 @@ class Accounts:
                 self._credit(flow, done - flow.attributed)
                 flow.attributed = done
 
-    def phase_begins(self, phase: str, now: float, flows: Iterable[ActiveFlow]) -> None:
+    def phase_begins(self, phase: str, now: float, flows: Iterable[Flow]) -> None:
         """A phase marker finished at ``now``: what ran so far counts in the phase before."""
         self.flush(now, flows)
         self.phase = phase
+        self._busy_now = self.busy_in.setdefault(phase, {})
+        self._moved_now = self.moved_in.setdefault(phase, {})
         self.changes.append((now, phase))
 
     def totals(self) -> Totals:
         """A copy of every accumulator (after ``flush``)."""
-        return {"spans": dict(self.spans), "busy": dict(self.busy), "moved": dict(self.moved),
+        return {"spans": dict(self.spans), "busy_in": {phase: dict(v) for phase, v in self.busy_in.items()},
+                "moved_in": {phase: dict(v) for phase, v in self.moved_in.items()},
                 "stream_busy": dict(self.stream_busy), "stream_bytes": dict(self.stream_bytes),
-                "exposed": {"": self.exposed}}
+                "exposed": self.exposed}
 
     def scaled(self, before: Totals, after: Totals, times: int) -> None:
         """Add ``times`` the increase from ``before`` to ``after`` (two ``totals``) to every
         accumulator: ``times`` more periods like the one between them."""
-        for name, now_values in after.items():
-            then = before[name]
-            if name == "exposed":
-                self.exposed += times * (now_values[""] - then[""])
-                continue
-            target = getattr(self, name)
-            for key, value in now_values.items():
-                target[key] = target.get(key, 0.0) + times * (value - then.get(key, 0.0))
+        self.exposed += times * (after["exposed"] - before["exposed"])
+        for name, target in (("spans", self.spans), ("stream_busy", self.stream_busy),
+                             ("stream_bytes", self.stream_bytes)):
+            _scale(target, before[name], after[name], times)
+        for name, nested in (("busy_in", self.busy_in), ("moved_in", self.moved_in)):
+            then_by_phase = before[name]
+            for phase, values in after[name].items():
+                _scale(nested.setdefault(phase, {}), then_by_phase.get(phase, {}), values, times)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Accounts) and self.totals() == other.totals()
@@ -162,3 +175,9 @@ class Accounts:
             self.since[resource] += seconds
         self.phase_since += seconds
         self.idle_since += seconds
+
+
+def _scale(target: dict[str, float], before: dict[str, float], after: dict[str, float], times: int) -> None:
+    """Add ``times`` each value's increase from ``before`` to ``after`` to ``target``."""
+    for key, value in after.items():
+        target[key] = target.get(key, 0.0) + times * (value - before.get(key, 0.0))

@@ -83,7 +83,7 @@ def settle(run: Run, skipped: list[tuple[float, float, frozenset[str]]]) -> None
         intervals, task, flow = Intervals(singles, spans), tasks[kind], graph.flows[kind]
         stream = task.stream
         for phase, seconds in intervals.per_window(windows, least):
-            _add(accounts.busy, (stream, phase), seconds)
+            accounts.add_busy(stream, phase, seconds)
         accounts.stream_busy[stream] = accounts.stream_busy.get(stream, 0.0) + intervals.total
         total = math.fsum(sizes)
         accounts.stream_bytes[stream] = accounts.stream_bytes.get(stream, 0.0) + total
@@ -97,9 +97,9 @@ def settle(run: Run, skipped: list[tuple[float, float, frozenset[str]]]) -> None
         if moving.lo < network.pieces_since:
             raise NotQuiet(f"a deferred {stream} task moves before the event run's flows were recorded")
         for phase, seconds in moving.per_window(windows, least):
-            _add(accounts.moved, (stream, phase), bound * seconds)
+            accounts.add_moved(stream, phase, bound * seconds)
             for link, units in usage:
-                _add(accounts.moved, (link, phase), bound * units * seconds)
+                accounts.add_moved(link, phase, bound * units * seconds)
         for link, units in usage:
             network.moved[link] += total * units
             flows_on.setdefault(link, []).append((moving, bound * units))
@@ -122,11 +122,7 @@ def settle(run: Run, skipped: list[tuple[float, float, frozenset[str]]]) -> None
         for phase, seconds in _alone(union(intervals for intervals, _load in flows), ran.get(link, []), windows,
                                      least):
             network.busy[link] += seconds
-            _add(accounts.busy, (link, phase), seconds)
-
-
-def _add(target: dict[tuple[str, str], float], key: tuple[str, str], value: float) -> None:
-    target[key] = target.get(key, 0.0) + value
+            accounts.add_busy(link, phase, seconds)
 
 
 def _alone(on: Intervals, events: list[tuple[float, float, float]], windows: list[Window],
