@@ -114,7 +114,7 @@ def test_memory_helpers_7b_zero3() -> None:
     assert step.lp_grad_bytes_on_gpu() == step.rank_params * 2
     s, b, h = 2048, 4, 4096
     kept = 32 * s * b * h * 2 + s * b * h * 2  # layer inputs (checkpointing) + LM-head input
-    assert step.activation_peak_bytes() == kept + 34 * s * b * h + s * b * 32000 * 4
+    assert step.activation_peak_bytes == kept + 34 * s * b * h + s * b * 32000 * 4
 
 
 def test_zero3_subgroups_match_deepspeed_at_70b() -> None:
@@ -226,7 +226,7 @@ def test_step_invariants(model: ModelSpec, training: TrainingSpec) -> None:
         assert step.rank_params == step.total_params
     assert step.micro_steps * training.micro_batch * dp == training.global_batch
     assert sum(layer.params for layer in step.layers) == step.total_params
-    assert step.activation_peak_bytes() > 0
+    assert step.activation_peak_bytes > 0
 
 
 @settings(max_examples=100, deadline=None)

@@ -165,6 +165,16 @@ class TrainingStep:
         """Each optimizer sub-group's elements (sub-groups of equal size update alike)."""
         return tuple(group.numel for group in self.subgroups)
 
+    @functools.cached_property
+    def largest_subgroup(self) -> int:
+        """Elements of the largest optimizer sub-group."""
+        return max(self.subgroup_sizes)
+
+    @functools.cached_property
+    def largest_layer(self) -> int:
+        """Parameters of the largest layer."""
+        return max(layer.params for layer in self.layers)
+
     @property
     def grad_accum_bytes(self) -> int:
         """Bytes per element of the gradient partition accumulated across micro-steps."""
@@ -192,6 +202,7 @@ class TrainingStep:
         """Bytes of the fp32 logits of one micro-batch (``seq*mb*vocab*4``)."""
         return self.tokens_per_micro_batch * self.model.vocab * self.fp32_bytes
 
+    @functools.cached_property
     def activation_peak_bytes(self) -> int:
         """Peak activation bytes on one GPU in backward: kept + largest working set + fp32 logits."""
         kept = sum(layer.activation_bytes for layer in self.layers)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from tiersim.engine.graph import Task
 from tiersim.engine.spans import Intervals, Spans, Window, merged, union
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -50,26 +51,17 @@ def settle(run: Run, skipped: list[tuple[float, float, frozenset[str]]]) -> None
     deferred = [p for p, flag in enumerate(graph.deferred) if flag]
     if any(p not in run.deferred_end for p in deferred):
         raise NotQuiet("a deferred task never had its inputs")
-    groups: dict[tuple[str, int, float, float], tuple[list[tuple[float, float]], list[Spans], list[float], int]] = {}
-    """Tasks alike but for their size (stream, usage, rate cap and delay), credited together:
-    their single intervals and progressions (s), the bytes of each, and one of them."""
+    groups: dict[tuple[str, int, float, float], _Group] = {}
+    """Tasks alike but for their size (``_group``), credited together: their single intervals and
+    progressions (s), the bytes of each, and one of them."""
     start, end, tasks = run.start, run.end, graph.tasks
-
-    def group(p: int) -> tuple[list[tuple[float, float]], list[Spans], list[float], int]:
-        task = tasks[p]
-        key = (task.stream, id(task.usage), task.rate_cap, task.delay)  # usages are shared by kind
-        found = groups.get(key)
-        if found is None:
-            found = groups[key] = ([], [], [], p)
-        return found
-
     for p in deferred:
         start[p], end[p] = run.deferred_start[p], run.deferred_end[p]
-        singles, _spans, sizes, _kind = group(p)
+        singles, _spans, sizes, _kind = _group(groups, tasks[p], p)
         singles.append((start[p], end[p]))
         sizes.append(tasks[p].size)
     for q, images in run.images.items():
-        _singles, spans, sizes, _kind = group(q)
+        _singles, spans, sizes, _kind = _group(groups, tasks[q], q)
         spans += images
         sizes += [tasks[q].size * span.times for span in images]
     hi = max(max(end, default=0.0), max(run.deferred_end.values()))
@@ -123,6 +115,19 @@ def settle(run: Run, skipped: list[tuple[float, float, frozenset[str]]]) -> None
                                      least):
             network.busy[link] += seconds
             accounts.add_busy(link, phase, seconds)
+
+
+_Group = tuple[list[tuple[float, float]], list[Spans], list[float], int]
+
+
+def _group(groups: dict[tuple[str, int, float, float], _Group], task: Task, p: int) -> _Group:
+    """The group of ``task`` (at position ``p``): tasks alike but for their size (stream, usage,
+    rate cap and delay; usages are shared by kind, so told apart by identity)."""
+    key = (task.stream, id(task.usage), task.rate_cap, task.delay)
+    found = groups.get(key)
+    if found is None:
+        found = groups[key] = ([], [], [], p)
+    return found
 
 
 def _alone(on: Intervals, events: list[tuple[float, float, float]], windows: list[Window],

@@ -99,7 +99,9 @@ class TaskGraph:
     stream_heads: list[int] = field(default_factory=list, repr=False)
     flows: list[tuple[float, Usage, float, float, str] | None] = field(default_factory=list, repr=False)
     _positions: dict[str, int] = field(default_factory=dict, repr=False)
-    _bounds: dict[tuple[Usage, float], float] = field(default_factory=dict, repr=False)
+    _bounds: dict[int, tuple[Usage, float, float]] = field(default_factory=dict, repr=False)
+    """By the identity of a usage (a schedule's kinds share theirs): it, a rate cap and a flow's
+    own bound with them (hashing a usage costs more than the task)."""
     deferring: frozenset[str] = frozenset()
     """Streams whose tasks are added as deferred now (``tiersim.engine.deferred``)."""
     deferred: list[bool] = field(default_factory=list, repr=False)
@@ -140,8 +142,10 @@ class TaskGraph:
         except KeyError as missing:
             raise ModelError(f"task {task.name!r} depends on unknown task {missing.args[0]!r}") from None
         usage = task.usage
-        bound = self._bounds.get((usage, task.rate_cap))
-        if bound is None:
+        known = self._bounds.get(id(usage))
+        if known is not None and known[0] is usage and known[1] == task.rate_cap:
+            bound = known[2]
+        else:
             bound = self._own_bound(task)
         if task.size > 0 and not math.isfinite(bound):
             raise ModelError(f"task {task.name!r}: a flow needs a link it uses or a finite rate cap")
@@ -187,7 +191,7 @@ class TaskGraph:
                 bound = link.capacity / units
         if len(usage) > 1 and _repeats_a_link(usage):
             raise ModelError(f"task {task.name!r} names a link twice in its usage")
-        self._bounds[(usage, task.rate_cap)] = bound
+        self._bounds[id(usage)] = (usage, task.rate_cap, bound)
         return bound
 
     def _undeclared(self, task: Task, name: str) -> Link:

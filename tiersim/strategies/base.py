@@ -416,12 +416,12 @@ def place_gpu_common(step: TrainingStep, placement: Placement, gpu: GPUProfile, 
         placement.put("hbm", "bf16 gradients (partition)", step.lp_grad_bytes_on_gpu())
     placement.put("hbm", "reduce bucket", step.training.reduce_bucket_size * step.lp_bytes)
     transient = {
-        "activations": step.activation_peak_bytes(),
+        "activations": step.activation_peak_bytes,
         "gradient of the largest tensor": step.largest_tensor * step.lp_bytes,
         "fp32 gradient partitions (on their way to the host)": gradient_conversion,
     }
     if step.training.zero_stage >= 3 and step.training.data_parallel > 1:
-        largest = max(layer.params for layer in step.layers)
+        largest = step.largest_layer
         transient["gathered layers (current + prefetch)"] = 2 * largest * step.lp_bytes
     for what, num_bytes in transient.items():
         placement.put("hbm", what, num_bytes)

@@ -77,7 +77,7 @@ class HostOffload(Strategy):
         ranks = step.training.data_parallel
         pin = pinned if hw.pinned else int
         rank = step.rank_params
-        largest = max(group.numel for group in step.subgroups)
+        largest = step.largest_subgroup
         host = [
             ("fp32 params", FP32_BYTES * rank, None),
             ("Adam m, v", ADAM_STATE_BYTES * rank, None),

@@ -67,7 +67,7 @@ class NVMeSwap(Strategy):
         ranks = step.training.data_parallel
         pin = pinned if hw.pinned else int
         rank = step.rank_params
-        largest = max(group.numel for group in step.subgroups)
+        largest = step.largest_subgroup
         placement.put("nvme", "fp32 params + Adam m, v", step.optimizer_state_bytes() * ranks)
         placement.put("nvme", "fp32 gradients", step.fp32_grad_bytes() * ranks)
         buffer = FP32_BYTES * _aligned(largest, self.options.thread_count)
