@@ -166,6 +166,13 @@ class TrainingStep:
         return tuple(group.numel for group in self.subgroups)
 
     @functools.cached_property
+    def rank_partitions(self) -> tuple[int, ...]:
+        """For each layer, the elements of its tensors one rank owns under ZeRO-3 (each tensor
+        partitioned over the data-parallel ranks, the last parts padded)."""
+        dp = self.training.data_parallel
+        return tuple(sum(-(-numel // dp) for numel in layer.tensors) for layer in self.layers)
+
+    @functools.cached_property
     def largest_subgroup(self) -> int:
         """Elements of the largest optimizer sub-group."""
         return max(self.subgroup_sizes)

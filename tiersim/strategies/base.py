@@ -461,7 +461,7 @@ def gradients_to_host(b: StepBuilder, memory: HostMemory, micro: int, index: int
     The first micro-step copies the partition D2H and back H2D (the GPU copy feeds the norm);
     later ones fetch the partial sum H2D, add on the GPU (negligible) and copy it back D2H.
     Returns the last copy."""
-    num_bytes = partition(layer, b.dp) * b.step.grad_accum_bytes
+    num_bytes = b.step.rank_partitions[index] * b.step.grad_accum_bytes
     prefix = f"m{micro}.bwd.{index}"
     first, second = ("d2h", "h2d") if micro == 0 else ("h2d", "d2h")
     there = b.add(pcie_kind(b, first, "backward", memory).task(f"{prefix}.grad_{first}", num_bytes, (ready,)))
@@ -476,7 +476,7 @@ def gradient_offload_tasks(shape: StepShape) -> int:
 def fp32_gradients_d2h(b: StepBuilder, memory: HostMemory, index: int, layer: LayerWork, ready: str) -> str:
     """At the accumulation boundary: the partition converted to fp32 on the GPU and copied D2H
     into a pinned host buffer (the optimizer's gradient, or a swap buffer)."""
-    num_bytes = partition(layer, b.dp) * FP32_BYTES
+    num_bytes = b.step.rank_partitions[index] * FP32_BYTES
     name = f"m{b.step.micro_steps - 1}.bwd.{index}.fp32_grad_d2h"
     return b.add(pcie_kind(b, "d2h", "backward", memory).task(name, num_bytes, (ready,)))
 
@@ -493,16 +493,6 @@ def params_to_gpu(b: StepBuilder, memory: HostMemory, group: SubGroup, after: st
     converted = b.add(convert.task(f"step.{group.index}.convert", group.numel, (after,)))
     h2d = pcie_kind(b, "h2d", "optimizer_step", memory, b.hw.pageable_bandwidth)
     return b.add(h2d.task(f"step.{group.index}.h2d", group.numel * lp, (converted,)))
-
-
-def partition(layer: LayerWork, dp: int) -> int:
-    """Elements of one layer's tensors owned by one rank under ZeRO-3 (each tensor partitioned)."""
-    return _partition(layer.tensors, dp)
-
-
-@functools.lru_cache(maxsize=1024)
-def _partition(tensors: tuple[int, ...], dp: int) -> int:
-    return sum(math.ceil(numel / dp) for numel in tensors)  # a schedule asks three times per layer
 
 
 def _some(name: str | None) -> tuple[str, ...]:

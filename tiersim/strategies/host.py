@@ -39,7 +39,6 @@ from tiersim.strategies.base import (
     host_copy_kind,
     largest_partition,
     params_to_gpu,
-    partition,
 )
 from tiersim.strategies.footprint import pinned
 from tiersim.strategies.memory import HostMemory
@@ -106,7 +105,8 @@ class HostOffload(Strategy):
             return None
         staged = fp32_gradients_d2h(b, memory, index, layer, kept)
         copy = host_copy_kind(b, "backward", "grad_copy", memory, FP32_BYTES, FP32_BYTES, GRADIENT_HOOK_THREADS)
-        return b.add(copy.task(f"m{micro}.bwd.{index}.grad_copy", partition(layer, b.dp), (staged,)))
+        return b.add(copy.task(f"m{micro}.bwd.{index}.grad_copy", b.step.rank_partitions[index],
+                                    (staged,)))
 
     def offload_task_count(self, shape: StepShape) -> int:
         return gradient_offload_tasks(shape) + 2 * shape.layers  # the boundary's fp32 D2H and CPU copy

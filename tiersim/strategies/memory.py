@@ -29,10 +29,19 @@ class HostMemory:
     def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
         return by_fields(self)
 
+    def _fields(self) -> tuple[float, float, float, float]:
+        return self.dram_fraction, self.cxl_fraction, self.cxl_read_cost, self.cxl_write_cost
+
+    def __hash__(self) -> int:  # compiled, unlike the dataclass's (a kind's key holds one)
+        return hash(self._fields())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, HostMemory) and self._fields() == other._fields()
+
     @classmethod
     def dram_only(cls) -> HostMemory:
         """Everything bound to the socket's DRAM (numactl -m)."""
-        return cls(1.0, 0.0)
+        return _DRAM_ONLY
 
     @classmethod
     def interleave(cls, hw: Hardware, dram_weight: float, cxl_weight: float) -> HostMemory:
@@ -61,3 +70,6 @@ class HostMemory:
         """Bytes of an allocation that land in each host tier."""
         in_cxl = int(round(num_bytes * self.cxl_fraction))
         return {"dram": num_bytes - in_cxl, "cxl": in_cxl}
+
+
+_DRAM_ONLY = HostMemory(1.0, 0.0)

@@ -28,7 +28,6 @@ from tiersim.strategies.base import (
     gradients_to_host,
     largest_partition,
     params_to_gpu,
-    partition,
 )
 from tiersim.strategies.footprint import pinned
 from tiersim.strategies.memory import HostMemory
@@ -109,7 +108,8 @@ class NVMeSwap(Strategy):
             staged = fp32_gradients_d2h(b, dram, index, layer, kept)
             write = self._io_kind(b, "aio_write", "backward", True)
             b.background.add(write.stream)
-            b.add(write.task(f"m{micro}.bwd.{index}.grad_write", partition(layer, b.dp) * FP32_BYTES, (staged,)))
+            b.add(write.task(f"m{micro}.bwd.{index}.grad_write", b.step.rank_partitions[index] * FP32_BYTES,
+                                     (staged,)))
 
     def offload_task_count(self, shape: StepShape) -> int:
         return gradient_offload_tasks(shape) + 2 * shape.layers  # the boundary's fp32 D2H and NVMe write
