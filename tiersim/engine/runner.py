@@ -197,24 +197,24 @@ class Run:
     def drain(self, now: float) -> None:
         """Start every startable task at ``now`` (the current time): each blocks on a delay or
         a flow, or (neither) finishes at once and may make more tasks startable."""
+        # methods are called on their objects, not through local names (compiled, those would be
+        # calls through Python)
         startable, start, delays, flows, tasks = self.startable, self.start, self.delay, self.flow, self.tasks
-        timeout, transfer, after_delay = self.env.timeout, self.network.transfer, self.after_delay
-        started = self.accounts.task_started
         while startable:
             i = startable.pop()
             start[i] = now
             task = tasks[i]
             if task.category != "marker":
-                started(task.stream, task.category, now)
+                self.accounts.task_started(task.stream, task.category, now)
             delay = delays[i]
             flow = flows[i]
             if delay > 0:
                 self.timeouts += 1
-                timeout(delay, i).callbacks.append(after_delay)
+                self.env.timeout(delay, i).callbacks.append(self.after_delay)
             elif flow is None:
                 self.finish(i, now)
             else:
-                transfer(i, *flow)
+                self.network.transfer(i, flow[0], flow[1], flow[2], flow[3], flow[4])
 
     def after_delay(self, event: simpy.Event) -> None:
         i = cast(int, event.value)  # the task's position, given as the timeout's value
@@ -225,13 +225,13 @@ class Run:
             if self.startable:
                 self.drain(now)
         else:
-            self.network.transfer(i, *flow)  # a flow never ends at once: nothing to drain
+            # a flow never ends at once: nothing to drain
+            self.network.transfer(i, flow[0], flow[1], flow[2], flow[3], flow[4])
 
     def flows_done(self, keys: list[int], now: float) -> None:
         """The network's callback: the flows of these tasks moved their last byte at ``now``."""
-        finish = self.finish
         for i in keys:
-            finish(i, now)
+            self.finish(i, now)
         if self.startable:
             self.drain(now)
 
