@@ -231,11 +231,12 @@ class StepBuilder:
 
     def marker(self, name: str, phase: str, deps: tuple[str, ...] = ()) -> str:
         """A zero-length task on the GPU stream marking where a phase begins."""
-        return self.add(Task(name, "gpu", phase, "marker", deps=deps))
+        # fields by position: compiled, a keyword argument makes the call go through Python
+        return self.add(Task(name, "gpu", phase, "marker", 0.0, 0.0, (), math.inf, deps))
 
     def compute(self, name: str, phase: str, flops: float, deps: tuple[str, ...]) -> str:
         """GPU kernels of ``flops`` on the compute stream."""
-        return self.add(Task(name, "gpu", phase, "compute", self.gpu_seconds(flops), deps=deps))
+        return self.add(Task(name, "gpu", phase, "compute", self.gpu_seconds(flops), 0.0, (), math.inf, deps))
 
     def collective(self, name: str, stream: str, phase: str, num_bytes: float, deps: tuple[str, ...]) -> str | None:
         """A ring collective (all-gather or reduce-scatter) of ``num_bytes``: after the fabric's
@@ -338,7 +339,7 @@ class Strategy(ABC):
             self._forward(b, micro)
             self._backward(b, micro)
         tails = tuple(name for stream, name in b.graph.stream_tails().items() if stream not in b.background)
-        begin = b.add(Task("step.begin", "gpu", "optimizer_step", "marker", deps=tails))
+        begin = b.add(Task("step.begin", "gpu", "optimizer_step", "marker", 0.0, 0.0, (), math.inf, tails))
         self.optimizer_step(b, begin)
 
     def _gather(self, b: StepBuilder, name: str, phase: str, layer: LayerWork, deps: tuple[str, ...]) -> str | None:

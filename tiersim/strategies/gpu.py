@@ -3,6 +3,8 @@ the GPU, bound by HBM bandwidth (it streams every state byte once per step)."""
 
 from __future__ import annotations
 
+import math
+
 from tiersim.config.hardware import Hardware
 from tiersim.engine import Task
 from tiersim.engine.session import runs_of
@@ -42,5 +44,5 @@ class GPUResident(Strategy):
         groups = b.step.subgroups
         for i in b.repeat(runs_of(b.step.subgroup_sizes, 1)):
             group = groups[i]
-            b.add(Task(f"step.{group.index}.adam", "gpu", "optimizer_step", "adam",
-                       size=group.numel * per_element, usage=(("hbm", 1.0),), deps=(begin,)))
+            b.add(Task(f"step.{group.index}.adam", "gpu", "optimizer_step", "adam", 0.0, group.numel * per_element,
+                       (("hbm", 1.0),), math.inf, (begin,)))
