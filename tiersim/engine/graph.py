@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from tiersim.errors import ModelError
 from tiersim.frozen import by_fields
@@ -22,7 +22,7 @@ from tiersim.frozen import by_fields
 Usage = tuple[tuple[str, float], ...]
 """(link name, link units one byte of a flow consumes) pairs."""
 
-_NONE: list[int] = []
+_NONE: Final[list[int]] = []
 """The dependents of a task nothing depends on (shared, never appended to)."""
 
 
@@ -93,7 +93,7 @@ class TaskGraph:
     without it, such a task is an error."""
     dep_count: list[int] = field(default_factory=list, repr=False)
     dependents: list[list[int]] = field(default_factory=list, repr=False)
-    deps: list[tuple[int, ...] | list[int]] = field(default_factory=list, repr=False)
+    deps: list[list[int]] = field(default_factory=list, repr=False)
     stream_prev: list[int] = field(default_factory=list, repr=False)
     stream_next: list[int] = field(default_factory=list, repr=False)
     stream_heads: list[int] = field(default_factory=list, repr=False)
@@ -127,18 +127,12 @@ class TaskGraph:
         if not (task.delay >= 0 and task.size >= 0 and task.rate_cap > 0):
             raise ModelError(f"task {task.name!r}: delay and size must be >= 0 and rate_cap positive")
         here = len(self.tasks)
+        deps: list[int] = []
         try:
-            named = task.deps
-            if len(named) == 1:
-                deps: tuple[int, ...] | list[int] = (positions[named[0]],)
-            elif named:
-                deps = []
-                for dep in named:
-                    at = positions[dep]
-                    if at not in deps:
-                        deps.append(at)
-            else:
-                deps = ()
+            for dep in task.deps:
+                at = positions[dep]
+                if at not in deps:
+                    deps.append(at)
         except KeyError as missing:
             raise ModelError(f"task {task.name!r} depends on unknown task {missing.args[0]!r}") from None
         usage = task.usage

@@ -268,18 +268,20 @@ class Run:
                 if self.at_head[j]:
                     self.startable.append(j)
 
+    def ended_at(self, p: int) -> float:
+        """When task ``p`` ends, deferred or not (s; -1 while unknown)."""
+        return self.deferred_end.get(p, -1.0) if self.deferred[p] else self.end[p]
+
     def _before(self, p: int) -> float:
         """When the task before ``p`` on its stream ends (s; 0 for none, -1 while unknown)."""
         prev = self.graph.stream_prev[p]
-        if prev < 0:
-            return 0.0
-        return self.deferred_end.get(prev, -1.0) if self.deferred[prev] else self.end[prev]
+        return 0.0 if prev < 0 else self.ended_at(prev)
 
     def _join_deferred(self, p: int) -> None:
         """Take in a deferred task: it is resolved as soon as its inputs are known."""
         unmet, latest = 0, 0.0
         for d in self.graph.deps[p]:
-            done = self.deferred_end.get(d, -1.0) if self.deferred[d] else self.end[d]
+            done = self.ended_at(d)
             if done < 0:
                 unmet += 1
             elif done > latest:

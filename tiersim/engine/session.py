@@ -426,14 +426,7 @@ class Session:
             raise ModelError("the session has no run in progress")
         first, deferred, ends = loop.first, graph.deferred, run.end
         last = len(first) - 1
-
-        def ended(j: int, offset: int) -> float:
-            """When the compute-side task at ``offset`` of iteration ``j`` ends (s), for j up to
-            its reference plus ``times`` (the real ones' ends already moved by the skip)."""
-            ref = references[offset]
-            if j <= ref:
-                return ends[first[j] + offset] - seconds
-            return ends[first[ref] + offset] - seconds + (j - ref) * period
+        stretch = _Stretch(first, ends, references, seconds, period)
 
         waiting = [p for p in range(first[0], len(graph.tasks)) if deferred[p] and p not in run.deferred_end]
         for p in waiting:
@@ -441,14 +434,14 @@ class Session:
                 if d >= first[0] and not deferred[d] and ends[d] < 0:
                     it = bisect.bisect_right(first, d) - 1
                     run.unmet[p] -= 1
-                    run.ready[p] = max(run.ready[p], ended(it, d - first[it]))
+                    run.ready[p] = max(run.ready[p], stretch.ended(it, d - first[it]))
                     graph.dependents[d].remove(p)
         for p in waiting:
             if not run.unmet[p] and run._before(p) >= 0:
                 run._resolve(p)
         template = [q for q in range(first[last], len(graph.tasks)) if deferred[q]]
         inputs = {q: self._inputs(first, q) for q in template}
-        timed, tails = self._timed_images(template, inputs, times, references, ended)
+        timed, tails = self._timed_images(template, inputs, times, stretch)
         for m in range(timed + 1, times + 1):
             names: dict[int, str] = {}
             for q in template:
@@ -461,7 +454,7 @@ class Session:
                     elif kind == 1:
                         deps.append(names[at])
                     elif it + m <= references[at] + times:
-                        floor = max(floor, ended(it + m, at))
+                        floor = max(floor, stretch.ended(it + m, at))
                     else:  # the real task the skip moved to iteration it + m
                         deps.append(graph.tasks[first[it + m - times] + at].name)
                 names[q] = graph.add(Task(f"{task.name}~{self.skipped + m}", task.stream, task.phase,
@@ -487,75 +480,109 @@ class Session:
         return out
 
     def _timed_images(self, template: list[int], inputs: dict[int, list[tuple[int, int, int]]], times: int,
-                      references: dict[int, int], ended: Callable[[int, int], float]) -> tuple[int, dict[str, float]]:
+                      stretch: _Stretch) -> tuple[int, dict[str, float]]:
         """Time the first skipped iterations' copies of the ``template`` deferred tasks without
         building them, as ``Run`` would (start = the latest of its stream's previous end, its
-        dependencies' ends and, for a skipped compute-side one, ``ended``; end = start + delay +
-        bytes / its own bound), into ``Run.images`` for ``settle``: each iteration whose inputs
-        are all known, up to the last but one (that one is built: later tasks follow it on its
-        streams). Returns how many were timed and each template stream's end after them (s)."""
+        dependencies' ends and, for a skipped compute-side one, when the ``stretch`` says it
+        ends; end = start + delay + bytes / its own bound), into ``Run.images`` for ``settle``:
+        each iteration whose inputs are all known, up to the last but one (that one is built:
+        later tasks follow it on its streams). Returns how many were timed and each template
+        stream's end after them (s)."""
         run, graph = self.run, self.graph
         if run is None:
             raise ModelError("the session has no run in progress")
-        deferred, end, deferred_end = graph.deferred, run.end, run.deferred_end
-
-        def done(p: int) -> float:
-            return deferred_end.get(p, -1.0) if deferred[p] else end[p]
-
         tails = {graph.tasks[q].stream: 0.0 for q in template}
         for stream in tails:
-            tails[stream] = done(graph.stream_tail(stream))
+            tails[stream] = run.ended_at(graph.stream_tail(stream))
         steps = []
         for q in template:
             flow = graph.flows[q]
-            steps.append((q, graph.tasks[q].stream, graph.tasks[q].delay,
-                          flow[0] / flow[3] if flow is not None else 0.0, inputs[q]))
+            steps.append(_Step(q, graph.tasks[q].stream, graph.tasks[q].delay,
+                               flow[0] / flow[3] if flow is not None else 0.0, inputs[q]))
         if min(tails.values(), default=0.0) < 0 or any(
-                done(at) < 0 for _q, _s, _d, _f, inputs in steps for kind, at, _it in inputs if kind == 0):
+                run.ended_at(at) < 0 for step in steps for kind, at, _it in step.inputs if kind == 0):
             return 0, tails
-        last = min([times - 1] + [references[at] + times - it for *_step, inputs in steps
-                                  for kind, at, it in inputs if kind == 2])
+        references = stretch.references
+        last = min([times - 1] + [references[at] + times - it for step in steps
+                                  for kind, at, it in step.inputs if kind == 2])
         """The last skipped iteration whose copies' inputs are all known (a compute-side one of
         iteration ``it + m`` is, up to its reference plus ``times``)."""
-
-        def timed_copy(m: int, tails: dict[str, float]) -> tuple[list[float], list[list[float]], dict[str, float]]:
-            """Iteration ``m``'s copies' starts, in template order, what each start is the latest
-            of (its stream's previous end, then its inputs' ends) and the streams' ends after
-            them (s)."""
-            ends: dict[int, float] = {}
-            after = dict(tails)
-            began_at, terms = [], []
-            for q, stream, delay, moving, inputs in steps:
-                values = [after[stream]]
-                for kind, at, it in inputs:
-                    values.append(done(at) if kind == 0 else ends[at] if kind == 1 else ended(it + m, at))
-                began = max(values)
-                ends[q] = after[stream] = began + delay + moving
-                began_at.append(began)
-                terms.append(values)
-            return began_at, terms, after
-
         timed: list[tuple[list[float], list[list[float]]]] = []
         steady = False
         for m in range(1, last + 1):
-            began_at, terms, tails = timed_copy(m, tails)
+            began_at, terms, tails = _timed_copy(run, steps, stretch, m, tails)
             timed.append((began_at, terms))
-            if m >= 3 and all(it + m - 2 > references[at] for *_step, inputs in steps
-                              for kind, at, it in inputs if kind == 2):
+            if m >= 3 and all(it + m - 2 > references[at] for step in steps
+                              for kind, at, it in step.inputs if kind == 2):
                 steady = _steady(timed[-3:], last - m, _TIME_TOL * max(1.0, max(began_at)))
                 if steady:
                     break
-        lasting = [delay + moving for _q, _stream, delay, moving, _inputs in steps]
         rest = last - len(timed) if steady else 0  # iterations after the listed ones, in closed form
-        for k, (q, stream, *_step) in enumerate(steps):
-            listed = [Spans(began_at[k], lasting[k], lasting[k], 1) for began_at, _terms in timed]
+        for k, step in enumerate(steps):
+            lasting = step.delay + step.moving
+            listed = [Spans(began_at[k], lasting, lasting, 1) for began_at, _terms in timed]
             if rest:
-                step = timed[-1][0][k] - timed[-2][0][k]
-                listed.append(Spans(timed[-1][0][k] + step, step, lasting[k], rest))
-                tails[stream] = listed[-1].last  # template order is each stream's order
+                rise = timed[-1][0][k] - timed[-2][0][k]
+                listed.append(Spans(timed[-1][0][k] + rise, rise, lasting, rest))
+                tails[step.stream] = listed[-1].last  # template order is each stream's order
             if listed:
-                run.images[q] = listed
+                run.images[step.task] = listed
         return len(timed) + rest, tails
+
+
+class _Stretch:
+    """The periodic stretch a skip jumped over, for its deferred copies: a loop's iterations
+    begin at their tasks' positions ``first``; the compute-side task at a position of the last
+    iteration ended, before the skip, in iteration ``references[offset]`` (``Session._references``);
+    the skip moved the run on ``seconds``, whole periods of ``period`` s."""
+
+    def __init__(self, first: list[int], ends: list[float], references: dict[int, int], seconds: float,
+                 period: float) -> None:
+        self.first = first
+        self.ends = ends
+        self.references = references
+        self.seconds = seconds
+        self.period = period
+
+    def ended(self, j: int, offset: int) -> float:
+        """When the compute-side task at ``offset`` of iteration ``j`` ends (s), for j up to
+        its reference plus the iterations skipped (the real ones' ends already moved by the skip)."""
+        ref = self.references[offset]
+        if j <= ref:
+            return self.ends[self.first[j] + offset] - self.seconds
+        return self.ends[self.first[ref] + offset] - self.seconds + (j - ref) * self.period
+
+
+class _Step:
+    """A deferred task of the last iteration as its copies repeat it: its position, stream,
+    delay and seconds moving (s), and what it waits for (``Session._inputs``)."""
+
+    def __init__(self, task: int, stream: str, delay: float, moving: float,
+                 inputs: list[tuple[int, int, int]]) -> None:
+        self.task = task
+        self.stream = stream
+        self.delay = delay
+        self.moving = moving
+        self.inputs = inputs
+
+
+def _timed_copy(run: Run, steps: list[_Step], stretch: _Stretch, m: int,
+                tails: dict[str, float]) -> tuple[list[float], list[list[float]], dict[str, float]]:
+    """Skipped iteration ``m``'s copies' starts, in template order, what each start is the
+    latest of (its stream's previous end, then its inputs' ends) and the streams' ends after
+    them (s)."""
+    ends: dict[int, float] = {}
+    after = dict(tails)
+    began_at, terms = [], []
+    for step in steps:
+        values = [after[step.stream]]
+        for kind, at, it in step.inputs:
+            values.append(run.ended_at(at) if kind == 0 else ends[at] if kind == 1 else stretch.ended(it + m, at))
+        began = max(values)
+        ends[step.task] = after[step.stream] = began + step.delay + step.moving
+        began_at.append(began)
+        terms.append(values)
+    return began_at, terms, after
 
 
 def _steady(timed: list[tuple[list[float], list[list[float]]]], remaining: int, tolerance: float) -> bool:
@@ -565,8 +592,8 @@ def _steady(timed: list[tuple[list[float], list[list[float]]]], remaining: int, 
     term, rising faster, could overtake it within the ``remaining`` iterations (s)."""
     (_a, before), (_b, middle), (_c, now) = timed
     for was, mid, new in zip(before, middle, now):
-        winner = max(range(len(new)), key=new.__getitem__)
-        if max(range(len(mid)), key=mid.__getitem__) != winner:
+        winner = _latest(new)
+        if _latest(mid) != winner:
             return False
         rise = new[winner] - mid[winner]
         for j, value in enumerate(new):
@@ -576,6 +603,15 @@ def _steady(timed: list[tuple[list[float], list[list[float]]]], remaining: int, 
             if step > rise and (step - rise) * remaining >= new[winner] - value:
                 return False
     return True
+
+
+def _latest(values: list[float]) -> int:
+    """The position of the largest value (the first of equal ones)."""
+    best = 0
+    for j in range(1, len(values)):
+        if values[j] > values[best]:
+            best = j
+    return best
 
 
 def run_schedule(schedule: Callable[[Session], None], capacity_of: Callable[[str], float],
