@@ -2,12 +2,17 @@
 
 Engine cases with known answers, the bundled scenarios, and generated scenarios across every
 strategy: iteration time, phases, exposed transfer and every utilisation row (busy seconds,
-units moved, utilisation) agree with and without fast-forward to 1e-9 relative.
+units moved, utilisation) agree with and without fast-forward to 1e-9 relative. A schedule
+whose full simulation is itself chaotic (pipelined NVMe swaps of many small sub-groups, where a
+rate nudged by a float's worth moves the iteration time by 1e-4: no two runs that differ by
+float residue agree there) is held to agree as closely as the full simulation agrees with
+itself under such nudges.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -43,6 +48,65 @@ def assert_same(fast: Result, full: Result) -> None:
         for column in ("busy_s", "units_moved", "utilisation"):
             assert got[key][column] == pytest.approx(row[column], rel=REL, abs=1e-9), (key, column)
     assert fast.bottleneck() == full.bottleneck()
+
+
+NUDGE = 1e-12
+"""Relative change of a rate that moves a stable simulation's results by float residue only."""
+
+
+def nudged(config: RunConfig) -> list[RunConfig]:
+    """The config with its DRAM bandwidth, or one of its NVMe drives' bandwidths, ``NUDGE`` higher
+    or lower (six configs)."""
+    hw = config.hardware
+    out = []
+    for sign in (1, -1):
+        factor = 1 + sign * NUDGE
+        out.append(replace(config, hardware=replace(hw, dram=replace(hw.dram, bandwidth=hw.dram.bandwidth * factor))))
+        if hw.nvme is not None:
+            for field in ("read_bandwidth", "write_bandwidth"):
+                nvme = replace(hw.nvme, **{field: getattr(hw.nvme, field) * factor})
+                out.append(replace(config, hardware=replace(hw, nvme=nvme)))
+    return out
+
+
+def chaos(config: RunConfig, full: Result) -> float:
+    """How far (relative) the full simulation's iteration time moves when a rate is nudged by a
+    float's worth (``nudged``): float residue (about 1e-15) for a stable schedule."""
+    times = [simulate(c, fast_forward=False).iteration_time_s for c in nudged(config)]
+    return max(abs(t - full.iteration_time_s) for t in times) / full.iteration_time_s
+
+
+def assert_agrees(config: RunConfig, fast: Result, full: Result) -> None:
+    """``assert_same``, or, where the full simulation is chaotic (``chaos`` over ``REL``), an
+    iteration time within twice the full simulation's own spread under nudges."""
+    try:
+        assert_same(fast, full)
+    except AssertionError:
+        if not full.fits:
+            raise
+        spread = chaos(config, full)
+        if spread <= REL:
+            raise
+        assert fast.iteration_time_s == pytest.approx(full.iteration_time_s, rel=2 * spread)
+
+
+def test_a_chaotic_schedule_agrees_as_closely_as_it_agrees_with_itself() -> None:
+    """70B layers on one GPU, pipelined NVMe swaps of ~300 small sub-groups: a relative timing
+    difference grows about 1.4x per sub-group (reads and writes share the drives), so a drive's
+    bandwidth nudged by 1e-12 (even 1e-15) moves the full simulation's iteration time by up to
+    7e-4, and the fast-forward, whose deferred copies end a float step off the event run's,
+    lands about as far off (3e-4)."""
+    overrides = ["model.layers=3", "hardware.gpus=1", "training.global_batch=2", "training.zero_stage=1",
+                 "training.sub_group_size=1e7", "training.activation_checkpointing=true", "hardware.nvme.count=5",
+                 "strategies.nvme.buffer_count=16", "strategies.nvme.pipeline_read=true",
+                 "strategies.nvme.pipeline_write=true", "strategies.nvme.queue_depth=8"]
+    config = load_scenario(SEVENTY_B, overrides, ["nvme"])[0]
+    fast, full = simulate(config), simulate(config, fast_forward=False)
+    spread = chaos(config, full)
+    assert spread > 1e-5
+    assert fast.iteration_time_s == pytest.approx(full.iteration_time_s, rel=2 * spread)
+    assert fast.phases["forward"] == pytest.approx(full.phases["forward"], rel=REL)
+    assert fast.phases["backward"] == pytest.approx(full.phases["backward"], rel=REL)
 
 
 def chain_schedule(n: int, latency: float, size: float) -> object:
@@ -182,7 +246,7 @@ def generated(draw: st.DrawFn) -> RunConfig:
 @settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(config=generated())
 def test_generated_scenarios_are_the_same_with_and_without_fast_forward(config: RunConfig) -> None:
-    assert_same(simulate(config), simulate(config, fast_forward=False))
+    assert_agrees(config, simulate(config), simulate(config, fast_forward=False))
 
 
 @pytest.mark.parametrize("options", [[], ["strategies.nvme.pipeline_read=true", "strategies.nvme.pipeline_write=true"]])
