@@ -17,6 +17,7 @@ import math
 from collections.abc import Callable
 
 import simpy
+from simpy.events import Timeout
 
 from tiersim.engine.accounts import Accounts
 from tiersim.engine.graph import Usage
@@ -195,7 +196,7 @@ class FlowNetwork:
     ) -> Flow:
         """Start a flow of ``size`` bytes now for ``stream``; ``bound`` (``own_bound`` of it)
         may be passed precomputed."""
-        now = self.env.now
+        now = self.env._now  # SimPy's clock, read without its property (hot path)
         rate = own_bound(usage, cap, self.capacity) if bound is None else bound
         flow = Flow(size, usage, cap, key, rate, now, stream)
         shared = False
@@ -225,7 +226,7 @@ class FlowNetwork:
         if not armed or armed[0] > due * _ARM_SLACK:  # _arm_at, inlined: every start comes here
             heapq.heappush(armed, due)
             self.timers += 1
-            self.env.timeout(due - now).callbacks.append(self._on_timer)
+            Timeout(self.env, due - now).callbacks.append(self._on_timer)
         return flow
 
     def close(self) -> None:
@@ -314,12 +315,12 @@ class FlowNetwork:
             return
         heapq.heappush(armed, due)
         self.timers += 1
-        self.env.timeout(max(due - now, 0.0)).callbacks.append(self._on_timer)
+        Timeout(self.env, max(due - now, 0.0)).callbacks.append(self._on_timer)
 
     def _on_timer(self, _event: simpy.Event) -> None:
         """The flows due now are done, whatever float residue ``now``'s spacing left them;
         the flows they shared a saturated link with get their rates re-allocated."""
-        now = self.env.now
+        now = self.env._now  # SimPy's clock, read without its property (hot path)
         heapq.heappop(self._armed)
         slack = 1e-12 * abs(now)
         flows = self.flows

@@ -11,6 +11,7 @@ from functools import cached_property
 from typing import Any, NamedTuple, cast
 
 import simpy
+from simpy.events import Timeout
 
 from tiersim.engine.accounts import Accounts
 from tiersim.engine.flows import FlowNetwork
@@ -137,7 +138,7 @@ class Run:
         for name, link in graph.links.items():
             if name not in network.capacity:
                 network.add_link(name, link.capacity)
-        now = self.env.now
+        now = self.env._now  # SimPy's clock, read without its property (hot path)
         first = len(self.unmet)
         deferred = self.deferred
         for p in range(first, len(graph.tasks)):
@@ -210,7 +211,7 @@ class Run:
             flow = flows[i]
             if delay > 0:
                 self.timeouts += 1
-                self.env.timeout(delay, i).callbacks.append(self.after_delay)
+                Timeout(self.env, delay, i).callbacks.append(self.after_delay)
             elif flow is None:
                 self.finish(i, now)
             else:
@@ -220,7 +221,7 @@ class Run:
         i = cast(int, event.value)  # the task's position, given as the timeout's value
         flow = self.flow[i]
         if flow is None:
-            now = self.env.now
+            now = self.env._now  # SimPy's clock, read without its property (hot path)
             self.finish(i, now)
             if self.startable:
                 self.drain(now)
@@ -352,17 +353,17 @@ class Run:
         if p in self.proxied:
             return
         self.proxied.add(p)
-        now = self.env.now
+        now = self.env._now  # SimPy's clock, read without its property (hot path)
         ends = self.deferred_end[p]
         if ends < now * (1 - 1e-12):
             raise LateTask(self.tasks[p].name)
         self.timeouts += 1
         self.proxies_pending += 1
-        self.env.timeout(max(ends - now, 0.0), p).callbacks.append(self._proxy_done)
+        Timeout(self.env, max(ends - now, 0.0), p).callbacks.append(self._proxy_done)
 
     def _proxy_done(self, event: simpy.Event) -> None:
         p = cast(int, event.value)
-        now = self.env.now
+        now = self.env._now  # SimPy's clock, read without its property (hot path)
         self.proxies_pending -= 1
         self.end[p] = self.deferred_end[p] = now  # the timeout's own time (a float step off at most)
         unmet, deferred = self.unmet, self.deferred
