@@ -22,7 +22,8 @@ A schedule may also ``defer`` the tasks of some streams for a stretch (copies th
 behind the compute at fixed rates, ``tiersim.engine.deferred``): they leave the event run and
 its states; a loop holding any is skipped with copies of its last iteration's deferred tasks
 standing for the skipped ones (``_deferred_images``; most are timed by the same recursion
-without being built, ``Run.images``), and should ``settle`` find that a
+without being built, ``Run.images``, and once they rise by one step per iteration kept as
+arithmetic progressions), and should ``settle`` find that a
 deferred flow could have been slowed (``NotQuiet``), the caller simulates the run whole too.
 """
 
