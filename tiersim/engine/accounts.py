@@ -59,14 +59,12 @@ class Accounts:
     @property
     def busy(self) -> dict[tuple[str, str], float]:
         """(stream or link, phase) -> busy seconds."""
-        return {(resource, phase): value for phase, values in self.busy_in.items()
-                for resource, value in values.items()}
+        return _by_key(self.busy_in)
 
     @property
     def moved(self) -> dict[tuple[str, str], float]:
         """(stream or link, phase) -> bytes (stream) or link units (link) moved."""
-        return {(resource, phase): value for phase, values in self.moved_in.items()
-                for resource, value in values.items()}
+        return _by_key(self.moved_in)
 
     def add_busy(self, resource: str, phase: str, seconds: float) -> None:
         """Count ``seconds`` of ``resource`` busy in ``phase``."""
@@ -175,6 +173,11 @@ class Accounts:
             self.since[resource] += seconds
         self.phase_since += seconds
         self.idle_since += seconds
+
+
+def _by_key(by_phase: dict[str, dict[str, float]]) -> dict[tuple[str, str], float]:
+    """Phase -> resource -> value as (resource, phase) -> value."""
+    return {(resource, phase): value for phase, values in by_phase.items() for resource, value in values.items()}
 
 
 def _scale(target: dict[str, float], before: dict[str, float], after: dict[str, float], times: int) -> None:

@@ -339,7 +339,7 @@ class Strategy(ABC):
             self._forward(b, micro)
             self._backward(b, micro)
         tails = tuple(name for stream, name in b.graph.stream_tails().items() if stream not in b.background)
-        begin = b.add(Task("step.begin", "gpu", "optimizer_step", "marker", 0.0, 0.0, (), math.inf, tails))
+        begin = b.marker("step.begin", "optimizer_step", tails)
         self.optimizer_step(b, begin)
 
     def _gather(self, b: StepBuilder, name: str, phase: str, layer: LayerWork, deps: tuple[str, ...]) -> str | None:
