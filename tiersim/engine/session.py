@@ -15,8 +15,12 @@ shifted in time and index: the session adds the period's increase of every time 
 (``Accounts``) and link counter once per skipped iteration, moves every pending time by
 the skipped periods and goes on after the run's last iteration, which the loop's lists
 (read by relative index) now stand for. Nothing else changes, so results are the full
-simulation's. Where a state never repeats, every iteration is simulated; where the lazily
-built graph would start a task late (``LateTask``), the caller builds the graph whole.
+simulation's. A loop whose iterations wait for earlier ones only through their streams
+(``self_contained``) also takes the state at a run's first block, after an iteration of
+another key, and matches its tasks to the next state's by their roles (what each does and
+waits for), so such a run skips one block sooner. Where a state never repeats, every
+iteration is simulated; where the lazily built graph would start a task late
+(``LateTask``), the caller builds the graph whole.
 
 A schedule may also ``defer`` the tasks of some streams for a stretch (copies that fall
 behind the compute at fixed rates, ``tiersim.engine.deferred``): they leave the event run and
@@ -151,15 +155,21 @@ class _State:
     timers: list[float]
     phase: str | None
     totals: dict[str, dict]
+    roles: list[Hashable] | None = None
+    """For a state at the first block of a run (a loop of self-contained iterations): each
+    pending task's ``Session._role``, in the order of ``tasks``."""
 
     def repeats(self, before: _State) -> bool:
-        """Whether this state is ``before`` one period on (same tasks, same times to go)."""
+        """Whether this state is ``before`` one period on (same tasks, same times to go); tasks
+        of iterations of different keys are the same when their roles are."""
         if self.phase != before.phase or len(self.tasks) != len(before.tasks) or len(self.timers) != len(
                 before.timers):
             return False
         time_tol = _TIME_TOL * max(1.0, self.now)
-        for (who, what), (was, had) in zip(self.tasks, before.tasks):
-            if who != was or what[0] != had[0]:
+        for k, ((who, what), (was, had)) in enumerate(zip(self.tasks, before.tasks)):
+            if who != was and (self.roles is None or before.roles is None or self.roles[k] != before.roles[k]):
+                return False
+            if what[0] != had[0]:
                 return False
             if what[0] == 0:  # waiting: unmet dependencies, stream free
                 if what != had:
@@ -211,9 +221,16 @@ class Session:
                 self.run.network.pieces = []
                 self.run.network.pieces_since = self.run.env.now
 
-    def repeat(self, runs: Runs) -> Iterator[int]:
+    def repeat(self, runs: Runs, self_contained: bool = False) -> Iterator[int]:
         """The indices of a loop's iterations (0, 1, ...), as many as ``runs`` counts; with
-        fast-forward, those past a repeating state within a run are skipped."""
+        fast-forward, those past a repeating state within a run are skipped.
+
+        ``self_contained``: an iteration's tasks wait for those of earlier iterations only
+        through their streams (each stream's next task follows its last). Then what follows a
+        state depends only on its pending tasks and the iterations to come, whatever iteration
+        added them, so the state at a run's first block (after a block of another key) may be
+        the one the next repeats: tasks of different keys count as the same when their roles
+        are (``_role``), and the run skips one block sooner."""
         blocks = [(run[0], run[1], run[2] if len(run) == 3 else 1) for run in runs]
         if self.run is None:
             for i in range(sum(count * width for _key, count, width in blocks)):
@@ -227,7 +244,9 @@ class Session:
             block = 0
             while block < count:
                 if loop.first:  # a state at each block's start, relative to the block before
-                    state = self._boundary(loop, with_state=block >= 1)
+                    state = self._boundary(loop, with_state=block >= 1 or (self_contained and count > 1))
+                    if state is not None and self_contained and block <= 1:  # may meet a block of another key
+                        state.roles = self._roles(loop)
                     if state is not None and before is not None and state.repeats(before):
                         holds = self.graph.last_deferred >= loop.first[0]  # deferred tasks in the loop
                         references = self._image_references(loop, width, count - block) if holds else None
@@ -325,6 +344,35 @@ class Session:
             tasks.append((who, what))
         totals = {"accounts": accounts.totals(), "network": network.totals()}
         return _State(now, tasks, loop.timers, accounts.phase, totals)
+
+    def _roles(self, loop: _Loop) -> list[Hashable]:
+        """Each pending task's role, in ``run.pending`` order: what decides its part in what
+        follows besides its progress. A task before the loop is itself; one of the loop is its
+        iteration relative to the last, its place counted from its iteration's end (iterations
+        of different keys may build different numbers of tasks before the ones still pending),
+        its stream, phase, category, delay, bytes, links and rate cap, and the pending tasks it
+        waits for, placed alike."""
+        run, graph = self.run, self.graph
+        if run is None:
+            raise ModelError("the session has no run in progress")
+        first = loop.first
+        roles: list[Hashable] = []
+        for p in run.pending:
+            task = graph.tasks[p]
+            waits = tuple(self._place(loop, d) for d in graph.deps[p] if d in run.pending)
+            roles.append((self._place(loop, p), task.stream, task.phase, task.category, task.delay, task.size,
+                          task.usage, task.rate_cap, waits) if p >= first[0] else self._place(loop, p))
+        return roles
+
+    def _place(self, loop: _Loop, p: int) -> tuple[Hashable, int]:
+        """Task ``p``'s iteration relative to the loop's last and its distance from that
+        iteration's end, or ("before", p) for one before the loop."""
+        first = loop.first
+        if p < first[0]:
+            return ("before", p)
+        it = bisect.bisect_right(first, p) - 1
+        end = first[it + 1] if it + 1 < len(first) else len(self.graph.tasks)
+        return (loop.index[it] - loop.index[-1], end - p)
 
     def _skip(self, loop: _Loop, before: _State, state: _State, times: int, width: int,
               references: dict[int, int] | None) -> None:

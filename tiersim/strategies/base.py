@@ -333,11 +333,17 @@ class Strategy(ABC):
     def _schedule(self, step: TrainingStep, hw: Hardware, session: Session) -> None:
         """The iteration: micro-steps of forward and backward, then the optimizer step. The
         first micro-step, the last (the accumulation boundary) and those between build
-        differently (see ``micro_runs``)."""
+        differently (see ``micro_runs``). The loop's iterations are a micro-step's backward and
+        the next one's forward: each waits for the last only through the streams, and it ends
+        in a forward, which leaves the same tasks in flight after a first micro-step as after an
+        accumulating one, so the session sees the accumulating ones repeat after one of them
+        (``Session.repeat``, ``self_contained``)."""
         b = StepBuilder(step, hw, session)
-        for micro in b.repeat(micro_runs(step.micro_steps)):
-            self._forward(b, micro)
+        self._forward(b, 0)
+        for micro in b.session.repeat(micro_runs(step.micro_steps), self_contained=True):
             self._backward(b, micro)
+            if micro + 1 < step.micro_steps:
+                self._forward(b, micro + 1)
         tails = tuple(name for stream, name in b.graph.stream_tails().items() if stream not in b.background)
         begin = b.marker("step.begin", "optimizer_step", tails)
         self.optimizer_step(b, begin)
