@@ -23,6 +23,7 @@ from tiersim.config.document import load_scenario
 from tiersim.config.scenario import RunConfig
 from tiersim.engine import EngineRun, Task
 from tiersim.engine.session import Session, run_schedule, runs_of
+from tiersim.engine.transient import Unsettled
 from tiersim.results import Result
 from tiersim.simulate import simulate
 
@@ -198,6 +199,69 @@ def test_a_self_contained_loop_compares_its_first_block_with_the_head(n: int, he
     assert fast.events <= plain.events
     if n >= 3:
         assert (fast.events < plain.events) == (head_size == 4e6)
+
+
+def lagging_copies(n: int, compute: float, size: float, reads: float, writes: float, latency: float = 8e-6,
+                   last_compute: float | None = None) -> Callable[[Session], None]:
+    """Layers of a backward: each computes for ``compute`` s, then its gradient is copied up and
+    back down (``size`` bytes each way, one after the other), both through host memory that a
+    byte up loads by ``reads`` and a byte down by ``writes`` of its capacity: where the two
+    directions overlap they share it, and how far the copies lag the compute settles by a
+    constant ratio per layer. ``last_compute``: the last layer's compute time, if it differs
+    (under the same key: a schedule that breaks the ``repeat`` contract)."""
+    def schedule(session: Session) -> None:
+        for i in session.repeat(runs_of(("layer",) * n)):
+            seconds = last_compute if last_compute is not None and i == n - 1 else compute
+            done = session.add(Task(f"c{i}", "gpu", "backward", "compute", seconds))
+            up = session.add(Task(f"u{i}", "h2d", "backward", "copy", latency, size, (("up", 1.0), ("mem", reads)),
+                                  deps=(done,)))
+            session.add(Task(f"d{i}", "d2h", "backward", "copy", latency, size, (("down", 1.0), ("mem", writes)),
+                             deps=(up,)))
+    return schedule
+
+
+LAGGING_CAPACITY = {"up": 52e9, "down": 52e9, "mem": 52e9}.__getitem__
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(n=st.integers(2, 80), compute=st.floats(3e-3, 2e-2), size=st.floats(1e8, 8e8), reads=st.floats(0.1, 1.0),
+       writes=st.floats(0.1, 1.2), latency=st.sampled_from([0.0, 8e-6, 1e-3]))
+def test_copies_that_settle_geometrically_give_the_full_run(n: int, compute: float, size: float, reads: float,
+                                                            writes: float, latency: float) -> None:
+    """Whether the lag settles, grows or repeats at once, the fast-forward (skipping a settling
+    lag in closed form) gives the whole graph's makespan and counters. The same examples every
+    run: an exact repeat is taken at 1e-11 s per second of the run, so over periods of a few
+    milliseconds well under a second in, a skip's counters can drift past 1e-9 (about one
+    draw in 5,000 here; ``_TIME_TOL``)."""
+    _fast_and_full(lagging_copies(n, compute, size, reads, writes, latency), LAGGING_CAPACITY)
+
+
+def test_a_settling_lag_is_skipped_in_closed_form() -> None:
+    """Copies sharing host memory lag the compute by an amount that halves about every layer: a
+    state never repeats to float residue before some 20 layers, but four show the ratio, and
+    the rest of the 80 layers but one are skipped in closed form (the last checks it)."""
+    schedule = lagging_copies(80, 15e-3, 4e8, 0.6, 0.78)
+    settled, plain = Session(LAGGING_CAPACITY), Session(LAGGING_CAPACITY, geometric=False)
+    schedule(settled)
+    schedule(plain)
+    fast, slow = settled.finish(), plain.finish()
+    full, _ = _fast_and_full(schedule, LAGGING_CAPACITY)
+    assert slow.makespan == pytest.approx(full.makespan, rel=REL)
+    assert len(settled.graph.tasks) < 30 < len(plain.graph.tasks)
+    assert fast.events < slow.events / 3
+
+
+def test_a_skip_over_a_transient_is_checked_by_the_block_after() -> None:
+    """A schedule whose last layer computes longer under the same key (breaking the ``repeat``
+    contract) does not land where the closed form says: the session raises ``Unsettled``, and
+    ``run_schedule`` runs it again without such skips."""
+    schedule = lagging_copies(80, 15e-3, 4e8, 0.6, 0.78, last_compute=30e-3)
+    with pytest.raises(Unsettled):
+        schedule(Session(LAGGING_CAPACITY))
+    again, _ = run_schedule(schedule, LAGGING_CAPACITY)
+    plain = Session(LAGGING_CAPACITY, geometric=False)
+    schedule(plain)
+    assert again.makespan == plain.finish().makespan
 
 
 def test_runs_of_finds_runs_and_repeating_patterns() -> None:

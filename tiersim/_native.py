@@ -31,6 +31,7 @@ COMPILED = (
     "tiersim.engine.runner",
     "tiersim.engine.session",
     "tiersim.engine.spans",
+    "tiersim.engine.transient",
     "tiersim.strategies.base",
     "tiersim.strategies.estimator",
     "tiersim.strategies.footprint",

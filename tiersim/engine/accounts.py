@@ -7,7 +7,7 @@ stream's busy seconds and bytes and the seconds in which no compute task runs (t
 sizes bytes). A flow's bytes count in the phase in which they move: at a phase change every
 active flow is brought to that moment (``flush``). Every total is a plain number in a dict,
 so a fast-forward over ``m`` identical periods adds ``m`` times one period's increase
-(``scaled``). Busy seconds and units moved are kept per phase, by resource (``busy_in``,
+(``advance``). Busy seconds and units moved are kept per phase, by resource (``busy_in``,
 ``moved_in``); ``busy`` and ``moved`` give them by (resource, phase).
 """
 
@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
+
+from tiersim.engine.transient import advanced
 
 if TYPE_CHECKING:  # pragma: no cover
     from tiersim.engine.flows import Flow
@@ -150,17 +152,18 @@ class Accounts:
                 "stream_busy": dict(self.stream_busy), "stream_bytes": dict(self.stream_bytes),
                 "exposed": self.exposed}
 
-    def scaled(self, before: Totals, after: Totals, times: int) -> None:
-        """Add ``times`` the increase from ``before`` to ``after`` (two ``totals``) to every
-        accumulator: ``times`` more periods like the one between them."""
-        self.exposed += times * (after["exposed"] - before["exposed"])
+    def advance(self, earlier: Totals, before: Totals, after: Totals, times: int, ratio: float) -> None:
+        """Add to every accumulator what ``times`` more periods add: periods like the one from
+        ``before`` to ``after`` (``ratio`` 0), or settling by ``ratio`` from the three
+        consecutive ``totals`` (``tiersim.engine.transient.advanced``)."""
+        self.exposed += advanced(earlier["exposed"], before["exposed"], after["exposed"], times, ratio, True)
         for name, target in (("spans", self.spans), ("stream_busy", self.stream_busy),
                              ("stream_bytes", self.stream_bytes)):
-            _scale(target, before[name], after[name], times)
+            advance_each(target, earlier[name], before[name], after[name], times, ratio)
         for name, nested in (("busy_in", self.busy_in), ("moved_in", self.moved_in)):
-            then_by_phase = before[name]
             for phase, values in after[name].items():
-                _scale(nested.setdefault(phase, {}), then_by_phase.get(phase, {}), values, times)
+                advance_each(nested.setdefault(phase, {}), earlier[name].get(phase, {}), before[name].get(phase, {}),
+                             values, times, ratio)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Accounts) and self.totals() == other.totals()
@@ -180,7 +183,14 @@ def _by_key(by_phase: dict[str, dict[str, float]]) -> dict[tuple[str, str], floa
     return {(resource, phase): value for phase, values in by_phase.items() for resource, value in values.items()}
 
 
-def _scale(target: dict[str, float], before: dict[str, float], after: dict[str, float], times: int) -> None:
-    """Add ``times`` each value's increase from ``before`` to ``after`` to ``target``."""
+def advance_each(target: dict[str, float], earlier: dict[str, float], before: dict[str, float],
+                 after: dict[str, float], times: int, ratio: float) -> None:
+    """Add to each of ``target``'s running totals what ``times`` more periods add (``advanced``),
+    from its values at three consecutive period boundaries (0 where missing)."""
+    if not ratio:  # ``advanced`` of a repeat, inline (a skip advances every total this way)
+        for key, value in after.items():
+            target[key] = target.get(key, 0.0) + times * (value - before.get(key, 0.0))
+        return
     for key, value in after.items():
-        target[key] = target.get(key, 0.0) + times * (value - before.get(key, 0.0))
+        target[key] = target.get(key, 0.0) + advanced(earlier.get(key, 0.0), before.get(key, 0.0), value, times,
+                                                      ratio, True)

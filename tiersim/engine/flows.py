@@ -19,7 +19,7 @@ from collections.abc import Callable
 import simpy
 from simpy.events import Timeout
 
-from tiersim.engine.accounts import Accounts
+from tiersim.engine.accounts import Accounts, advance_each
 from tiersim.engine.graph import Usage
 from tiersim.errors import ModelError
 
@@ -267,11 +267,16 @@ class FlowNetwork:
         and units moved per link."""
         return {"busy": dict(self.busy), "moved": dict(self.moved)}
 
-    def scaled(self, before: dict[str, dict[str, float]], after: dict[str, dict[str, float]], times: int) -> None:
-        """Add ``times`` the increase from ``before`` to ``after`` (two ``totals``)."""
+    def advance(self, earlier: dict[str, dict[str, float]], before: dict[str, dict[str, float]],
+                after: dict[str, dict[str, float]], times: int, ratio: float) -> None:
+        """Add what ``times`` more periods add to the counters, from three consecutive ``totals``
+        (``Accounts.advance``)."""
         for name, target in (("busy", self.busy), ("moved", self.moved)):
-            for link, value in after[name].items():
-                target[link] += times * (value - before[name].get(link, 0.0))
+            advance_each(target, earlier[name], before[name], after[name], times, ratio)
+
+    def rearm(self, timers: list[float]) -> None:
+        """The pending timers now fire at ``timers`` (s, in order; a fast-forward set them)."""
+        self._armed = list(timers)
 
     def _component(self, links: list[str] | set[str]) -> list[Flow]:
         """The active flows that share a link with ``links``, transitively."""

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import heapq
 import math
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -43,6 +44,7 @@ from tiersim.engine.deferred import NotQuiet, settle
 from tiersim.engine.graph import Task, TaskGraph
 from tiersim.engine.runner import EngineRun, LateTask, Run, run_graph
 from tiersim.engine.spans import Spans
+from tiersim.engine.transient import Unsettled, advanced, common_ratio
 from tiersim.errors import ModelError
 
 STATE_BUDGET = 64
@@ -143,48 +145,100 @@ class _Loop:
     """At the last boundary: seconds to each pending timer, in order; a state can only repeat
     one whose timers are as far off (a queue that drains or grows moves them: comparing them
     first spares reading every pending task)."""
+    expected: _State | None = None
+    """After a skip over a geometric transient: the state the next boundary must show."""
 
 
 @dataclass
 class _State:
     """A run's state at an iteration boundary (see the module docstring), with the counters
-    a fast-forward scales."""
+    a fast-forward advances."""
 
     now: float
     tasks: list[tuple[tuple[Hashable, ...], tuple[float, ...]]]
+    """Each pending task: who it is, and what it does: (0, unmet dependencies, stream free)
+    waiting, (1, seconds left) in its delay, or (2, rate, bytes left, seconds to its finish,
+    seconds since it started) flowing."""
     timers: list[float]
     phase: str | None
     totals: dict[str, dict]
     roles: list[Hashable] | None = None
     """For a state at the first block of a run (a loop of self-contained iterations): each
-    pending task's ``Session._role``, in the order of ``tasks``."""
+    pending task's role (``Session._roles``), in the order of ``tasks``."""
+
+    def alike(self, before: _State) -> bool:
+        """Whether this state holds the tasks ``before`` does, each doing what it did (waiting
+        alike, in its delay, or flowing at the same rate), as many timers and the phase: what a
+        state one period on shares whatever its times. Tasks of iterations of different keys
+        are the same when their roles are."""
+        return self._compare(before) >= 1
 
     def repeats(self, before: _State) -> bool:
-        """Whether this state is ``before`` one period on (same tasks, same times to go); tasks
-        of iterations of different keys are the same when their roles are."""
+        """Whether this state is ``before`` one period on (alike, and the same times to go)."""
+        return self._compare(before) == 2
+
+    def _compare(self, before: _State) -> int:
+        """0: not ``alike``; 1: alike; 2: alike with the same seconds and bytes to go (to float
+        residue), in one pass."""
         if self.phase != before.phase or len(self.tasks) != len(before.tasks) or len(self.timers) != len(
                 before.timers):
-            return False
+            return 0
         time_tol = _TIME_TOL * max(1.0, self.now)
+        same = True
         for k, ((who, what), (was, had)) in enumerate(zip(self.tasks, before.tasks)):
             if who != was and (self.roles is None or before.roles is None or self.roles[k] != before.roles[k]):
-                return False
-            if what[0] != had[0]:
-                return False
-            if what[0] == 0:  # waiting: unmet dependencies, stream free
+                return 0
+            kind = what[0]
+            if kind != had[0]:
+                return 0
+            if kind == 0:  # waiting: unmet dependencies, stream free
                 if what != had:
-                    return False
-            elif what[0] == 1:  # in its delay: seconds left
-                if abs(what[1] - had[1]) > time_tol:
-                    return False
-            else:  # flowing: rate, bytes left, seconds to its finish
+                    return 0
+            elif kind == 1:  # in its delay: seconds left
+                same = same and abs(what[1] - had[1]) <= time_tol
+            else:  # flowing: the same rate; bytes left, seconds to its finish
                 if not math.isclose(what[1], had[1], rel_tol=_REL_TOL):
-                    return False
-                if abs(what[2] - had[2]) > _REL_TOL * max(what[2], had[2]) + 1e-6:
-                    return False
-                if abs(what[3] - had[3]) > time_tol:
-                    return False
-        return _close(self.timers, before.timers, time_tol)
+                    return 0
+                same = same and abs(what[2] - had[2]) <= _REL_TOL * max(what[2], had[2]) + 1e-6 and abs(
+                    what[3] - had[3]) <= time_tol
+        return 2 if same and _close(self.timers, before.timers, time_tol) else 1
+
+    def values(self) -> list[float]:
+        """The times and bytes a period moves on: the clock, each delay's seconds left, each
+        flow's bytes left, seconds to its finish and since its start, and the seconds to each
+        timer."""
+        out = [self.now]
+        for _who, what in self.tasks:
+            if what[0] == 1:
+                out.append(what[1])
+            elif what[0] == 2:
+                out.extend(what[2:])
+        out.extend(self.timers)
+        return out
+
+
+def _extrapolated(states: list[_State], periods: int, ratio: float) -> _State:
+    """The state ``periods`` periods after the last of ``states`` (consecutive, settling by
+    ``ratio``: ``tiersim.engine.transient``): its clock, seconds and bytes to go, and timers
+    (not its totals: the skip moves those)."""
+    earlier, before, state = states[-3], states[-2], states[-1]
+    tasks = []
+    for (who, what), (_w, was), (_v, had) in zip(state.tasks, before.tasks, earlier.tasks):
+        if what[0] == 1:
+            what = (1, what[1] + advanced(had[1], was[1], what[1], periods, ratio, False))
+        elif what[0] == 2:
+            what = (2, what[1], *(what[j] + advanced(had[j], was[j], what[j], periods, ratio, False)
+                                  for j in range(2, len(what))))
+        tasks.append((who, what))
+    timers = [t + advanced(e, b, t, periods, ratio, False)
+              for e, b, t in zip(earlier.timers, before.timers, state.timers)]
+    now = state.now + advanced(earlier.now, before.now, state.now, periods, ratio, True)
+    return _State(now, tasks, timers, state.phase, {}, state.roles)
+
+
+def _time(entry: tuple[float, int, int, object]) -> float:
+    """An event queue entry's time (s)."""
+    return entry[0]
 
 
 def _close(times: list[float], other: list[float], tol: float) -> bool:
@@ -196,11 +250,13 @@ class Session:
     """A task graph under construction and, with ``fast_forward``, its run in progress."""
 
     def __init__(self, capacity_of: Callable[[str], float], fast_forward: bool = True,
-                 max_tasks: int | None = None) -> None:
+                 max_tasks: int | None = None, geometric: bool = True) -> None:
         self.graph = TaskGraph(capacity_of=capacity_of)
         self.max_tasks = max_tasks
         """Tasks the session may build (``TaskLimit`` past it), or None."""
         self.fast_forward = fast_forward
+        self.geometric = geometric
+        """Whether a fast-forward may skip over transients that settle geometrically."""
         self.run = Run(self.graph) if fast_forward else None
         self.skipped = 0
         """Loop iterations fast-forwarded over."""
@@ -230,7 +286,7 @@ class Session:
         state depends only on its pending tasks and the iterations to come, whatever iteration
         added them, so the state at a run's first block (after a block of another key) may be
         the one the next repeats: tasks of different keys count as the same when their roles
-        are (``_role``), and the run skips one block sooner."""
+        are (``_roles``), and the run skips one block sooner."""
         blocks = [(run[0], run[1], run[2] if len(run) == 3 else 1) for run in runs]
         if self.run is None:
             for i in range(sum(count * width for _key, count, width in blocks)):
@@ -240,20 +296,36 @@ class Session:
         loop = _Loop()
         index = 0
         for key, count, width in blocks:
-            before: _State | None = None
+            history: list[_State] = []
+            """The states at this run's last blocks, consecutive (the latest last)."""
             block = 0
             while block < count:
                 if loop.first:  # a state at each block's start, relative to the block before
-                    state = self._boundary(loop, with_state=block >= 1 or (self_contained and count > 1))
+                    checking = loop.expected is not None
+                    state = self._boundary(loop, checking or block >= 1 or (self_contained and count > 1), checking)
                     if state is not None and self_contained and block <= 1:  # may meet a block of another key
                         state.roles = self._roles(loop)
-                    if state is not None and before is not None and state.repeats(before):
+                    if loop.expected is not None:
+                        self._check(loop, state)
+                    if state is not None and history:
                         holds = self.graph.last_deferred >= loop.first[0]  # deferred tasks in the loop
-                        references = self._image_references(loop, width, count - block) if holds else None
-                        if not holds or references is not None:
-                            self._skip(loop, before, state, count - block, width, references)
-                            break
-                    before = state
+                        if state.repeats(history[-1]):
+                            references = self._image_references(loop, width, count - block) if holds else None
+                            if not holds or references is not None:
+                                self._skip(loop, [history[-1], state], count - block, width, references, 0.0)
+                                break
+                        elif len(history) >= 3 and count - block >= 2 and not holds and self.geometric:
+                            states = [*history[-3:], state]
+                            ratio = self._trend(states)
+                            expected = _extrapolated(states, count - block, ratio) if ratio is not None else None
+                            if ratio is not None and expected is not None and self._possible(expected) and \
+                                    self._possible(_extrapolated(states, 1 << 30, ratio)):
+                                # skip all but the run's last block, which checks the closed form
+                                self._skip(loop, states, count - block - 1, width, None, ratio)
+                                loop.expected = expected
+                                block = count - 1
+                                state = None
+                    history = [*history[-2:], state] if state is not None else []
                 start = index + block * width
                 for i in range(start, start + width):
                     self._check_size()
@@ -263,6 +335,56 @@ class Session:
                     yield i
                 block += 1
             index += count * width
+        if loop.expected is not None:
+            self._check(loop, self._boundary(loop, True, force=True))
+
+    def _check(self, loop: _Loop, state: _State | None) -> None:
+        """After a skip over a geometric transient, the state at the next boundary must be the
+        one the closed form gave (``Unsettled`` otherwise: some skipped period was not alike)."""
+        expected, loop.expected = loop.expected, None
+        if expected is None:
+            return
+        if state is None or not state.repeats(expected) or abs(state.now - expected.now) > _TIME_TOL * max(
+                1.0, state.now):
+            raise Unsettled(f"a loop settled to {state and state.now} s, not {expected.now} s")
+
+    def _trend(self, states: list[_State]) -> float | None:
+        """The ratio by which four consecutive states of a run settle (``common_ratio``), or None
+        where they do not, hold different tasks, or where the run holds what a skip cannot move
+        that way (flows recorded for deferred ones, or event queue entries other than the
+        pending tasks' delays and the network's timers)."""
+        run = self.run
+        if run is None or run.network.pieces is not None:
+            return None
+        last = states[-1]
+        for state in states[:-1]:
+            if not last.alike(state):
+                return None
+        delays = sum(1 for _who, what in last.tasks if what[0] == 1)
+        timers = sum(1 for entry in run.env._queue if entry[3].value is None)
+        if delays + timers != len(run.env._queue) or timers != len(run.network.armed):
+            return None
+        rows = [state.values() for state in states]
+        series = [[row[j] for row in rows] for j in range(len(rows[0]))]
+        return common_ratio(series, [True] + [False] * (len(series) - 1))
+
+    def _possible(self, state: _State) -> bool:
+        """Whether every pending task could be where ``state`` (this run's pending tasks, moved
+        on) has it: no delay longer than the task's, no flow with more bytes left than its size
+        or fewer than none, no time to go or since a start below zero. A settling state whose
+        limit is not possible crosses into a different order of events on its way there."""
+        run = self.run
+        if run is None:
+            raise ModelError("the session has no run in progress")
+        tasks = self.graph.tasks
+        slack = _TIME_TOL * max(1.0, state.now)  # float residue
+        for p, (_who, what) in zip(run.pending, state.tasks):
+            if what[0] == 1 and not -slack <= what[1] <= run.delay[p] + slack:
+                return False
+            if what[0] == 2 and not (-1e-6 <= what[2] <= tasks[p].size * (1 + _REL_TOL) + 1e-6 and what[3] >= -slack
+                                     and what[4] >= -slack):
+                return False
+        return all(seconds >= -slack for seconds in state.timers)
 
     def _check_size(self) -> None:
         if self.max_tasks is not None and len(self.graph.tasks) > self.max_tasks:
@@ -281,9 +403,10 @@ class Session:
         # a run that skipped or deferred tasks has no record of each one in order
         return replace(result, complete=False) if self.skipped or self.graph.last_deferred >= 0 else result
 
-    def _boundary(self, loop: _Loop, with_state: bool) -> _State | None:
+    def _boundary(self, loop: _Loop, with_state: bool, force: bool = False) -> _State | None:
         """Run until the first task of the loop's last iteration has started; its state then
-        (None when not asked for, or when that iteration has no task or never starts)."""
+        (None when not asked for, or when that iteration has no task or never starts; unless
+        ``force``, also when it is too large to be worth reading)."""
         run = self.run
         if run is None:
             raise ModelError("the session has no run in progress")
@@ -307,9 +430,9 @@ class Session:
         timers = sorted(due - now for due in run.network.armed)
         alike = signature == loop.signature and _close(timers, loop.timers, _TIME_TOL * max(1.0, now))
         loop.signature, loop.timers = signature, timers
-        if not alike and len(run.pending) > SPECULATIVE_PENDING:
+        if not alike and len(run.pending) > SPECULATIVE_PENDING and not force:
             return None  # cannot repeat the last state, and too large to take for the next one
-        if loop.state_cost > STATE_BUDGET * (len(self.graph.tasks) - loop.first[0]) + STATE_BUDGET_BASE:
+        if loop.state_cost > STATE_BUDGET * (len(self.graph.tasks) - loop.first[0]) + STATE_BUDGET_BASE and not force:
             return None  # states this large never repeated: simulate on without taking them
         loop.state_cost += len(run.pending)
         return self._state(loop)
@@ -338,7 +461,7 @@ class Session:
             elif p in flows:
                 flow = flows[p]
                 left = max(flow.remaining - flow.rate * (now - flow.last), 0.0)
-                what = (2, flow.rate, left, flow.finish_at - now)
+                what = (2, flow.rate, left, flow.finish_at - now, now - start[p])
             else:
                 what = (1, start[p] + delay[p] - now)
             tasks.append((who, what))
@@ -374,18 +497,21 @@ class Session:
         end = first[it + 1] if it + 1 < len(first) else len(self.graph.tasks)
         return (loop.index[it] - loop.index[-1], end - p)
 
-    def _skip(self, loop: _Loop, before: _State, state: _State, times: int, width: int,
-              references: dict[int, int] | None) -> None:
-        """Fast-forward ``times`` periods of ``state.now - before.now`` seconds, each a block of
-        ``width`` iterations (with the ``references`` of the loop's deferred tasks, if it holds
-        any)."""
+    def _skip(self, loop: _Loop, states: list[_State], times: int, width: int, references: dict[int, int] | None,
+              ratio: float) -> None:
+        """Fast-forward ``times`` periods, each a block of ``width`` iterations, from the last
+        of ``states`` (consecutive): periods alike the last one (``ratio`` 0; with the
+        ``references`` of the loop's deferred tasks, if it holds any), or settling by ``ratio``
+        from the last three (``tiersim.engine.transient``), the pending tasks and timers set
+        to their times then."""
         run = self.run
         if run is None:
             raise ModelError("the session has no run in progress")
         network, accounts, env = run.network, run.accounts, run.env
-        accounts.scaled(before.totals["accounts"], state.totals["accounts"], times)
-        network.scaled(before.totals["network"], state.totals["network"], times)
-        seconds = times * (state.now - before.now)
+        earlier, before, state = states[-3] if len(states) >= 3 else states[0], states[-2], states[-1]
+        for name, counters in (("accounts", accounts), ("network", network)):
+            counters.advance(earlier.totals[name], before.totals[name], state.totals[name], times, ratio)
+        seconds = advanced(earlier.now, before.now, state.now, times, ratio, True)
         graph = self.graph
         links: frozenset[str] = frozenset()
         if network.pieces is not None:  # only a span after deferring began can meet a deferred flow
@@ -403,10 +529,41 @@ class Session:
                 start[p] += seconds
             if end[p] >= 0:
                 end[p] += seconds
+        if ratio:
+            self._retime(_extrapolated(states, times, ratio))
         if references is not None:
             self._deferred_images(loop, times, state.now - before.now, seconds, references)
         loop.index[:] = [i + times * width for i in loop.index]
         self.skipped += times * width
+
+    def _retime(self, target: _State) -> None:
+        """Give the pending tasks and the network's timers the times and bytes of ``target``
+        (a state of this run's pending tasks, now): each delay's end, each flow's bytes left
+        and finish, each timer."""
+        run = self.run
+        if run is None:
+            raise ModelError("the session has no run in progress")
+        env, network = run.env, run.network
+        now = env._now
+        flows = {flow.key: flow for flow in network.flows}
+        ends: dict[int, float] = {}
+        for p, (_who, what) in zip(run.pending, target.tasks):
+            if what[0] == 1:
+                ends[p] = now + what[1]
+                run.start[p] = ends[p] - run.delay[p]
+            elif what[0] == 2:
+                flow = flows[p]
+                flow.remaining, flow.last, flow.finish_at = what[2], now, now + what[3]
+                run.start[p] = now - what[4]
+                flow.attributed = flow.size - what[2]  # the bytes before now count in the skipped periods
+        timers = [now + seconds for seconds in target.timers]  # in order
+        queue = env._queue
+        fired = sorted((entry for entry in queue if entry[3].value is None), key=_time)  # the timers, in order
+        order = {id(entry[3]): k for k, entry in enumerate(fired)}
+        queue[:] = [(timers[order[id(event)]] if event.value is None else ends[event.value], priority, eid, event)
+                    for _at, priority, eid, event in queue]
+        heapq.heapify(queue)
+        network.rearm(timers)
 
     def _image_references(self, loop: _Loop, width: int, times: int) -> dict[int, int] | None:
         """The ``_references`` of a loop holding deferred tasks if it can be skipped ``times``
@@ -665,16 +822,20 @@ def _latest(values: list[float]) -> int:
 
 def run_schedule(schedule: Callable[[Session], None], capacity_of: Callable[[str], float],
                  fast_forward: bool = True, max_tasks: int | None = None) -> tuple[EngineRun, TaskGraph]:
-    """Build and run a schedule; with ``fast_forward``, lazily and skipping repeats, and
-    whole (as without it) should the lazy graph start a task late. ``TaskLimit`` once it
-    builds more than ``max_tasks`` tasks."""
+    """Build and run a schedule; with ``fast_forward``, lazily and skipping repeats (again
+    without skips over geometric transients should one not land where it should), and whole
+    (as without it) should the lazy graph start a task late. ``TaskLimit`` once it builds more
+    than ``max_tasks`` tasks."""
     if fast_forward:
-        session = Session(capacity_of, fast_forward=True, max_tasks=max_tasks)
-        try:
-            schedule(session)
-            return session.finish(), session.graph
-        except (LateTask, NotQuiet):
-            pass
+        for geometric in (True, False):
+            session = Session(capacity_of, fast_forward=True, max_tasks=max_tasks, geometric=geometric)
+            try:
+                schedule(session)
+                return session.finish(), session.graph
+            except Unsettled:
+                continue  # without skips over geometric transients
+            except (LateTask, NotQuiet):
+                break
     session = Session(capacity_of, fast_forward=False, max_tasks=max_tasks)
     schedule(session)
     return session.finish(), session.graph
