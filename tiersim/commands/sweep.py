@@ -48,7 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=int,
         default=None,
         metavar="RUNS",
-        help="runs per worker task and per part file (default: automatic, at most 32)",
+        help="runs per worker task and per part file (default: automatic, at most 128)",
     )
     parser.add_argument(
         "--force", action="store_true", help="run past the limits on runs per sweep and tasks per run and per sweep"
