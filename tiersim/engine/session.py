@@ -18,7 +18,13 @@ the skipped periods and goes on after the run's last iteration, which the loop's
 simulation's. A loop whose iterations wait for earlier ones only through their streams
 (``self_contained``) also takes the state at a run's first block, after an iteration of
 another key, and matches its tasks to the next state's by their roles (what each does and
-waits for), so such a run skips one block sooner. Where a state never repeats, every
+waits for), so such a run skips one block sooner. Where four consecutive states hold the same tasks
+doing the same things and their times and bytes settle by one ratio per period (copies that
+share a link and lag the compute by an amount that shrinks geometrically,
+``tiersim.engine.transient``), all but the run's last block are skipped in closed form: the
+pending tasks, timers and time integrals are set where the periods would have brought them,
+and the last block, simulated, must land where the closed form says (``Unsettled``: the
+caller runs again without such skips). Where a state never repeats or settles, every
 iteration is simulated; where the lazily built graph would start a task late
 (``LateTask``), the caller builds the graph whole.
 
