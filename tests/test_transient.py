@@ -29,10 +29,10 @@ def test_advanced_gives_a_value_and_a_total_any_number_of_periods_on(ratio: floa
                                                                       rate: float, k: int, periods: int) -> None:
     values = [settling(limit, gap, ratio, k + j) for j in range(3)]
     then = settling(limit, gap, ratio, k + 2 + periods)
-    assert values[2] + advanced(*values, periods, ratio, False) == pytest.approx(then, rel=1e-9, abs=1e-9 * abs(gap))
+    assert values[2] + advanced(values[0], values[1], values[2], periods, ratio, False) == pytest.approx(then, rel=1e-9, abs=1e-9 * abs(gap))
     totals = [running(rate, gap, ratio, k + j) for j in range(3)]
     then = running(rate, gap, ratio, k + 2 + periods)
-    assert totals[2] + advanced(*totals, periods, ratio, True) == pytest.approx(
+    assert totals[2] + advanced(totals[0], totals[1], totals[2], periods, ratio, True) == pytest.approx(
         then, rel=1e-9, abs=1e-9 * (abs(gap) + rate))
 
 
