@@ -18,9 +18,9 @@ the skipped periods and goes on after the run's last iteration, which the loop's
 simulation's. A loop whose iterations wait for earlier ones only through their streams
 (``self_contained``) also takes the state at a run's first block, after an iteration of
 another key, and matches its tasks to the next state's by their roles (what each does and
-waits for), so such a run skips one block sooner. Where four consecutive states hold the same tasks
-doing the same things and their times and bytes settle by one ratio per period (copies that
-share a link and lag the compute by an amount that shrinks geometrically,
+waits for), so such a run skips one block sooner. Where four consecutive states hold the
+same tasks doing the same things and their times and bytes settle by one ratio per period
+(copies that share a link and lag the compute by an amount that shrinks geometrically,
 ``tiersim.engine.transient``), all but the run's last block are skipped in closed form: the
 pending tasks, timers and time integrals are set where the periods would have brought them,
 and the last block, simulated, must land where the closed form says (``Unsettled``: the
@@ -323,9 +323,8 @@ class Session:
                         elif len(history) >= 3 and count - block >= 2 and not holds and self.geometric:
                             states = [*history[-3:], state]
                             ratio = self._trend(states)
-                            expected = _extrapolated(states, count - block, ratio) if ratio is not None else None
-                            if ratio is not None and expected is not None and self._possible(expected) and \
-                                    self._possible(_extrapolated(states, 1 << 30, ratio)):
+                            expected = self._settled(states, count - block, ratio) if ratio is not None else None
+                            if ratio is not None and expected is not None:
                                 # skip all but the run's last block, which checks the closed form
                                 self._skip(loop, states, count - block - 1, width, None, ratio)
                                 loop.expected = expected
@@ -373,6 +372,13 @@ class Session:
         rows = [state.values() for state in states]
         series = [[row[j] for row in rows] for j in range(len(rows[0]))]
         return common_ratio(series, [True] + [False] * (len(series) - 1))
+
+    def _settled(self, states: list[_State], periods: int, ratio: float) -> _State | None:
+        """The state ``periods`` periods on from consecutive ``states`` settling by ``ratio``,
+        unless it or their limit is not ``_possible``."""
+        state = _extrapolated(states, periods, ratio)
+        limit = _extrapolated(states, 1 << 30, ratio)  # ratio ** 2**30 is 0
+        return state if self._possible(state) and self._possible(limit) else None
 
     def _possible(self, state: _State) -> bool:
         """Whether every pending task could be where ``state`` (this run's pending tasks, moved
@@ -564,8 +570,8 @@ class Session:
                 flow.attributed = flow.size - what[2]  # the bytes before now count in the skipped periods
         timers = [now + seconds for seconds in target.timers]  # in order
         queue = env._queue
-        fired = sorted((entry for entry in queue if entry[3].value is None), key=_time)  # the timers, in order
-        order = {id(entry[3]): k for k, entry in enumerate(fired)}
+        armed = sorted((entry for entry in queue if entry[3].value is None), key=_time)  # the timers, in order
+        order = {id(entry[3]): k for k, entry in enumerate(armed)}
         queue[:] = [(timers[order[id(event)]] if event.value is None else ends[event.value], priority, eid, event)
                     for _at, priority, eid, event in queue]
         heapq.heapify(queue)
