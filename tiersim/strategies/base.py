@@ -279,7 +279,9 @@ class Strategy(ABC):
     def offload_gradients(self, b: StepBuilder, micro: int, index: int, layer: LayerWork, ready: str) -> str | None:
         """Tasks moving one layer's reduced gradient partition off the GPU (after ``ready``).
         Returns the task the training loop's host thread waits for before it goes on with the
-        backward (a blocking copy), or None when the offload runs in the background."""
+        backward (a blocking copy), or None when the offload runs in the background. They may
+        wait for an earlier micro-step's tasks only through their streams (the micro-step loop
+        is ``self_contained``: ``Session.repeat``)."""
 
     @abstractmethod
     def optimizer_step(self, b: StepBuilder, begin: str) -> None:
