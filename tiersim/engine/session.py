@@ -311,7 +311,7 @@ class Session:
                     state = self._boundary(loop, checking or block >= 1 or (self_contained and count > 1), checking)
                     if state is not None and self_contained and block <= 1:  # may meet a block of another key
                         state.roles = self._roles(loop)
-                    if loop.expected is not None:
+                    if checking:
                         self._check(loop, state)
                     if state is not None and history:
                         holds = self.graph.last_deferred >= loop.first[0]  # deferred tasks in the loop
