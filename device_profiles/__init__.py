@@ -1,1 +1,2 @@
-"""The bundled device profiles: package data of tiersim (``tiersim.device_profiles``), found with ``tiersim.config.bundled``."""
+"""The bundled device profiles: package data of tiersim (``tiersim.device_profiles``), found
+with ``tiersim.config.bundled``."""

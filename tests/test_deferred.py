@@ -1,5 +1,5 @@
 """Deferred tasks (tiersim.engine.deferred): timed by recursion, they give the full simulation's
-results, and a run whose deferred flows could have been slowed falls back to the full one."""
+results, and a run whose deferred flows could have been slowed is run again without deferring."""
 
 from __future__ import annotations
 
@@ -74,9 +74,10 @@ def test_a_deferred_chain_is_latency_plus_bytes_over_bandwidth() -> None:
     assert run.link_busy["pcie"] == pytest.approx(1e8 / 25e9, rel=1e-12)
 
 
-def test_a_deferred_flow_on_a_link_that_could_saturate_falls_back_to_the_full_run() -> None:
+def test_a_deferred_flow_on_a_link_that_could_saturate_is_run_again_without_deferring() -> None:
     """The writes share their drive with a read the step issues while they still run: the
-    deferred times would be wrong, so ``settle`` refuses them and the run is simulated in full."""
+    deferred times would be wrong, so ``settle`` refuses them and the run is simulated again
+    with every task in the event run (here, with no loop to skip, the full simulation's run)."""
     def schedule(session: Session) -> None:
         copies_behind_compute(20, 1e-3, 3e8, "nvme_shared")(session)
         session.add(Task("early_read", "io2", "backward", "nvme_read", 0.0, 3e9, (("nvme_shared", 1.0),),

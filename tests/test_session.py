@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from tiersim.config.document import load_scenario
 from tiersim.config.scenario import RunConfig
 from tiersim.engine import EngineRun, Task
+from tiersim.engine.deferred import NotQuiet
 from tiersim.engine.session import Session, run_schedule, runs_of
 from tiersim.engine.transient import Unsettled
 from tiersim.results import Result
@@ -341,6 +342,33 @@ def test_a_late_lazy_task_falls_back_to_the_whole_graph() -> None:
     assert run.complete and len(graph.tasks) == 11
     assert run.makespan == pytest.approx(1.5)
     assert [run.start[graph.tasks.index(t)] for t in graph.tasks if t.name.startswith("free")] == [0.0] * 5
+
+
+def test_deferred_copies_that_could_be_slowed_are_fast_forwarded_in_the_event_run() -> None:
+    """NVMe on 8 GPUs: the boundary's deferred copies and drive writes could together take more
+    than a rank's share of DRAM, so ``settle`` refuses them (``NotQuiet``) and the schedule runs
+    again with them in the event run, still skipping repeats: the full simulation's results, and
+    the same events from 3 micro-steps to 10^6 (before, it was simulated whole)."""
+    overrides = ["model.layers=6", "hardware.gpus=8", "training.zero_stage=1", "training.sub_group_size=3e7",
+                 "training.activation_checkpointing=true", "hardware.nvme.count=5", "strategies.nvme.buffer_count=5",
+                 "strategies.nvme.pipeline_read=true", "strategies.nvme.pipeline_write=false",
+                 "strategies.nvme.queue_depth=64"]
+    configs = {micro: load_scenario(SEVENTY_B, [*overrides, f"training.global_batch={8 * micro}"], ["nvme"],
+                                          force=True)[0]
+               for micro in (3, 30, 10**6)}
+    step = build_step(configs[3].model, configs[3].training)
+    plan = STRATEGIES["nvme"](configs[3].options).plan(step, configs[3].hardware)
+    assert plan.schedule is not None and plan.capacity_of is not None
+    deferring = Session(plan.capacity_of)
+    plan.schedule(deferring)
+    with pytest.raises(NotQuiet):
+        deferring.finish()
+    fast = {micro: simulate(config) for micro, config in configs.items()}
+    for micro in (3, 30):
+        full = simulate(configs[micro], fast_forward=False)
+        assert_same(fast[micro], full)
+        assert fast[micro].events < full.events
+    assert fast[3].events == fast[30].events == fast[10**6].events
 
 
 @pytest.mark.parametrize("scenario", ["quickstart", "llama2-70b-offload", "seed-20b", "seed-70b"])

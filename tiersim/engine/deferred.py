@@ -10,7 +10,7 @@ really moved at its own bound, so ``settle`` checks after the run that no link a
 flow used could saturate while it ran (every deferred flow on it at its bound plus the event
 run's flows on that link then, each at its own bound), that no fast-forwarded span whose event
 tasks use one of its links overlaps a deferred flow and that none moved before the event run's
-flows were recorded; otherwise ``NotQuiet`` (the caller then simulates in full). It then adds
+flows were recorded; otherwise ``NotQuiet`` (the caller then runs without deferring). It then adds
 the deferred tasks (and the copies a fast-forward timed without building, ``Run.images``) to
 the run's time integrals: stream busy seconds and bytes per phase, link units per phase, and
 link busy seconds as the union with the event run's own flows on each link. Times are s, sizes

@@ -34,7 +34,8 @@ its states; a loop holding any is skipped with copies of its last iteration's de
 standing for the skipped ones (``_deferred_images``; most are timed by the same recursion
 without being built, ``Run.images``, and once they rise by one step per iteration kept as
 arithmetic progressions), and should ``settle`` find that a
-deferred flow could have been slowed (``NotQuiet``), the caller simulates the run whole too.
+deferred flow could have been slowed (``NotQuiet``), the caller runs the schedule again without
+deferring.
 """
 
 from __future__ import annotations
@@ -256,13 +257,15 @@ class Session:
     """A task graph under construction and, with ``fast_forward``, its run in progress."""
 
     def __init__(self, capacity_of: Callable[[str], float], fast_forward: bool = True,
-                 max_tasks: int | None = None, geometric: bool = True) -> None:
+                 max_tasks: int | None = None, geometric: bool = True, deferring: bool = True) -> None:
         self.graph = TaskGraph(capacity_of=capacity_of)
         self.max_tasks = max_tasks
         """Tasks the session may build (``TaskLimit`` past it), or None."""
         self.fast_forward = fast_forward
         self.geometric = geometric
         """Whether a fast-forward may skip over transients that settle geometrically."""
+        self.deferring = deferring
+        """Whether a fast-forward defers the tasks a schedule asks it to (``defer``)."""
         self.run = Run(self.graph) if fast_forward else None
         self.skipped = 0
         """Loop iterations fast-forwarded over."""
@@ -275,8 +278,9 @@ class Session:
 
     def defer(self, streams: frozenset[str]) -> None:
         """Add the tasks of ``streams`` as deferred from now on (``tiersim.engine.deferred``;
-        an empty set ends it). Only with fast-forward: a full simulation runs every task."""
-        if self.run is not None:
+        an empty set ends it). Only with fast-forward and ``deferring``: a full simulation runs
+        every task."""
+        if self.run is not None and self.deferring:
             self.graph.deferring = streams
             if streams and self.run.network.pieces is None:
                 # what the event run's flows do on a deferred flow's links (``settle``)
@@ -834,20 +838,25 @@ def _latest(values: list[float]) -> int:
 
 def run_schedule(schedule: Callable[[Session], None], capacity_of: Callable[[str], float],
                  fast_forward: bool = True, max_tasks: int | None = None) -> tuple[EngineRun, TaskGraph]:
-    """Build and run a schedule; with ``fast_forward``, lazily and skipping repeats (again
-    without skips over geometric transients should one not land where it should), and whole
-    (as without it) should the lazy graph start a task late. ``TaskLimit`` once it builds more
-    than ``max_tasks`` tasks."""
-    if fast_forward:
-        for geometric in (True, False):
-            session = Session(capacity_of, fast_forward=True, max_tasks=max_tasks, geometric=geometric)
-            try:
-                schedule(session)
-                return session.finish(), session.graph
-            except Unsettled:
-                continue  # without skips over geometric transients
-            except (LateTask, NotQuiet):
-                break
+    """Build and run a schedule; with ``fast_forward``, lazily and skipping repeats: again
+    without skips over geometric transients should one not land where it should
+    (``Unsettled``), again without deferring should a deferred task not have moved at its own
+    rate (``NotQuiet``: its stream then stays in the event run, whose repeats are still
+    skipped), and whole (as without fast-forward) should the lazy graph start a task late.
+    ``TaskLimit`` once it builds more than ``max_tasks`` tasks."""
+    geometric = deferring = fast_forward
+    while fast_forward:
+        session = Session(capacity_of, fast_forward=True, max_tasks=max_tasks, geometric=geometric,
+                          deferring=deferring)
+        try:
+            schedule(session)
+            return session.finish(), session.graph
+        except Unsettled:  # raised only by a skip over a geometric transient
+            geometric = False
+        except NotQuiet:  # raised only by deferred tasks
+            deferring = False
+        except LateTask:
+            break
     session = Session(capacity_of, fast_forward=False, max_tasks=max_tasks)
     schedule(session)
     return session.finish(), session.graph
