@@ -205,6 +205,20 @@ def test_dram_backward_sends_gradient_partition(config: RunConfig) -> None:
     assert link_units(result, "pcie_h2d", "backward") == pytest.approx(step.rank_params * 2, rel=1e-9)
 
 
+@pytest.mark.parametrize("strategy", ["dram", "cxl", "nvme"])
+def test_a_forward_waits_for_the_backward_before_it(strategy: str) -> None:
+    """DeepSpeed ends every backward by synchronizing the stream of its reductions and offload
+    copies: nothing of the next micro-step (quickstart: 4 per rank) starts before the last of
+    the previous micro-step's tasks ends, although its copies outlast its compute."""
+    trace = simulate(configs("quickstart")[strategy], trace=True).trace
+    for micro in range(1, 4):
+        before = trace[trace["name"].str.startswith(f"m{micro - 1}.bwd.")]
+        after = trace[trace["name"].str.startswith(f"m{micro}.")]
+        copies = before[before["category"].isin(["d2h", "h2d"])]
+        assert copies["end"].max() > before[before["category"] == "compute"]["end"].max()
+        assert after["start"].min() >= before["end"].max()
+
+
 # --- phases ------------------------------------------------------------------------------
 
 

@@ -215,6 +215,11 @@ class StepBuilder:
         """Add a task and return its name (the graph declares the rank's links on first use)."""
         return self.graph.add(task)
 
+    def tails(self) -> tuple[str, ...]:
+        """The last task of every stream but the ``background`` ones: what the host thread
+        waits for when it synchronizes the device."""
+        return tuple(name for stream, name in self.graph.stream_tails().items() if stream not in self.background)
+
     @property
     def gpu(self) -> GPUProfile:
         """The rank's GPU (every schedule but a host-only optimizer step has one)."""
@@ -341,14 +346,12 @@ class Strategy(ABC):
         accumulating one, so the session sees the accumulating ones repeat after one of them
         (``Session.repeat``, ``self_contained``)."""
         b = StepBuilder(step, hw, session)
-        self._forward(b, 0)
+        self._forward(b, 0, ())
         for micro in b.session.repeat(micro_runs(step.micro_steps), self_contained=True):
             self._backward(b, micro)
             if micro + 1 < step.micro_steps:
-                self._forward(b, micro + 1)
-        tails = tuple(name for stream, name in b.graph.stream_tails().items() if stream not in b.background)
-        begin = b.marker("step.begin", "optimizer_step", tails)
-        self.optimizer_step(b, begin)
+                self._forward(b, micro + 1, b.tails())
+        self.optimizer_step(b, b.marker("step.begin", "optimizer_step", b.tails()))
 
     def _gather(self, b: StepBuilder, name: str, phase: str, layer: LayerWork, deps: tuple[str, ...]) -> str | None:
         """ZeRO-3 all-gather of a layer's 16-bit parameters before it runs (None below stage 3)."""
@@ -356,15 +359,18 @@ class Strategy(ABC):
             return None
         return b.collective(name, "allgather", phase, layer.params * b.step.lp_bytes, deps)
 
-    def _forward(self, b: StepBuilder, micro: int) -> None:
+    def _forward(self, b: StepBuilder, micro: int, after: tuple[str, ...]) -> None:
         """Each layer's parameters are gathered while the layer before computes (DeepSpeed
-        prefetches the next parameter in the trace), then the layer computes."""
-        b.marker(f"m{micro}.forward.begin", "forward")
+        prefetches the next parameter in the trace), then the layer computes. Nothing of it is
+        issued before ``after`` (the previous micro-step's backward) is done: DeepSpeed ends
+        every backward by synchronizing the stream its gradient reduction and offload copies run
+        on (v0.16.2 ``stage3.py``, ``independent_gradient_partition_epilogue``)."""
+        begin = b.marker(f"m{micro}.forward.begin", "forward", after)
         computed: list[str] = []
         layers = b.step.layers
         for i in b.repeat(runs_of(b.step.layer_shapes)):
             layer = layers[i]
-            prefetch = tuple(reach_back(computed, 2))
+            prefetch = tuple(reach_back(computed, 2) or [begin])
             ag = self._gather(b, f"m{micro}.fwd.{i}.allgather", "forward", layer, prefetch)
             computed.append(b.compute(f"m{micro}.fwd.{i}", "forward", layer.forward_flops, _some(ag)))
 
