@@ -139,3 +139,51 @@ def test_the_skipped_layers_copies_are_timed_without_being_built() -> None:
     _full, whole = run_schedule(schedule, CAPACITY.__getitem__, fast_forward=False)
     assert fast.accounts.stream_bytes["io"] == pytest.approx(61 * 6e7, rel=REL)  # 60 writes and the read
     assert len(built.tasks) < len(whole.tasks) / 3
+
+
+def repeating_steps(steps: int, layers: int, compute_s: float, copy_bytes: float) -> Callable[[Session], None]:
+    """A loop of ``steps`` micro-steps as a strategy's schedule has it: each is a backward over
+    ``layers`` as ``repeating_layers``' (copies and writes deferred) and the next forward (a
+    loop of ``layers`` computes), which begins after the last copy and write (the host
+    synchronizes between micro-steps). When the forward's loop has run a few layers, every
+    copy has ended, so the micro-step loop's states hold no deferred task."""
+    def schedule(session: Session) -> None:
+        computed = session.add(Task("begin", "gpu", "forward", "marker"))
+        for m in session.repeat(runs_of(("step",) * steps)):
+            session.add(Task(f"m{m}.backward", "gpu", "backward", "marker", deps=(computed,)))
+            session.defer(frozenset({"d2h", "io"}))
+            for i in session.repeat(runs_of(("layer",) * layers)):
+                computed = session.add(Task(f"m{m}.c{i}", "gpu", "backward", "compute", compute_s, deps=(computed,)))
+                copy = session.add(Task(f"m{m}.d{i}", "d2h", "backward", "d2h", 1e-5, copy_bytes,
+                                        (("pcie", 1.0), ("dram", 1.0)), deps=(computed,)))
+                session.add(Task(f"m{m}.w{i}", "io", "backward", "nvme_write", 1e-4, copy_bytes,
+                                 (("nvme", 1.0), ("dram", 1.0)), deps=(copy,)))
+            session.defer(frozenset())
+            computed = session.add(Task(f"m{m + 1}.forward", "gpu", "forward", "marker",
+                                        deps=tuple(session.graph.stream_tails().values())))
+            for i in session.repeat(runs_of(("layer",) * layers)):
+                computed = session.add(Task(f"m{m + 1}.f{i}", "gpu", "forward", "compute", compute_s,
+                                            deps=(computed,)))
+    return schedule
+
+
+@settings(max_examples=30, deadline=None)
+@given(steps=st.integers(1, 12), layers=st.integers(1, 20), compute_s=st.floats(1e-4, 3e-2),
+       copy_bytes=st.floats(1e6, 1e9))
+def test_deferred_copies_that_end_between_iterations_are_settled_there(steps: int, layers: int, compute_s: float,
+                                                                         copy_bytes: float) -> None:
+    """Each micro-step's deferred copies end before the next one begins: ``settle`` counts them
+    at the next state, so the micro-step loop repeats like one without deferred tasks, its
+    periods' totals holding their copies, and every counter is the full run's."""
+    _both(repeating_steps(steps, layers, compute_s, copy_bytes))
+
+
+def test_a_loop_of_micro_steps_with_deferred_copies_costs_the_same_from_three_on() -> None:
+    """Copies 20x slower than a layer's compute, settled between micro-steps: 3 micro-steps and
+    300 take the same events."""
+    events = {}
+    for steps in (3, 300):
+        fast, full = _both(repeating_steps(steps, 30, 1e-3, 6e7))
+        events[steps] = fast.events
+        assert fast.events < full.events
+    assert events[3] == events[300]

@@ -6,15 +6,15 @@ loop's state from ever repeating. A deferred task takes no event: ``Run`` gives 
 the later of its stream's previous end and its dependencies' ends, and end = start + delay +
 bytes / its flow's own bound, as soon as those are known; an event task that waits for one
 gets a timeout at its end. That is the full simulation's answer only if each deferred flow
-really moved at its own bound, so ``settle`` checks after the run that no link a deferred
-flow used could saturate while it ran (every deferred flow on it at its bound plus the event
-run's flows on that link then, each at its own bound), that no fast-forwarded span whose event
-tasks use one of its links overlaps a deferred flow and that none moved before the event run's
-flows were recorded; otherwise ``NotQuiet`` (the caller then runs without deferring). It then adds
-the deferred tasks (and the copies a fast-forward timed without building, ``Run.images``) to
-the run's time integrals: stream busy seconds and bytes per phase, link units per phase, and
-link busy seconds as the union with the event run's own flows on each link. Times are s, sizes
-bytes, rates bytes/s.
+really moved at its own bound, so ``settle`` checks after the run (or mid-run, once the
+deferred tasks so far have ended) that no link a deferred flow used could saturate while it
+ran (every deferred flow on it at its bound plus the event run's flows on that link then, each
+at its own bound), that no fast-forwarded span whose event tasks use one of its links overlaps
+a deferred flow and that none moved before the event run's flows were recorded; otherwise
+``NotQuiet`` (the caller then runs without deferring). It then adds the deferred tasks (and the
+copies a fast-forward timed without building, ``Run.images``) to the run's time integrals:
+stream busy seconds and bytes per phase, link units per phase, and link busy seconds as the
+union with the event run's own flows on each link. Times are s, sizes bytes, rates bytes/s.
 """
 
 from __future__ import annotations
@@ -41,14 +41,21 @@ class NotQuiet(Exception):
     the full simulation's."""
 
 
-def settle(run: Run, skipped: list[tuple[float, float, frozenset[str]]]) -> None:
-    """Check the deferred tasks of a finished ``run`` and add them to its counters (see the
-    module docstring); ``skipped`` are the spans a fast-forward jumped over (s) and the links
-    the event tasks skipped there use."""
+def settle(run: Run, skipped: list[tuple[float, float, frozenset[str]]], now: float | None = None) -> bool:
+    """Check the deferred tasks of ``run`` not settled yet (from ``run.settled`` on, and its
+    images) and add them to its counters (see the module docstring); ``skipped`` are the spans
+    a fast-forward jumped over (s) and the links the event tasks skipped there use. Of a
+    finished run (``now`` None) every one; mid-run, at ``now`` (s, after the network's
+    ``flush_busy``, with no stream deferring), only if every one has ended by then, and then
+    the network stops recording its flows until a stream defers again. Returns whether it
+    settled them (none left is settled)."""
     graph, accounts, network = run.graph, run.accounts, run.network
-    if graph.last_deferred < 0:
-        return
-    deferred = [p for p, flag in enumerate(graph.deferred) if flag]
+    if graph.last_deferred < run.settled and not run.images:
+        return True
+    deferred = [p for p in range(run.settled, len(graph.deferred)) if graph.deferred[p]]
+    if now is not None and (any(run.deferred_end.get(p, math.inf) > now for p in deferred) or any(
+            span.last > now for spans in run.images.values() for span in spans)):
+        return False
     if any(p not in run.deferred_end for p in deferred):
         raise NotQuiet("a deferred task never had its inputs")
     groups: dict[tuple[str, int, float, float], _Group] = {}
@@ -115,6 +122,11 @@ def settle(run: Run, skipped: list[tuple[float, float, frozenset[str]]]) -> None
                                      least):
             network.busy[link] += seconds
             accounts.add_busy(link, phase, seconds)
+    run.settled = len(graph.tasks)
+    run.images = {}
+    if now is not None:
+        network.pieces, network.pieces_since = None, math.inf
+    return True
 
 
 _Group = tuple[list[tuple[float, float]], list[Spans], list[float], int]

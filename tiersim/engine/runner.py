@@ -126,6 +126,8 @@ class Run:
         self.images: dict[int, list[Spans]] = {}
         """Deferred tasks timed but never built (a fast-forward's copies, ``Session``): by the
         position of the task they copy, their spans (s)."""
+        self.settled = 0
+        """Deferred tasks before this position are in the counters (``settle``)."""
         self.floor: dict[int, float] = {}
         """Deferred tasks that cannot start before a time (s) besides their dependencies (a
         fast-forward's copy, waiting for a skipped task: ``Session``)."""

@@ -33,9 +33,11 @@ behind the compute at fixed rates, ``tiersim.engine.deferred``): they leave the 
 its states; a loop holding any is skipped with copies of its last iteration's deferred tasks
 standing for the skipped ones (``_deferred_images``; most are timed by the same recursion
 without being built, ``Run.images``, and once they rise by one step per iteration kept as
-arithmetic progressions), and should ``settle`` find that a
-deferred flow could have been slowed (``NotQuiet``), the caller runs the schedule again without
-deferring.
+arithmetic progressions). Once every deferred task has ended and no stream defers, a state
+``settle``s them first, so their time integrals count in its totals: a loop whose deferred tasks
+all end within each iteration (a micro-step's copies, which the next forward waits for) then
+repeats as one without any. Should ``settle`` find that a deferred flow could have been slowed
+(``NotQuiet``), the caller runs the schedule again without deferring.
 """
 
 from __future__ import annotations
@@ -318,7 +320,8 @@ class Session:
                     if checking:
                         self._check(loop, state)
                     if state is not None and history:
-                        holds = self.graph.last_deferred >= loop.first[0]  # deferred tasks in the loop
+                        # deferred tasks in the loop not yet in the counters
+                        holds = self.graph.last_deferred >= max(loop.first[0], self.run.settled)
                         if state.repeats(history[-1]):
                             references = self._image_references(loop, width, count - block) if holds else None
                             if not holds or references is not None:
@@ -461,6 +464,8 @@ class Session:
         now = run.env.now
         accounts.flush(now, network.flows)
         network.flush_busy(now)
+        if not self.graph.deferring:  # deferred tasks that have ended count in the totals
+            settle(run, self.skips, now)
         flows = {flow.key: flow for flow in network.flows}
         first, index, keys = loop.first, loop.index, loop.key
         current = index[-1]
@@ -545,6 +550,10 @@ class Session:
                 start[p] += seconds
             if end[p] >= 0:
                 end[p] += seconds
+        for p in range(loop.first[0], run.settled):  # settled deferred tasks move with their iterations
+            if p in run.deferred_end:
+                run.deferred_start[p] += seconds
+                run.deferred_end[p] += seconds
         if ratio:
             self._retime(_extrapolated(states, times, ratio))
         if references is not None:

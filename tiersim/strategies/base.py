@@ -272,6 +272,9 @@ class Strategy(ABC):
     deferred_copies: ClassVar[frozenset[str]] = frozenset()
     """Streams whose tasks the boundary micro-step's backward defers (``Session.defer``):
     copies that fall behind its compute at fixed rates."""
+    accumulation_copies: ClassVar[frozenset[str]] = frozenset()
+    """Streams whose tasks the backward of a micro-step before the boundary defers: copies
+    that fall behind its compute and that only the next forward waits for."""
 
     def __init__(self, options: Any = None) -> None:
         self.options = options if options is not None else self.Options()
@@ -382,9 +385,9 @@ class Strategy(ABC):
         next layer (not even its prefetch) is issued before it is done."""
         training = b.step.training
         b.marker(f"m{micro}.backward.begin", "backward")
-        boundary = micro == b.step.micro_steps - 1
-        if boundary and self.deferred_copies:
-            b.session.defer(self.deferred_copies)
+        deferring = self.deferred_copies if micro == b.step.micro_steps - 1 else self.accumulation_copies
+        if deferring:
+            b.session.defer(deferring)
         computed: list[str] = []
         blocking: str | None = None
         layers = b.step.layers
@@ -405,7 +408,7 @@ class Strategy(ABC):
             rs = b.collective(f"{prefix}.reduce", "reduce_scatter", "backward",
                               factor * layer.params * b.step.lp_bytes, (computed[-1],))
             blocking = self.offload_gradients(b, micro, i, layer, rs or computed[-1])
-        if boundary and self.deferred_copies:
+        if deferring:
             b.session.defer(frozenset())
 
 

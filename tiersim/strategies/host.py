@@ -55,6 +55,7 @@ class HostOffload(Strategy):
 
     name = "dram"
     summary = "ZeRO-Offload: state in pinned DRAM, CPU Adam"
+    accumulation_copies = frozenset({"d2h", "h2d"})
 
     def memory(self, hw: Hardware) -> HostMemory:
         """Where host allocations land."""

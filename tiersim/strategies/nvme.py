@@ -48,6 +48,7 @@ class NVMeSwap(Strategy):
     summary = "ZeRO-Infinity: state on NVMe, swapped through pinned buffers"
     Options = SwapOptions
     deferred_copies = frozenset({"d2h", "h2d", "aio_write"})
+    accumulation_copies = frozenset({"d2h", "h2d"})
 
     def check(self, hw: Hardware) -> MissingDevice | None:
         return None if hw.nvme is not None else MissingDevice("nvme", "NVMe drives")
