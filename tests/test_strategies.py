@@ -19,7 +19,8 @@ from tiersim.config.hardware import Hardware
 from tiersim.config.scenario import RunConfig
 from tiersim.results import Result
 from tiersim.simulate import simulate
-from tiersim.strategies.base import Misfit, MissingDevice
+from tiersim.strategies import STRATEGIES
+from tiersim.strategies.base import Misfit, MissingDevice, StepBuilder
 from tiersim.workload import build_step
 
 QUICKSTART = Path(__file__).resolve().parent.parent / "scenarios" / "quickstart.yaml"
@@ -217,6 +218,21 @@ def test_a_forward_waits_for_the_backward_before_it(strategy: str) -> None:
         copies = before[before["category"].isin(["d2h", "h2d"])]
         assert copies["end"].max() > before[before["category"] == "compute"]["end"].max()
         assert after["start"].min() >= before["end"].max()
+
+
+@pytest.mark.parametrize(("scenario", "deferred"), [
+    ("quickstart", {"gpu": set(), "dram": {"d2h", "h2d"}, "cxl": {"d2h", "h2d"}, "nvme": {"d2h", "h2d"}}),
+    ("llama2-70b-offload", {"gpu": set(), "dram": {"d2h", "h2d"}, "cxl": set(), "nvme": {"d2h", "h2d"}}),
+])
+def test_accumulating_copies_are_deferred_where_both_directions_fit_together(scenario: str,
+                                                                             deferred: dict[str, set[str]]) -> None:
+    """A backward before the boundary defers its D2H and H2D copies where one of each, at its
+    own bound, fits every link they share: not on the 70B node's CXL devices (12:5 interleave,
+    four ranks), whose reads and writes share their device time."""
+    for config in load_scenario(QUICKSTART.parent / f"{scenario}.yaml"):
+        step = build_step(config.model, config.training)
+        strategy = STRATEGIES[config.strategy](config.options)
+        assert strategy.accumulation_copies(StepBuilder(step, config.hardware)) == deferred[config.strategy]
 
 
 # --- phases ------------------------------------------------------------------------------

@@ -19,6 +19,8 @@ from typing import Any, ClassVar
 from tiersim.config.hardware import TIERS, Hardware
 from tiersim.config.profiles import GPUProfile
 from tiersim.engine import Task
+from tiersim.engine.deferred import OVERLOAD
+from tiersim.engine.flows import own_bound
 from tiersim.engine.graph import TaskGraph, Usage
 from tiersim.engine.session import Runs, Session, reach_back, runs_of
 from tiersim.frozen import by_fields
@@ -272,9 +274,6 @@ class Strategy(ABC):
     deferred_copies: ClassVar[frozenset[str]] = frozenset()
     """Streams whose tasks the boundary micro-step's backward defers (``Session.defer``):
     copies that fall behind its compute at fixed rates."""
-    accumulation_copies: ClassVar[frozenset[str]] = frozenset()
-    """Streams whose tasks the backward of a micro-step before the boundary defers: copies
-    that fall behind its compute and that only the next forward waits for."""
 
     def __init__(self, options: Any = None) -> None:
         self.options = options if options is not None else self.Options()
@@ -294,6 +293,12 @@ class Strategy(ABC):
     @abstractmethod
     def optimizer_step(self, b: StepBuilder, begin: str) -> None:
         """Tasks of the optimizer step over all sub-groups, starting after ``begin``."""
+
+    def accumulation_copies(self, b: StepBuilder) -> frozenset[str]:
+        """Streams whose tasks the backward of a micro-step before the boundary defers
+        (``Session.defer``): copies that fall behind its compute and that only the next forward
+        waits for. None by default."""
+        return frozenset()
 
     def check(self, hw: Hardware) -> MissingDevice | None:
         """The device this strategy needs that ``hw`` lacks, or None."""
@@ -385,7 +390,7 @@ class Strategy(ABC):
         next layer (not even its prefetch) is issued before it is done."""
         training = b.step.training
         b.marker(f"m{micro}.backward.begin", "backward")
-        deferring = self.deferred_copies if micro == b.step.micro_steps - 1 else self.accumulation_copies
+        deferring = self.deferred_copies if micro == b.step.micro_steps - 1 else self.accumulation_copies(b)
         if deferring:
             b.session.defer(deferring)
         computed: list[str] = []
@@ -484,6 +489,22 @@ def gradients_to_host(b: StepBuilder, memory: HostMemory, micro: int, index: int
     first, second = ("d2h", "h2d") if micro == 0 else ("h2d", "d2h")
     there = b.add(pcie_kind(b, first, "backward", memory).task(f"{prefix}.grad_{first}", num_bytes, (ready,)))
     return b.add(pcie_kind(b, second, "backward", memory).task(f"{prefix}.grad_{second}", num_bytes, (there,)))
+
+
+def round_trip_copies(b: StepBuilder, memory: HostMemory) -> frozenset[str]:
+    """The streams of ``gradients_to_host`` (D2H and H2D) where one copy each way, each at its
+    own bound, fits every link they share: deferred, they cannot slow each other (where they
+    could, as on CXL devices both read and write, ``settle`` would refuse them); else none."""
+    kinds = [pcie_kind(b, direction, "backward", memory) for direction in ("d2h", "h2d")]
+    capacity = {link: rank_link_capacity(b.hw, link) for kind in kinds for link, _units in kind.usage}
+    load: dict[str, float] = {}
+    for kind in kinds:
+        bound = own_bound(kind.usage, kind.rate_cap, capacity)
+        for link, units in kind.usage:
+            load[link] = load.get(link, 0.0) + bound * units
+    if any(load[link] > capacity[link] * (1 + OVERLOAD) for link in load):
+        return frozenset()
+    return frozenset(kind.stream for kind in kinds)
 
 
 def gradient_offload_tasks(shape: StepShape) -> int:

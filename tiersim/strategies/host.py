@@ -39,6 +39,7 @@ from tiersim.strategies.base import (
     host_copy_kind,
     largest_partition,
     params_to_gpu,
+    round_trip_copies,
 )
 from tiersim.strategies.footprint import pinned
 from tiersim.strategies.memory import HostMemory
@@ -55,7 +56,6 @@ class HostOffload(Strategy):
 
     name = "dram"
     summary = "ZeRO-Offload: state in pinned DRAM, CPU Adam"
-    accumulation_copies = frozenset({"d2h", "h2d"})
 
     def memory(self, hw: Hardware) -> HostMemory:
         """Where host allocations land."""
@@ -108,6 +108,9 @@ class HostOffload(Strategy):
         copy = host_copy_kind(b, "backward", "grad_copy", memory, FP32_BYTES, FP32_BYTES, GRADIENT_HOOK_THREADS)
         return b.add(copy.task(f"m{micro}.bwd.{index}.grad_copy", b.step.rank_partitions[index],
                                     (staged,)))
+
+    def accumulation_copies(self, b: StepBuilder) -> frozenset[str]:
+        return round_trip_copies(b, self.memory(b.hw))
 
     def offload_task_count(self, shape: StepShape) -> int:
         return gradient_offload_tasks(shape) + 2 * shape.layers  # the boundary's fp32 D2H and CPU copy
