@@ -41,21 +41,20 @@ class NotQuiet(Exception):
     the full simulation's."""
 
 
-def settle(run: Run, skipped: list[tuple[float, float, frozenset[str]]], now: float | None = None) -> bool:
+def settle(run: Run, skipped: list[tuple[float, float, frozenset[str]]], now: float | None = None) -> None:
     """Check the deferred tasks of ``run`` not settled yet (from ``run.settled`` on, and its
     images) and add them to its counters (see the module docstring); ``skipped`` are the spans
     a fast-forward jumped over (s) and the links the event tasks skipped there use. Of a
     finished run (``now`` None) every one; mid-run, at ``now`` (s, after the network's
     ``flush_busy``, with no stream deferring), only if every one has ended by then, and then
-    the network stops recording its flows until a stream defers again. Returns whether it
-    settled them (none left is settled)."""
+    the network stops recording its flows until a stream defers again."""
     graph, accounts, network = run.graph, run.accounts, run.network
     if graph.last_deferred < run.settled and not run.images:
-        return True
+        return
     deferred = [p for p in range(run.settled, len(graph.deferred)) if graph.deferred[p]]
     if now is not None and (any(run.deferred_end.get(p, math.inf) > now for p in deferred) or any(
             span.last > now for spans in run.images.values() for span in spans)):
-        return False
+        return
     if any(p not in run.deferred_end for p in deferred):
         raise NotQuiet("a deferred task never had its inputs")
     groups: dict[tuple[str, int, float, float], _Group] = {}
@@ -126,7 +125,6 @@ def settle(run: Run, skipped: list[tuple[float, float, frozenset[str]]], now: fl
     run.images = {}
     if now is not None:
         network.pieces, network.pieces_since = None, math.inf
-    return True
 
 
 _Group = tuple[list[tuple[float, float]], list[Spans], list[float], int]
