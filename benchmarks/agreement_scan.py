@@ -6,7 +6,7 @@ interleave weights, NVMe drive count, swap buffers, pipelining and queue depth, 
 simulates each that fits with and without fast-forward for ``--seconds`` and prints every one
 that does not agree to 1e-9 (``assert_same`` of tests/test_session.py) with its relative
 iteration-time difference and how far the full simulation's own iteration times spread under
-nudges of a rate by 1e-12 (``chaos``: float residue for a stable schedule), and every figure that
+nudges of a rate by 1e-12 (``spreads``: float residue for a stable schedule), and every figure that
 differs by more than twice its own spread (``beyond_spread``), then the counts.
 
     python3 benchmarks/agreement_scan.py --seed 11 --seconds 600
@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from test_session import assert_same, beyond_spread, chaos  # noqa: E402
+from test_session import assert_same, beyond_spread, spreads  # noqa: E402
 
 from tiersim import _native  # noqa: E402
 from tiersim.config.document import load_scenario  # noqa: E402
@@ -69,14 +69,14 @@ def main() -> int:
         try:
             assert_same(fast, full)
         except AssertionError:
-            spread = chaos(config, full)
+            spread = spreads(config, full)  # the nudged full runs, once for every figure
             difference = abs(fast.iteration_time_s - full.iteration_time_s) / full.iteration_time_s
-            beyond = beyond_spread(config, fast, full)
+            beyond = beyond_spread(fast, full, spread)
             chaotic += not beyond
             off += bool(beyond)
             figures = "".join(f"; {name} {rel:.2e} off, spread {sp:.2e}  <- NOT within it" for name, rel, sp in beyond)
             print(f"{strategy} {' '.join(overrides)}: iteration {difference:.2e} off, the full run's own spread "
-                  f"{spread:.2e}{figures}", flush=True)
+                  f"{spread['iteration']:.2e}{figures}", flush=True)
     print(f"{checked} scenarios that fit ({_native.describe()}): {checked - chaotic - off} agree to 1e-9, "
           f"{chaotic} chaotic ones, every figure within twice its spread, {off} otherwise")
     return 1 if off else 0

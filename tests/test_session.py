@@ -96,11 +96,10 @@ def chaos(config: RunConfig, full: Result) -> float:
     return spreads(config, full)["iteration"]
 
 
-def beyond_spread(config: RunConfig, fast: Result, full: Result) -> list[tuple[str, float, float]]:
+def beyond_spread(fast: Result, full: Result, spread: dict[str, float]) -> list[tuple[str, float, float]]:
     """The figures of ``fast`` that differ from ``full``'s by more than ``assert_same`` allows
-    and more than twice the full simulation's own spread under nudges (``spreads``): name,
+    and more than twice the full simulation's own ``spread`` under nudges (``spreads``): name,
     relative difference and spread."""
-    spread = spreads(config, full)
     got, want = quantities(fast), quantities(full)
     out = []
     for name, (value, tol) in want.items():
@@ -119,7 +118,7 @@ def assert_agrees(config: RunConfig, fast: Result, full: Result) -> None:
     except AssertionError:
         if not full.fits or quantities(fast).keys() != quantities(full).keys():
             raise
-        assert not beyond_spread(config, fast, full)
+        assert not beyond_spread(fast, full, spreads(config, full))
 
 
 def test_a_chaotic_schedule_agrees_as_closely_as_it_agrees_with_itself() -> None:
