@@ -79,7 +79,7 @@ def test_figures(results: list) -> None:
     fig = timeline_figure(result)
     assert isinstance(fig, go.Figure)
     rows = {y for trace in fig.data for y in trace.y}
-    assert {"gpu", "cpu", "h2d", "d2h", "aio_read", "aio_write", "link nvme"} <= rows
+    assert {"gpu", "cpu", "partition_grads", "h2d", "aio_read", "aio_write", "link nvme"} <= rows
     assert {t.name for t in fig.data} >= {"compute", "adam", "nvme_read", "nvme_write", "link"}
     merged = timeline_bars(result, max_bars=10, links=False)
     full = timeline_bars(result, links=False)

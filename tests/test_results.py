@@ -53,10 +53,10 @@ def test_bundled_scenarios_add_up(scenario: Path) -> None:
     assert len(fitted) == 3
     for result in fitted:
         check_metrics(result)
-        d2h = result.utilisation[
-            (result.utilisation["resource"] == "d2h") & (result.utilisation["phase"] == "backward")
+        copies = result.utilisation[
+            (result.utilisation["resource"] == "partition_grads") & (result.utilisation["phase"] == "backward")
         ]
-        assert float(d2h["utilisation"].iloc[0]) <= 1.0  # was 1.06-1.14 when counted by label
+        assert float(copies["utilisation"].iloc[0]) <= 1.0  # was 1.06-1.14 when counted by label
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -26,7 +26,7 @@ from tiersim.engine import TaskGraph
 from tiersim.errors import API, ConfigError
 from tiersim.results import PHASES, Result
 
-STREAM_ORDER = ("gpu", "allgather", "reduce_scatter", "h2d", "d2h", "cpu", "aio_read", "aio_write")
+STREAM_ORDER = ("gpu", "allgather", "reduce_scatter", "partition_grads", "h2d", "d2h", "cpu", "aio_read", "aio_write")
 COLOURS = {
     "compute": "#4C78A8", "adam": "#F58518", "accumulate": "#E45756", "h2d": "#72B7B2", "d2h": "#54A24B",
     "allgather": "#B279A2", "reduce_scatter": "#FF9DA6", "nvme_read": "#9D755D", "nvme_write": "#BAB0AC",

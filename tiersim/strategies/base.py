@@ -19,8 +19,6 @@ from typing import Any, ClassVar
 from tiersim.config.hardware import TIERS, Hardware
 from tiersim.config.profiles import GPUProfile
 from tiersim.engine import Task
-from tiersim.engine.deferred import OVERLOAD
-from tiersim.engine.flows import own_bound
 from tiersim.engine.graph import TaskGraph, Usage
 from tiersim.engine.session import Runs, Session, reach_back, runs_of
 from tiersim.frozen import by_fields
@@ -36,6 +34,10 @@ ADAM_WRITE_BYTES = 12
 """Adam writes fp32 param, exp_avg, exp_avg_sq per element (bytes)."""
 ADAM_STATE_BYTES = 8
 """Adam's fp32 exp_avg and exp_avg_sq per element (bytes)."""
+PARTITION_STREAM = "partition_grads"
+"""The stream ZeRO-3's ``partition_grads`` issues its host copies on, in order, one at a time
+(DeepSpeed v0.16.2 ``stage3.py``: ``reduce_and_partition_stream``, which also carries the
+reduce-scatter; tiersim keeps that on its own ``reduce_scatter`` stream)."""
 
 
 class TaskKind:
@@ -274,6 +276,9 @@ class Strategy(ABC):
     deferred_copies: ClassVar[frozenset[str]] = frozenset()
     """Streams whose tasks the boundary micro-step's backward defers (``Session.defer``):
     copies that fall behind its compute at fixed rates."""
+    accumulation_copies: ClassVar[frozenset[str]] = frozenset()
+    """Streams whose tasks the backward of a micro-step before the boundary defers: copies
+    that only the next forward waits for."""
 
     def __init__(self, options: Any = None) -> None:
         self.options = options if options is not None else self.Options()
@@ -293,12 +298,6 @@ class Strategy(ABC):
     @abstractmethod
     def optimizer_step(self, b: StepBuilder, begin: str) -> None:
         """Tasks of the optimizer step over all sub-groups, starting after ``begin``."""
-
-    def accumulation_copies(self, b: StepBuilder) -> frozenset[str]:
-        """Streams whose tasks the backward of a micro-step before the boundary defers
-        (``Session.defer``): copies that fall behind its compute and that only the next forward
-        waits for. None by default."""
-        return frozenset()
 
     def check(self, hw: Hardware) -> MissingDevice | None:
         """The device this strategy needs that ``hw`` lacks, or None."""
@@ -390,7 +389,7 @@ class Strategy(ABC):
         next layer (not even its prefetch) is issued before it is done."""
         training = b.step.training
         b.marker(f"m{micro}.backward.begin", "backward")
-        deferring = self.deferred_copies if micro == b.step.micro_steps - 1 else self.accumulation_copies(b)
+        deferring = self.deferred_copies if micro == b.step.micro_steps - 1 else self.accumulation_copies
         if deferring:
             b.session.defer(deferring)
         computed: list[str] = []
@@ -463,16 +462,18 @@ def largest_partition(step: TrainingStep) -> int:
     return math.ceil(step.largest_tensor / step.training.data_parallel)  # ceil is monotone
 
 
-def pcie_kind(b: StepBuilder, direction: str, phase: str, memory: HostMemory, rate_cap: float = math.inf) -> TaskKind:
-    """Host<->GPU copies (units: bytes) on the copy engine of ``direction`` ("h2d" or "d2h"):
-    the link's setup latency, then the bytes over PCIe, read from (h2d) or written to (d2h)
-    host memory, at most ``rate_cap`` bytes/s (made once per schedule)."""
-    key = (direction, phase, memory, rate_cap)
+def pcie_kind(b: StepBuilder, direction: str, phase: str, memory: HostMemory, rate_cap: float = math.inf,
+              stream: str | None = None) -> TaskKind:
+    """Host<->GPU copies (units: bytes) in ``direction`` ("h2d" or "d2h"), on ``stream`` (by
+    default the copy engine of that direction): the link's setup latency, then the bytes over
+    PCIe, read from (h2d) or written to (d2h) host memory, at most ``rate_cap`` bytes/s (made
+    once per schedule)."""
+    key = (direction, phase, memory, rate_cap, stream)
     kind = b.kinds.get(key)
     if kind is None:
         host = memory.access(1, 0) if direction == "h2d" else memory.access(0, 1)
         usage = ((f"pcie_{direction}", 1.0), *host)
-        kind = b.kinds[key] = TaskKind(direction, phase, direction, b.hw.pcie_latency, usage, rate_cap)
+        kind = b.kinds[key] = TaskKind(stream or direction, phase, direction, b.hw.pcie_latency, usage, rate_cap)
     return kind
 
 
@@ -483,28 +484,15 @@ def gradients_to_host(b: StepBuilder, memory: HostMemory, micro: int, index: int
 
     The first micro-step copies the partition D2H and back H2D (the GPU copy feeds the norm);
     later ones fetch the partial sum H2D, add on the GPU (negligible) and copy it back D2H.
-    Returns the last copy."""
+    Both run on ``PARTITION_STREAM``, after the copies of the layer before. Returns the last
+    copy."""
     num_bytes = b.step.rank_partitions[index] * b.step.grad_accum_bytes
     prefix = f"m{micro}.bwd.{index}"
     first, second = ("d2h", "h2d") if micro == 0 else ("h2d", "d2h")
-    there = b.add(pcie_kind(b, first, "backward", memory).task(f"{prefix}.grad_{first}", num_bytes, (ready,)))
-    return b.add(pcie_kind(b, second, "backward", memory).task(f"{prefix}.grad_{second}", num_bytes, (there,)))
-
-
-def round_trip_copies(b: StepBuilder, memory: HostMemory) -> frozenset[str]:
-    """The streams of ``gradients_to_host`` (D2H and H2D) where one copy each way, each at its
-    own bound, fits every link they share: deferred, they cannot slow each other (where they
-    could, as on CXL devices both read and write, ``settle`` would refuse them); else none."""
-    kinds = [pcie_kind(b, direction, "backward", memory) for direction in ("d2h", "h2d")]
-    capacity = {link: rank_link_capacity(b.hw, link) for kind in kinds for link, _units in kind.usage}
-    load: dict[str, float] = {}
-    for kind in kinds:
-        bound = own_bound(kind.usage, kind.rate_cap, capacity)
-        for link, units in kind.usage:
-            load[link] = load.get(link, 0.0) + bound * units
-    if any(load[link] > capacity[link] * (1 + OVERLOAD) for link in load):
-        return frozenset()
-    return frozenset(kind.stream for kind in kinds)
+    there = b.add(pcie_kind(b, first, "backward", memory, stream=PARTITION_STREAM).task(
+        f"{prefix}.grad_{first}", num_bytes, (ready,)))
+    return b.add(pcie_kind(b, second, "backward", memory, stream=PARTITION_STREAM).task(
+        f"{prefix}.grad_{second}", num_bytes, (there,)))
 
 
 def gradient_offload_tasks(shape: StepShape) -> int:
@@ -514,10 +502,11 @@ def gradient_offload_tasks(shape: StepShape) -> int:
 
 def fp32_gradients_d2h(b: StepBuilder, memory: HostMemory, index: int, layer: LayerWork, ready: str) -> str:
     """At the accumulation boundary: the partition converted to fp32 on the GPU and copied D2H
-    into a pinned host buffer (the optimizer's gradient, or a swap buffer)."""
+    into a pinned host buffer (the optimizer's gradient, or a swap buffer), on
+    ``PARTITION_STREAM``."""
     num_bytes = b.step.rank_partitions[index] * FP32_BYTES
     name = f"m{b.step.micro_steps - 1}.bwd.{index}.fp32_grad_d2h"
-    return b.add(pcie_kind(b, "d2h", "backward", memory).task(name, num_bytes, (ready,)))
+    return b.add(pcie_kind(b, "d2h", "backward", memory, stream=PARTITION_STREAM).task(name, num_bytes, (ready,)))
 
 
 def params_to_gpu(b: StepBuilder, memory: HostMemory, group: SubGroup, after: str) -> str:

@@ -28,6 +28,7 @@ from tiersim.strategies import footprint
 from tiersim.strategies.base import (
     ADAM_STATE_BYTES,
     FP32_BYTES,
+    PARTITION_STREAM,
     MissingDevice,
     Placement,
     StepBuilder,
@@ -39,7 +40,6 @@ from tiersim.strategies.base import (
     host_copy_kind,
     largest_partition,
     params_to_gpu,
-    round_trip_copies,
 )
 from tiersim.strategies.footprint import pinned
 from tiersim.strategies.memory import HostMemory
@@ -56,6 +56,7 @@ class HostOffload(Strategy):
 
     name = "dram"
     summary = "ZeRO-Offload: state in pinned DRAM, CPU Adam"
+    accumulation_copies = frozenset({PARTITION_STREAM})
 
     def memory(self, hw: Hardware) -> HostMemory:
         """Where host allocations land."""
@@ -108,9 +109,6 @@ class HostOffload(Strategy):
         copy = host_copy_kind(b, "backward", "grad_copy", memory, FP32_BYTES, FP32_BYTES, GRADIENT_HOOK_THREADS)
         return b.add(copy.task(f"m{micro}.bwd.{index}.grad_copy", b.step.rank_partitions[index],
                                     (staged,)))
-
-    def accumulation_copies(self, b: StepBuilder) -> frozenset[str]:
-        return round_trip_copies(b, self.memory(b.hw))
 
     def offload_task_count(self, shape: StepShape) -> int:
         return gradient_offload_tasks(shape) + 2 * shape.layers  # the boundary's fp32 D2H and CPU copy

@@ -17,6 +17,7 @@ from tiersim.errors import ModelError
 from tiersim.strategies import footprint
 from tiersim.strategies.base import (
     FP32_BYTES,
+    PARTITION_STREAM,
     MissingDevice,
     Placement,
     StepBuilder,
@@ -28,7 +29,6 @@ from tiersim.strategies.base import (
     gradients_to_host,
     largest_partition,
     params_to_gpu,
-    round_trip_copies,
 )
 from tiersim.strategies.footprint import pinned
 from tiersim.strategies.memory import HostMemory
@@ -48,7 +48,8 @@ class NVMeSwap(Strategy):
     name = "nvme"
     summary = "ZeRO-Infinity: state on NVMe, swapped through pinned buffers"
     Options = SwapOptions
-    deferred_copies = frozenset({"d2h", "h2d", "aio_write"})
+    deferred_copies = frozenset({PARTITION_STREAM, "aio_write"})
+    accumulation_copies = frozenset({PARTITION_STREAM})
 
     def check(self, hw: Hardware) -> MissingDevice | None:
         return None if hw.nvme is not None else MissingDevice("nvme", "NVMe drives")
@@ -111,9 +112,6 @@ class NVMeSwap(Strategy):
             b.background.add(write.stream)
             b.add(write.task(f"m{micro}.bwd.{index}.grad_write", b.step.rank_partitions[index] * FP32_BYTES,
                                      (staged,)))
-
-    def accumulation_copies(self, b: StepBuilder) -> frozenset[str]:
-        return round_trip_copies(b, HostMemory.dram_only())
 
     def offload_task_count(self, shape: StepShape) -> int:
         return gradient_offload_tasks(shape) + 2 * shape.layers  # the boundary's fp32 D2H and NVMe write
