@@ -461,11 +461,12 @@ def test_trace_true_keeps_every_task_and_a_fast_result_traces_on_request() -> No
     assert fast.trace["end"].max() == pytest.approx(fast.iteration_time_s, rel=REL)
 
 
-def test_events_follow_distinct_parts_not_repeats() -> None:
+@pytest.mark.parametrize("strategy", ["dram", "cxl", "nvme"])
+def test_events_follow_distinct_parts_not_repeats(strategy: str) -> None:
     """70B from 3 micro-steps to 10^6: the same events (the first micro-step, one accumulating
     one, whose repeat shows by the end of the next forward, and the boundary); fewer at 1 and 2."""
     events = {}
     for micro_steps in (1, 2, 3, 4, 1024, 10**6):
-        config = load_scenario(SEVENTY_B, [f"training.global_batch={4 * micro_steps}"], ["dram"], force=True)[0]
+        config = load_scenario(SEVENTY_B, [f"training.global_batch={4 * micro_steps}"], [strategy], force=True)[0]
         events[micro_steps] = simulate(config).events
     assert events[1] < events[2] < events[3] == events[4] == events[1024] == events[10**6]
