@@ -33,8 +33,8 @@ SMALL = {
     },
 }
 
-# ~60 runs of the full quickstart model (a few seconds), in many small parts: long enough to
-# kill midway.
+# 600 runs of the full quickstart model (about a second), in many small parts: long enough to
+# kill midway (60 finished in 0.1 s once the fast-forward deferred the quickstart's copies).
 LONGER = {
     "name": "longer",
     "base": str(QUICKSTART),
@@ -43,8 +43,10 @@ LONGER = {
         "hardware.nvme.count": [1, 2, 3],
         "strategies.nvme.buffer_count": [4, 8, 12, 16, 20],
         "strategies.nvme.queue_depth": [4, 16],
+        "training.global_batch": [4, 8, 12, 16, 20, 24, 28, 32, 36, 40],
     },
 }
+LONGER_RUNS = 600
 
 
 def results(frame: pd.DataFrame) -> pd.DataFrame:
@@ -171,7 +173,7 @@ def test_killed_sweep_resumed_gives_the_same_file(tmp_path: Path) -> None:
     assert "resumed" in again.stdout
     resumed = pd.read_parquet(out / "results.parquet")
     uninterrupted = pd.read_parquet(tmp_path / "full" / "results.parquet")
-    assert len(resumed) == full.total == 60
+    assert len(resumed) == full.total == LONGER_RUNS
     pd.testing.assert_frame_equal(results(resumed), results(uninterrupted))
 
 
@@ -228,11 +230,12 @@ def test_sigterm_keeps_parts_says_how_many_runs_are_saved_and_exits_143(tmp_path
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 143, err
     (line,) = err.strip().splitlines()
-    assert line.startswith("tiersim: terminated: ") and " of 60 runs saved in " in line and "--resume" in line
+    assert line.startswith("tiersim: terminated: ") and "--resume" in line
+    assert f" of {LONGER_RUNS} runs saved in " in line
     saved = int(line.split("terminated: ")[1].split(" of")[0])
     assert not any(_alive(w) for w in workers)
     finished = run_sweep(sweep_file, jobs=1, out=out, resume=True)
-    assert finished.resumed == saved and finished.resumed + finished.computed == 60
+    assert finished.resumed == saved and finished.resumed + finished.computed == LONGER_RUNS
 
 
 def test_workers_die_with_their_parent_on_kill_9(tmp_path: Path) -> None:
@@ -257,7 +260,7 @@ def test_a_worker_killed_from_outside_stops_the_sweep_in_one_line_keeping_its_pa
     assert line.startswith("tiersim: error: sweep stopped: a worker process died") and "--resume" in line
     saved = int(line.split("; ")[1].split(" of")[0])
     finished = run_sweep(sweep_file, jobs=1, out=out, resume=True)
-    assert finished.resumed == saved and finished.resumed + finished.computed == 60
+    assert finished.resumed == saved and finished.resumed + finished.computed == LONGER_RUNS
 
 
 def patch_simulate(monkeypatch: pytest.MonkeyPatch, fake: object) -> None:
