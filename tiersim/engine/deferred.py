@@ -30,7 +30,7 @@ from tiersim.engine.spans import Intervals, Spans, Window, merged, union
 if TYPE_CHECKING:  # pragma: no cover
     from tiersim.engine.runner import Run
 
-OVERLOAD = 1e-12
+_OVERLOAD = 1e-12
 """Fraction of a link's capacity the summed bounds on it may exceed (float residue)."""
 _RESIDUE = 1e-12
 """Seconds per second of the run below which a stretch is float residue, not one at all."""
@@ -115,7 +115,7 @@ def settle(run: Run, skipped: list[tuple[float, float, frozenset[str]]], now: fl
                 on_link[stream] = max(on_link.get(stream, 0.0), bound * units)
     for link, flows in flows_on.items():
         capacity = network.capacity[link]
-        if sum(peaks[link].values(), 0.0) > capacity * (1 + OVERLOAD):  # a stream runs one flow at a time
+        if sum(peaks[link].values(), 0.0) > capacity * (1 + _OVERLOAD):  # a stream runs one flow at a time
             _check_load(link, flows, ran.get(link, []), capacity)
         for phase, seconds in _alone(union(intervals for intervals, _load in flows), ran.get(link, []), windows,
                                      least):
@@ -177,7 +177,7 @@ def _check_load(link: str, flows: list[tuple[Intervals, float]], events: list[tu
     on = np.cumsum(_edges(0, count, 2 * others)[order])  # deferred flows on the link
     load = np.cumsum(np.concatenate([ours[2], -ours[2], theirs[2], -theirs[2]])[order])
     settled: np.ndarray = np.append(times[1:] != times[:-1], True)  # the last change at each moment
-    over = settled & (on > 0) & (load > capacity * (1 + OVERLOAD))
+    over = settled & (on > 0) & (load > capacity * (1 + _OVERLOAD))
     if over.any():
         raise NotQuiet(f"link {link!r} could saturate under a deferred flow at {times[over][0]:.6g} s")
 
