@@ -297,6 +297,15 @@ def test_events_grow_with_tasks_not_bytes() -> None:
     assert run_graph(more).events > base.events
 
 
+def test_a_timer_a_slower_flow_no_longer_needs_is_withdrawn() -> None:
+    # A (1 byte on a 1 B/s link) arms a timer for 1.0 s. B (0.2 bytes) joins at 0.5 s: each
+    # moves at 0.5 B/s, B ends at 0.9 s and A, 0.3 bytes left, at 1.2 s. Nothing ends at 1.0 s,
+    # so that timer leaves the queue: B's delay and the timers at 0.9 and 1.2 s are the events.
+    run = run_graph(graph({"L": 1.0}, flow("A", 1.0, ("L",)), flow("B", 0.2, ("L",), delay=0.5)))
+    assert ends(run) == {"A": pytest.approx(1.2, rel=REL), "B": pytest.approx(0.9, rel=REL)}
+    assert run.events == 3
+
+
 @given(g=random_graphs(with_delays=False), exponent=st.integers(1, 20))
 @settings(max_examples=30, deadline=None)
 def test_events_independent_of_byte_scale(g: TaskGraph, exponent: int) -> None:

@@ -7,7 +7,8 @@ unfrozen flow's rate grows equally until a link saturates or the flow reaches it
 the flows connected to the change through shared links (allocations of unconnected flows
 cannot change, so they are not touched: each flow keeps its bytes left as of its last rate
 change and the time it will finish at that rate). A timer is armed for the earliest finish
-unless one at or before it is pending.
+unless one at or before it is pending; one that a re-allocation left with no flow to end is
+taken back out of the event queue.
 """
 
 from __future__ import annotations
@@ -172,6 +173,7 @@ class FlowNetwork:
         self.load: dict[str, float] = {name: 0.0 for name in capacity}
         """Link units per second the active flows use now."""
         self.timers = 0
+        """Timers armed and not taken back: each fires once (the network's events)."""
         self._armed: list[float] = []
         self._busy_since: dict[str, float] = {}
         self.busy: dict[str, float] = {name: 0.0 for name in capacity}
@@ -214,15 +216,17 @@ class FlowNetwork:
                     self.accounts.link_busy(link, now)
             others.append(flow)
         self.flows[flow] = None
+        armed = self._armed
         if shared and not (fits and self.shortcuts):
             component = self._component([link for link, _ in usage])
             self._reallocate(component, now)
             due = min([other.finish_at for other in component])
+            if armed and armed[0] * _ARM_SLACK < due:  # the re-allocation may have slowed its flow
+                self._withdraw_stale()
         else:
             due = flow.finish_at = now + size / rate
             for link, units in usage:
                 load[link] += rate * units
-        armed = self._armed
         if not armed or armed[0] > due * _ARM_SLACK:  # _arm_at, inlined: every start comes here
             heapq.heappush(armed, due)
             self.timers += 1
@@ -322,6 +326,31 @@ class FlowNetwork:
         self.timers += 1
         Timeout(self.env, max(due - now, 0.0)).callbacks.append(self._on_timer)
 
+    def _withdraw_stale(self) -> None:
+        """Take the earliest pending timers out of the event queue while no active flow would be
+        due at them (``_on_timer``'s test): a re-allocation slowed the flows they were armed for,
+        and they would fire for nothing. The earliest of the network's timers in the event queue
+        is the earliest armed one."""
+        armed, flows, queue, on_timer = self._armed, self.flows, self.env._queue, self._on_timer
+        while armed:
+            at = armed[0]
+            slack = 1e-12 * abs(at)
+            for flow in flows:
+                finish = flow.finish_at
+                if finish <= at + _DUE_TOL * (finish - flow.last) + slack:
+                    return
+            heapq.heappop(armed)
+            timer = -1
+            for k, entry in enumerate(queue):
+                if (timer < 0 or entry[0] < queue[timer][0]) and on_timer in entry[3].callbacks:
+                    timer = k
+            if timer < 0:
+                raise ModelError("an armed timer is missing from the event queue")
+            queue[timer] = queue[-1]
+            queue.pop()
+            heapq.heapify(queue)
+            self.timers -= 1
+
     def _on_timer(self, _event: simpy.Event) -> None:
         """The flows due now are done, whatever float residue ``now``'s spacing left them;
         the flows they shared a saturated link with get their rates re-allocated."""
@@ -368,6 +397,9 @@ class FlowNetwork:
             self._reallocate(component, now)
             first = min([flow.finish_at for flow in flows])
         if flows:
+            armed = self._armed
+            if armed and armed[0] * _ARM_SLACK < first:  # a re-allocation slowed the flow it was armed for
+                self._withdraw_stale()
             self._arm_at(first, now)
         if due:
             self.done([flow.key for flow in due], now)
