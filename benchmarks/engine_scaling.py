@@ -8,8 +8,8 @@ offload strategy and print a markdown table: model, global batch, strategy, fits
 events (the engine's: delays and flow timers processed), the full simulation's events
 (without fast-forward; not run past ``--full-limit`` micro-steps), wall time (best of
 ``--repeat`` runs of ``simulate``, ms), instructions per run (``--instructions``: counted by
-valgrind's callgrind, one child process per case, counting its runs alone: ``callgrind.py``)
-and the predicted iteration time.
+valgrind's callgrind, one child process per case and strategy, counting its runs alone:
+``callgrind.py``) and the predicted iteration time.
 
     python3 benchmarks/engine_scaling.py --repeat 3 --instructions
 """
@@ -129,45 +129,44 @@ def measure(case: int, repeat: int, timeout: float, full_limit: int) -> list[dic
     return rows
 
 
-def child(case: int, runs: int) -> None:
+def child(case: int, strategy: int, runs: int) -> None:
     """Build every case's configs and run each once; then ``runs`` runs of case ``case``'s
-    (the part callgrind counts)."""
+    config of strategy ``strategy`` (the part callgrind counts)."""
     every = [configs(k) for k in range(len(CASES))]
     for batch in every:
         for config in batch:
             simulate(config, max_tasks=None)
+    config = every[case][strategy]
 
     def counted() -> None:
         for _ in range(runs):
-            for config in every[case]:
-                simulate(config, max_tasks=None)
+            simulate(config, max_tasks=None)
 
     sys.call_tracing(counted, ())
 
 
-def instructions(runs: int) -> dict[int, float]:
-    """Instructions per run (mean over a case's strategies), per case."""
+def instructions(runs: int) -> list[float]:
+    """Instructions per run, per case and strategy (in the order of the table's rows)."""
     from callgrind import counted
 
-    return {case: counted([__file__, "--child", str(case), str(runs)]) / (runs * len(STRATEGIES))
-            for case in range(len(CASES))}
+    return [counted([__file__, "--child", str(case), str(strategy), str(runs)]) / runs
+            for case in range(len(CASES)) for strategy in range(len(STRATEGIES))]
 
 
-def markdown(rows: list[dict[str, Any]], counted: dict[int, float] | None) -> str:
+def markdown(rows: list[dict[str, Any]], counted: list[float] | None) -> str:
     """The rows as a markdown table."""
     lines = [
         "| model | global batch | strategy | fits | tasks built | events | events without fast-forward |"
-        " wall time (ms) | instructions per run (M, mean of the case) | predicted iteration (s) |",
+        " wall time (ms) | instructions per run (M) | predicted iteration (s) |",
         "|---|---:|---|---|---:|---:|---:|---:|---:|---:|",
     ]
-    per_case = len(STRATEGIES)
     for n, r in enumerate(rows):
         predicted = f"{r['iteration_s']:.3f}" if r["iteration_s"] is not None else f"- ({r['reason']})"
         fits = "?" if r["fits"] is None else ("yes" if r["fits"] else "no")
         wall = "timeout" if r["wall_ms"] is None else f"{r['wall_ms']:.1f}"
         events = "-" if r["events"] is None else f"{r['events']:,}"
         full = "-" if r["full_events"] is None else f"{r['full_events']:,}"
-        count = "-" if counted is None else f"{counted[n // per_case] / 1e6:.1f}"
+        count = "-" if counted is None else f"{counted[n] / 1e6:.1f}"
         lines.append(f"| {r['model']} | {r['global_batch']:,} | {r['strategy']} | {fits} | {r['tasks']:,} | {events} "
                      f"| {full} | {wall} | {count} | {predicted} |")
     return "\n".join(lines)
@@ -182,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="most micro-steps a case is also simulated for without fast-forward")
     parser.add_argument("--instructions", action="store_true", help="count instructions with valgrind (minutes)")
     parser.add_argument("--runs", type=int, default=5, help="counted runs per strategy under valgrind")
-    parser.add_argument("--child", type=int, nargs=2, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--child", type=int, nargs=3, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child is not None:
         child(*args.child)
