@@ -152,7 +152,8 @@ class FlowNetwork:
 
     Timers: some pending timer is always at or before every active flow's ``finish_at``, or
     within float residue after it (a start that re-allocates nothing only compares the new
-    flow's finish with the earliest pending timer).
+    flow's finish with the earliest pending timer), and the earliest pending timer has a flow
+    to end (``_withdraw_stale``).
     """
 
 
