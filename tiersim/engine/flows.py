@@ -136,6 +136,13 @@ def max_min_rates(flows: list[Flow], capacity: dict[str, float]) -> None:
         active = still
 
 
+def _due(flow: Flow, at: float) -> bool:
+    """Whether ``flow`` ends at a timer at ``at`` (s): it finishes by then, give or take
+    ``_DUE_TOL`` of its own time to go and float residue of ``at``."""
+    finish = flow.finish_at
+    return finish <= at + _DUE_TOL * (finish - flow.last) + 1e-12 * abs(at)
+
+
 def _at_cap(flow: Flow) -> bool:
     """Whether a flow has reached its own rate cap (never, for an uncapped flow)."""
     return math.isfinite(flow.cap) and flow.cap - flow.rate <= _REL_TOL * flow.cap
@@ -335,10 +342,8 @@ class FlowNetwork:
         armed, flows, queue, on_timer = self._armed, self.flows, self.env._queue, self._on_timer
         while armed:
             at = armed[0]
-            slack = 1e-12 * abs(at)
             for flow in flows:
-                finish = flow.finish_at
-                if finish <= at + _DUE_TOL * (finish - flow.last) + slack:
+                if _due(flow, at):
                     return
             heapq.heappop(armed)
             timer = -1
@@ -357,16 +362,14 @@ class FlowNetwork:
         the flows they shared a saturated link with get their rates re-allocated."""
         now = self.env._now  # SimPy's clock, read without its property (hot path)
         heapq.heappop(self._armed)
-        slack = 1e-12 * abs(now)
         flows = self.flows
         due: list[Flow] = []
         first = math.inf  # the earliest finish of the others
         for flow in flows:
-            finish = flow.finish_at
-            if finish <= now + _DUE_TOL * (finish - flow.last) + slack:
+            if _due(flow, now):
                 due.append(flow)
-            elif finish < first:
-                first = finish
+            elif flow.finish_at < first:
+                first = flow.finish_at
         changed: set[str] = set()
         release = not self.shortcuts
         load, capacity, moved, on_link = self.load, self.capacity, self.moved, self.on_link
@@ -399,8 +402,8 @@ class FlowNetwork:
             first = min([flow.finish_at for flow in flows])
         if flows:
             armed = self._armed
-            if armed and armed[0] * _ARM_SLACK < first:  # a re-allocation slowed the flow it was armed for
-                self._withdraw_stale()
+            if armed and armed[0] * _ARM_SLACK < first:  # a re-allocation since it was armed may have
+                self._withdraw_stale()  # slowed the flow it was for
             self._arm_at(first, now)
         if due:
             self.done([flow.key for flow in due], now)
