@@ -306,6 +306,17 @@ def test_a_timer_a_slower_flow_no_longer_needs_is_withdrawn() -> None:
     assert run.events == 3
 
 
+@given(g=random_graphs())
+@settings(max_examples=200, deadline=None)
+def test_every_timer_that_fires_ends_a_flow(g: TaskGraph) -> None:
+    # One event per delay, and one per instant at which flows end: a timer left with no flow to
+    # end (its flow slowed by a later start) is taken back, not fired.
+    run = run_graph(g)
+    delays = sum(1 for t in g.tasks if t.delay > 0)
+    flow_ends = {r.end for r in run.records if r.size > 0}
+    assert run.events == delays + len(flow_ends)
+
+
 @given(g=random_graphs(with_delays=False), exponent=st.integers(1, 20))
 @settings(max_examples=30, deadline=None)
 def test_events_independent_of_byte_scale(g: TaskGraph, exponent: int) -> None:
