@@ -3,7 +3,9 @@
 A schedule is a program: it adds tasks in order, with loops over layers, micro-steps and
 sub-groups. A loop written ``for i in session.repeat(runs)`` tells the session which of its
 iterations are alike (``runs``: consecutive iterations with equal keys add the same tasks,
-with the same sizes, streams and dependencies relative to the iteration). With fast-forward
+with the same sizes, streams and dependencies relative to the iteration, or tasks the schedule
+shows to give the same results, as ``tiersim.strategies.base.micro_runs`` does for gradient
+copies that differ only in order). With fast-forward
 on, the session runs the graph as it is built: before it lets the loop add iteration ``i``
 it runs the engine until iteration ``i-1``'s first task has started, and there takes the
 state of the run relative to that moment and that iteration (every task joined and not
@@ -17,8 +19,9 @@ the skipped periods and goes on after the run's last iteration, which the loop's
 (read by relative index) now stand for. Nothing else changes, so results are the full
 simulation's. A loop whose iterations wait for earlier ones only through their streams
 (``self_contained``) also takes the state at a run's first block, after an iteration of
-another key, and matches its tasks to the next state's by their roles (what each does and
-waits for), so such a run skips one block sooner. Where four consecutive states hold the
+another key or, for its first run, where the loop begins (the tasks pending from before it in
+the roles of an iteration's last ones), and matches its tasks to the next state's by their
+roles (what each does and waits for), so such a run skips one block sooner. Where four consecutive states hold the
 same tasks doing the same things and their times and bytes settle by one ratio per period
 (copies that share a link and lag the compute by an amount that shrinks geometrically,
 ``tiersim.engine.transient``), all but the run's last block are skipped in closed form: the
@@ -296,9 +299,10 @@ class Session:
         ``self_contained``: an iteration's tasks wait for those of earlier iterations only
         through their streams (each stream's next task follows its last). Then what follows a
         state depends only on its pending tasks and the iterations to come, whatever iteration
-        added them, so the state at a run's first block (after a block of another key) may be
-        the one the next repeats: tasks of different keys count as the same when their roles
-        are (``_roles``), and the run skips one block sooner."""
+        added them, so the state at a run's first block (after a block of another key, or
+        where the loop begins: ``_start``) may be the one the next repeats: tasks of different
+        keys, or from before the loop, count as the same when their roles are (``_roles``),
+        and the run skips one block sooner."""
         blocks = [(run[0], run[1], run[2] if len(run) == 3 else 1) for run in runs]
         if self.run is None:
             for i in range(sum(count * width for _key, count, width in blocks)):
@@ -338,6 +342,9 @@ class Session:
                                 block = count - 1
                                 state = None
                     history = [*history[-2:], state] if state is not None else []
+                elif self_contained and count > 1:
+                    start_state = self._start(loop)
+                    history = [start_state] if start_state is not None else []
                 start = index + block * width
                 for i in range(start, start + width):
                     self._check_size()
@@ -456,6 +463,25 @@ class Session:
         loop.state_cost += len(run.pending)
         return self._state(loop)
 
+    def _start(self, loop: _Loop) -> _State | None:
+        """The state where a self-contained loop begins, before it builds an iteration, with
+        every pending task in the role of one that ends the iteration before the first
+        (``_place``): a loop entered after what each of its iterations ends with (the micro-step
+        loop, after the first forward) may then repeat it after one iteration. None where it
+        holds timeouts a state does not describe or more than ``SPECULATIVE_PENDING`` tasks."""
+        run = self.run
+        if run is None:
+            raise ModelError("the session has no run in progress")
+        run.extend()
+        if run.proxies_pending or len(run.pending) > SPECULATIVE_PENDING:
+            return None
+        now = run.env.now
+        loop.signature, loop.timers = None, sorted(due - now for due in run.network.armed)
+        loop.state_cost += len(run.pending)
+        state = self._state(loop)
+        state.roles = self._roles(loop)
+        return state
+
     def _state(self, loop: _Loop) -> _State:
         run = self.run
         if run is None:
@@ -468,11 +494,11 @@ class Session:
             settle(run, self.skips, now)
         flows = {flow.key: flow for flow in network.flows}
         first, index, keys = loop.first, loop.index, loop.key
-        current = index[-1]
+        current = index[-1] if index else 0
         tasks = []
         start, unmet, at_head, delay = run.start, run.unmet, run.at_head, run.delay
         for p in run.pending:
-            if p >= first[0]:
+            if first and p >= first[0]:
                 it = bisect.bisect_right(first, p) - 1
                 who: tuple[Hashable, ...] = (index[it] - current, p - first[it], keys[it])
             else:
@@ -505,13 +531,16 @@ class Session:
             task = graph.tasks[p]
             waits = tuple(self._place(loop, d) for d in graph.deps[p] if d in run.pending)
             roles.append((self._place(loop, p), task.stream, task.phase, task.category, task.delay, task.size,
-                          task.usage, task.rate_cap, waits) if p >= first[0] else self._place(loop, p))
+                          task.usage, task.rate_cap, waits) if not first or p >= first[0] else self._place(loop, p))
         return roles
 
     def _place(self, loop: _Loop, p: int) -> tuple[Hashable, int]:
         """Task ``p``'s iteration relative to the loop's last and its distance from that
-        iteration's end, or ("before", p) for one before the loop."""
+        iteration's end, or ("before", p) for one before the loop; at the loop's start
+        (``_start``, no iteration built) every task is placed as if an iteration ended there."""
         first = loop.first
+        if not first:
+            return (0, len(self.graph.tasks) - p)
         if p < first[0]:
             return ("before", p)
         it = bisect.bisect_right(first, p) - 1
