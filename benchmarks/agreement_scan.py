@@ -2,12 +2,12 @@
 
 Draws scenarios beyond the test suite's (which keeps to 12 layers to stay quick): 16 to 80
 layers, 1 to 8 GPUs, 1 to 6 micro-steps, every ZeRO stage, sub-group size, CXL device count and
-interleave weights, NVMe drive count, swap buffers, pipelining and queue depth, every strategy;
-simulates each that fits with and without fast-forward for ``--seconds`` and prints every one
-that does not agree to 1e-9 (``assert_same`` of tests/test_session.py) with its relative
-iteration-time difference and how far the full simulation's own iteration times spread under
-nudges of a rate by 1e-12 (``spreads``: float residue for a stable schedule), and every figure that
-differs by more than twice its own spread (``beyond_spread``), then the counts.
+interleave weights, NVMe drive count, swap buffers, pipelining and queue depth, NVLink or a PCIe
+fabric, every strategy; simulates each that fits with and without fast-forward for ``--seconds``
+and prints every one that does not agree to 1e-9 (``assert_same`` of tests/test_session.py) with
+its relative iteration-time difference and how far the full simulation's own iteration times
+spread under nudges of a rate by 1e-12 (``spreads``: float residue for a stable schedule), and
+every figure that differs by more than twice its own spread (``beyond_spread``), then the counts.
 
     python3 benchmarks/agreement_scan.py --seed 11 --seconds 600
 """
@@ -46,6 +46,8 @@ def draw(rng: random.Random) -> tuple[str, list[str]]:
         f"strategies.nvme.pipeline_write={rng.choice(['true', 'false'])}",
         f"strategies.nvme.queue_depth={rng.choice([1, 8, 64])}",
     ]
+    if rng.random() < 0.5:  # collectives over the PCIe links the gradient copies use
+        overrides.append("hardware.fabric=pcie-p2p-gen5")
     return rng.choice(["gpu", "dram", "cxl", "nvme"]), overrides
 
 

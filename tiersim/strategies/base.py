@@ -256,13 +256,18 @@ class StepBuilder:
             return None
         kind = self.kinds.get(("collective", stream, phase))
         if kind is None:
-            fabric = self.hw.fabric
-            usage: Usage = (("fabric", 1.0),)
-            if fabric is not None and fabric.via_host_link:
-                usage = (*usage, ("pcie_d2h", 1.0), ("pcie_h2d", 1.0))
             kind = self.kinds[("collective", stream, phase)] = TaskKind(
-                stream, phase, stream, self.hw.fabric_latency, usage)
+                stream, phase, stream, self.hw.fabric_latency, self.collective_usage())
         return self.add(kind.task(name, num_bytes * (self.dp - 1) / self.dp, deps))
+
+    def collective_usage(self) -> Usage:
+        """The links a collective's bytes cross: the GPU fabric and, where it runs through the
+        host bridges, the GPU's PCIe link both ways."""
+        fabric = self.hw.fabric
+        usage: Usage = (("fabric", 1.0),)
+        if fabric is not None and fabric.via_host_link:
+            usage = (*usage, ("pcie_d2h", 1.0), ("pcie_h2d", 1.0))
+        return usage
 
 
 class Strategy(ABC):
@@ -294,6 +299,13 @@ class Strategy(ABC):
         backward (a blocking copy), or None when the offload runs in the background. They may
         wait for an earlier micro-step's tasks only through their streams (the micro-step loop
         is ``self_contained``: ``Session.repeat``)."""
+
+    def accumulation_links(self, b: StepBuilder) -> frozenset[str] | None:
+        """The links ``offload_gradients`` uses in a micro-step before the boundary, if the
+        first micro-step's offload differs from an accumulating one's at most in the order of
+        each layer's two copies (``gradients_to_host``); None if it differs otherwise (the
+        default: a strategy that does not say is not assumed alike)."""
+        return None
 
     @abstractmethod
     def optimizer_step(self, b: StepBuilder, begin: str) -> None:
@@ -350,15 +362,25 @@ class Strategy(ABC):
         differently (see ``micro_runs``). The loop's iterations are a micro-step's backward and
         the next one's forward: each waits for the last only through the streams, and it ends
         in a forward, which leaves the same tasks in flight after a first micro-step as after an
-        accumulating one, so the session sees the accumulating ones repeat after one of them
-        (``Session.repeat``, ``self_contained``)."""
+        accumulating one (and after the first forward, before the loop), so the session sees the
+        accumulating ones repeat after one of them, or, where the first gives what they give,
+        after the first (``Session.repeat``, ``self_contained``)."""
         b = StepBuilder(step, hw, session)
         self._forward(b, 0, ())
-        for micro in b.session.repeat(micro_runs(step.micro_steps), self_contained=True):
+        first_alike = step.micro_steps > 2 and self._first_alike(b)
+        for micro in b.session.repeat(micro_runs(step.micro_steps, first_alike), self_contained=True):
             self._backward(b, micro)
             if micro + 1 < step.micro_steps:
                 self._forward(b, micro + 1, b.tails())
         self.optimizer_step(b, b.marker("step.begin", "optimizer_step", b.tails()))
+
+    def _first_alike(self, b: StepBuilder) -> bool:
+        """Whether the first micro-step gives the results an accumulating one gives
+        (``micro_runs``): their offloads differ at most in the order of each layer's copies, and
+        no other task of a micro-step uses the links those copies use (its collectives; its
+        compute and markers use none)."""
+        links = self.accumulation_links(b)
+        return links is not None and links.isdisjoint(link for link, _units in b.collective_usage())
 
     def _gather(self, b: StepBuilder, name: str, phase: str, layer: LayerWork, deps: tuple[str, ...]) -> str | None:
         """ZeRO-3 all-gather of a layer's 16-bit parameters before it runs (None below stage 3)."""
@@ -416,11 +438,23 @@ class Strategy(ABC):
             b.session.defer(frozenset())
 
 
-def micro_runs(micro_steps: int) -> Runs:
+def micro_runs(micro_steps: int, first_alike: bool = False) -> Runs:
     """The micro-step loop as runs: the first keeps its gradients (D2H then H2D), the last is
-    the accumulation boundary, those between accumulate alike."""
+    the accumulation boundary, those between accumulate alike (H2D then D2H).
+
+    ``first_alike`` (``Strategy._first_alike``): the two differ only in the order of each
+    layer's copies, and nothing else of a micro-step uses the links those copies use. Then each
+    copy moves at its own bound, alone on its links (the copies run one after another on one
+    stream), so a layer's two copies end when they would in the other order (the same two
+    durations, added the other way round), and each link is busy, and each stream, for as long:
+    in every time integral and in when the next forward may begin, the two orders agree to float
+    residue. So the first joins the accumulating ones' run, and the session may see the loop
+    repeat from its start, after one micro-step, instead of after the first and one accumulating
+    one."""
     if micro_steps == 1:
         return (("only", 1),)
+    if first_alike:
+        return (("accumulate", micro_steps - 1), ("boundary", 1))
     middle = ((("accumulate", micro_steps - 2),) if micro_steps > 2 else ())
     return (("first", 1), *middle, ("boundary", 1))
 
@@ -493,6 +527,12 @@ def gradients_to_host(b: StepBuilder, memory: HostMemory, micro: int, index: int
         f"{prefix}.grad_{first}", num_bytes, (ready,)))
     return b.add(pcie_kind(b, second, "backward", memory, stream=PARTITION_STREAM).task(
         f"{prefix}.grad_{second}", num_bytes, (there,)))
+
+
+def gradient_copy_links(b: StepBuilder, memory: HostMemory) -> frozenset[str]:
+    """The links ``gradients_to_host``'s copies use."""
+    return frozenset(link for direction in ("d2h", "h2d")
+                     for link, _units in pcie_kind(b, direction, "backward", memory, stream=PARTITION_STREAM).usage)
 
 
 def gradient_offload_tasks(shape: StepShape) -> int:

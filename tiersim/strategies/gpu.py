@@ -33,6 +33,9 @@ class GPUResident(Strategy):
         """Gradients stay in HBM: nothing to move, nothing blocks."""
         return
 
+    def accumulation_links(self, b: StepBuilder) -> frozenset[str]:
+        return frozenset()  # every micro-step builds the same tasks
+
     def offload_task_count(self, shape: StepShape) -> int:
         return 0
 

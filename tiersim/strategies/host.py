@@ -35,6 +35,7 @@ from tiersim.strategies.base import (
     Strategy,
     adam_kind,
     fp32_gradients_d2h,
+    gradient_copy_links,
     gradient_offload_tasks,
     gradients_to_host,
     host_copy_kind,
@@ -109,6 +110,9 @@ class HostOffload(Strategy):
         copy = host_copy_kind(b, "backward", "grad_copy", memory, FP32_BYTES, FP32_BYTES, GRADIENT_HOOK_THREADS)
         return b.add(copy.task(f"m{micro}.bwd.{index}.grad_copy", b.step.rank_partitions[index],
                                     (staged,)))
+
+    def accumulation_links(self, b: StepBuilder) -> frozenset[str]:
+        return gradient_copy_links(b, self.memory(b.hw))
 
     def offload_task_count(self, shape: StepShape) -> int:
         return gradient_offload_tasks(shape) + 2 * shape.layers  # the boundary's fp32 D2H and CPU copy

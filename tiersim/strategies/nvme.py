@@ -25,6 +25,7 @@ from tiersim.strategies.base import (
     TaskKind,
     adam_kind,
     fp32_gradients_d2h,
+    gradient_copy_links,
     gradient_offload_tasks,
     gradients_to_host,
     largest_partition,
@@ -112,6 +113,9 @@ class NVMeSwap(Strategy):
             b.background.add(write.stream)
             b.add(write.task(f"m{micro}.bwd.{index}.grad_write", b.step.rank_partitions[index] * FP32_BYTES,
                                      (staged,)))
+
+    def accumulation_links(self, b: StepBuilder) -> frozenset[str]:
+        return gradient_copy_links(b, HostMemory.dram_only())
 
     def offload_task_count(self, shape: StepShape) -> int:
         return gradient_offload_tasks(shape) + 2 * shape.layers  # the boundary's fp32 D2H and NVMe write
