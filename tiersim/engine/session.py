@@ -2,34 +2,33 @@
 
 A schedule is a program: it adds tasks in order, with loops over layers, micro-steps and
 sub-groups. A loop written ``for i in session.repeat(runs)`` tells the session which of its
-iterations are alike (``runs``: consecutive iterations with equal keys add the same tasks,
-with the same sizes, streams and dependencies relative to the iteration, or tasks the schedule
-shows to give the same results, as ``tiersim.strategies.base.micro_runs`` does for gradient
-copies that differ only in order). With fast-forward
-on, the session runs the graph as it is built: before it lets the loop add iteration ``i``
-it runs the engine until iteration ``i-1``'s first task has started, and there takes the
-state of the run relative to that moment and that iteration (every task joined and not
-done: which iteration of the loop and which of its tasks it is, whether it waits, how much
-of its delay is left, or its flow's rate, bytes left and finish; the network's pending
-timers; the phase). When two consecutive such states of iterations in one run are equal
-(to float residue), every later iteration of the run repeats the last period exactly,
-shifted in time and index: the session adds the period's increase of every time integral
-(``Accounts``) and link counter once per skipped iteration, moves every pending time by
-the skipped periods and goes on after the run's last iteration, which the loop's lists
-(read by relative index) now stand for. Nothing else changes, so results are the full
-simulation's. A loop whose iterations wait for earlier ones only through their streams
-(``self_contained``) also takes the state at a run's first block, after an iteration of
-another key or, for its first run, where the loop begins (the tasks pending from before it in
-the roles of an iteration's last ones), and matches its tasks to the next state's by their
-roles (what each does and waits for), so such a run skips one block sooner. Where four consecutive states hold the
-same tasks doing the same things and their times and bytes settle by one ratio per period
-(copies that share a link and lag the compute by an amount that shrinks geometrically,
+iterations are alike (``runs``: consecutive iterations with equal keys add the same tasks, with
+the same sizes, streams and dependencies relative to the iteration, or tasks the schedule shows
+to give the same results, as ``tiersim.strategies.base.micro_runs`` does for gradient copies
+that differ only in order). With fast-forward on, the session runs the graph as it is built:
+before it lets the loop add iteration ``i`` it runs the engine until iteration ``i-1``'s first
+task has started, and there takes the state of the run relative to that moment and that
+iteration (every task joined and not done: which iteration of the loop and which of its tasks
+it is, whether it waits, how much of its delay is left, or its flow's rate, bytes left and
+finish; the network's pending timers; the phase). When two consecutive such states of
+iterations in one run are equal (to float residue), every later iteration of the run repeats
+the last period exactly, shifted in time and index: the session adds the period's increase of
+every time integral (``Accounts``) and link counter once per skipped iteration, moves every
+pending time by the skipped periods and goes on after the run's last iteration, which the
+loop's lists (read by relative index) now stand for. Nothing else changes, so results are the
+full simulation's. A loop whose iterations wait for earlier ones only through their streams
+(``self_contained``) also takes the state at a run's first block, after an iteration of another
+key or, for its first run, where the loop begins (the tasks pending from before it in the roles
+of an iteration's last ones), and matches its tasks to the next state's by their roles (what
+each does and waits for), so such a run skips one block sooner. Where four consecutive states
+hold the same tasks doing the same things and their times and bytes settle by one ratio per
+period (copies that share a link and lag the compute by an amount that shrinks geometrically,
 ``tiersim.engine.transient``), all but the run's last block are skipped in closed form: the
-pending tasks, timers and time integrals are set where the periods would have brought them,
-and the last block, simulated, must land where the closed form says (``Unsettled``: the
-caller runs again without such skips). Where a state never repeats or settles, every
-iteration is simulated; where the lazily built graph would start a task late
-(``LateTask``), the caller builds the graph whole.
+pending tasks, timers and time integrals are set where the periods would have brought them, and
+the last block, simulated, must land where the closed form says (``Unsettled``: the caller runs
+again without such skips). Where a state never repeats or settles, every iteration is
+simulated; where the lazily built graph would start a task late (``LateTask``), the caller
+builds the graph whole.
 
 A schedule may also ``defer`` the tasks of some streams for a stretch (copies that fall
 behind the compute at fixed rates, ``tiersim.engine.deferred``): they leave the event run and

@@ -301,10 +301,11 @@ class Strategy(ABC):
         is ``self_contained``: ``Session.repeat``)."""
 
     def accumulation_links(self, b: StepBuilder) -> frozenset[str] | None:
-        """The links ``offload_gradients`` uses in a micro-step before the boundary, if the
-        first micro-step's offload differs from an accumulating one's at most in the order of
-        each layer's two copies (``gradients_to_host``); None if it differs otherwise (the
-        default: a strategy that does not say is not assumed alike)."""
+        """The links ``offload_gradients`` uses in a micro-step before the boundary, if there
+        it adds nothing but ``gradients_to_host``'s copies (or nothing at all), so that the first
+        micro-step's offload differs from an accumulating one's at most in the order of each
+        layer's two copies; None otherwise (the default: a strategy that does not say is not
+        assumed alike)."""
         return None
 
     @abstractmethod
