@@ -27,6 +27,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from tiersim.config.deepspeed_version import DEFAULT_VERSION, check_version
 from tiersim.config.schema import integer, number
 from tiersim.errors import ConfigError
 
@@ -92,9 +93,16 @@ class TrainingSpec:
     reduce_bucket_size: int = integer(500_000_000, gt=0, doc="elements")
     adam_beta1: float = number(0.9, gt=0, le=1)
     adam_beta2: float = number(0.999, gt=0, le=1)
+    flash_attention: bool = True
+    """Fused attention (Megatron ``--use-flash-attn``); without it the score matrix is written
+    to and read from HBM by the softmax and its dropout."""
+    deepspeed_version: str = DEFAULT_VERSION
+    """The DeepSpeed release whose code paths the strategies follow (``tiersim.config.deepspeed_version``)."""
 
     def validate(self, source: str, path: str) -> None:
-        """global_batch must be a whole number of micro-batches on every rank."""
+        """global_batch must be a whole number of micro-batches on every rank; a DeepSpeed
+        version tiersim models."""
+        check_version(self.deepspeed_version, source, _join(path, "deepspeed_version"))
         per_step = self.micro_batch * self.data_parallel
         if self.global_batch % per_step:
             raise ConfigError(

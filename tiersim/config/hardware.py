@@ -57,6 +57,9 @@ class HardwareSpec:
     cpu: str = "xeon-8480"
     sockets: int = integer(1, gt=0)
     cores_per_rank: int | None = integer(None, gt=0)
+    numa_bound: bool = True
+    """Each rank bound by numactl to its own cores and socket memory; False: unbound ranks
+    that the OS scheduler places over the node's sockets."""
     dram: str = "ddr5-4800-8ch"
     dram_capacity: int | None = size(None, gt=0, doc="per socket; overrides the profile")
     cxl: DeviceCount | None = None
@@ -76,6 +79,7 @@ class Hardware:
     cpu: CPUProfile
     sockets: int
     cores_per_rank: int
+    numa_bound: bool
     dram: DRAMProfile
     dram_capacity_per_socket: int
     cxl: CXLProfile | None
@@ -206,6 +210,7 @@ def resolve_hardware(spec: HardwareSpec, source: str, search: tuple[Path, ...] =
         cpu=cpu,
         sockets=spec.sockets,
         cores_per_rank=cores,
+        numa_bound=spec.numa_bound,
         dram=dram,
         dram_capacity_per_socket=spec.dram_capacity or dram.capacity,
         cxl=cxl,
