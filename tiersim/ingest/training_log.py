@@ -28,7 +28,9 @@ GIB = 1 << 30
 _CMD = re.compile(r"\] cmd = (.*)$")
 _SPAWN = re.compile(r"spawned with command: (\[.*\])\s*$")
 _TIMERS = re.compile(r"time \(ms\) \| (.*)$")
-_ITERATION = re.compile(r"^\s*iteration\s+(\d+)/\s*(\d+) \|.*elapsed time per iteration \(ms\): ([\d.]+)")
+_ITERATION = re.compile(r"elapsed time per iteration \(ms\): ([\d.]+)")
+"""Megatron's iteration line: ``iteration N/ M | ...`` or, in forks, other fields first
+(``elapsed_time 9.19 | consumed samples: ... | elapsed time per iteration (ms): 9195.7 | ...``)."""
 _MEMORY_LABEL = re.compile(r"see_memory_usage\] (.*?)\s*$")
 _GPU_MEMORY = re.compile(r"MA ([\d.]+) GB\s+Max_MA ([\d.]+) GB\s+CA ([\d.]+) GB\s+Max_CA ([\d.]+) GB")
 _CPU_MEMORY = re.compile(r"CPU Virtual Memory:\s+used = ([\d.]+) GB")
@@ -259,6 +261,6 @@ def _read_iterations(lines: list[str], log: TrainingLog) -> None:
                 except ValueError:
                     continue
             continue
-        if (done := _ITERATION.match(line)) is not None:
-            log.iterations.append({**timers, "iteration": float(done.group(3)) / 1000.0})
+        if (done := _ITERATION.search(line)) is not None:
+            log.iterations.append({**timers, "iteration": float(done.group(1)) / 1000.0})
             timers = {}
