@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from tiersim.config.profiles import (
     CPUProfile,
@@ -60,6 +60,9 @@ class HardwareSpec:
     numa_bound: bool = True
     """Each rank bound by numactl to its own cores and socket memory; False: unbound ranks
     that the OS scheduler places over the node's sockets."""
+    adam_simd: Literal["avx512", "avx2", "scalar"] | None = None
+    """The SIMD width DeepSpeed's CPU Adam was built for (its log: "created with AVX2 arithmetic
+    capability"); None: the widest the CPU profile has."""
     dram: str = "ddr5-4800-8ch"
     dram_capacity: int | None = size(None, gt=0, doc="per socket; overrides the profile")
     cxl: DeviceCount | None = None
@@ -80,6 +83,7 @@ class Hardware:
     sockets: int
     cores_per_rank: int
     numa_bound: bool
+    adam_simd: str | None
     dram: DRAMProfile
     dram_capacity_per_socket: int
     cxl: CXLProfile | None
@@ -211,6 +215,7 @@ def resolve_hardware(spec: HardwareSpec, source: str, search: tuple[Path, ...] =
         sockets=spec.sockets,
         cores_per_rank=cores,
         numa_bound=spec.numa_bound,
+        adam_simd=spec.adam_simd,
         dram=dram,
         dram_capacity_per_socket=spec.dram_capacity or dram.capacity,
         cxl=cxl,

@@ -25,7 +25,7 @@ _PLACEHOLDER_MODEL = ModelSpec(layers=1, hidden=64, heads=1, ffn=64, vocab=64)
 def host_hardware(host: HostProfile, threads: int, gpu: GPUProfile | None = None) -> Hardware:
     """One rank on a calibrated host: its CPU (``threads`` cores), DRAM, NVMe and GPU link."""
     return Hardware(gpu=gpu, gpus=1, link=host.link, fabric=None, pinned=True, cpu=host.cpu, sockets=1,
-                    cores_per_rank=threads, numa_bound=True, dram=host.dram,
+                    cores_per_rank=threads, numa_bound=True, adam_simd=None, dram=host.dram,
                     dram_capacity_per_socket=host.dram.capacity, cxl=None, cxl_count=0, nvme=host.nvme, nvme_count=1)
 
 
