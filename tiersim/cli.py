@@ -19,8 +19,8 @@ from collections.abc import Iterator, Sequence
 from tiersim._version import __version__
 from tiersim.errors import ConfigError, TiersimError
 
-COMMAND_MODULES = ("run", "profiles", "import-log", "fit", "calibrate", "validate", "reproduce", "sweep", "plan",
-                   "compare")
+COMMAND_MODULES = ("run", "profiles", "import-log", "replay", "fit", "calibrate", "validate", "reproduce", "sweep",
+                   "plan", "compare")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -20,14 +20,13 @@ from typing import Any
 import numpy as np
 from scipy.optimize import least_squares
 
-from tiersim.config.document import Origin
 from tiersim.config.hardware import Hardware
-from tiersim.config.profiles import HostProfile
 from tiersim.config.scenario import RunConfig
 from tiersim.errors import ConfigError
 from tiersim.fitting.predicted import predicted_quantities
+from tiersim.fitting.replay import log_config, system_node
 from tiersim.fitting.system import System, Unknown
-from tiersim.ingest.log_scenario import log_document, steady_state
+from tiersim.ingest.log_scenario import steady_state
 from tiersim.ingest.training_log import read_log
 from tiersim.simulate import simulate
 
@@ -94,16 +93,10 @@ class Problem:
         self.system = system
         self.runs: list[tuple[str, RunConfig]] = []
         self.measured: list[Measured] = []
+        node = system_node(system)
         for path in logs:
             log = read_log(path)
-            doc = log_document(log)
-            settings = Origin(system.source, "settings")
-            for key, value in system.settings.items():
-                if key.startswith("strategies.") and key.split(".")[1] not in doc.strategy_names():
-                    continue  # an option of a strategy this log did not run
-                doc = doc.with_values({key: value}, settings)
-            doc = doc.with_values({"hardware.host": system.name}, Origin(system.source, "name"))
-            (config,) = doc.configs(host=node_profile(system, system.parts))
+            config = log_config(log, node)
             steady = steady_state(log)
             wanted = [q for q in system.measures if q in steady]
             if not wanted:
@@ -188,13 +181,6 @@ def _intervals(jac: np.ndarray, fun: np.ndarray, x: np.ndarray) -> list[tuple[fl
         else:
             out.append((math.exp(x[k] - Z95 * sigma), math.exp(x[k] + Z95 * sigma)))
     return out
-
-
-def node_profile(system: System, parts: dict[str, Any]) -> HostProfile:
-    """The node as one host profile (what ``tiersim fit`` writes), from its parts."""
-    return HostProfile(kind="host", name=system.name, description=system.description, sources={},
-                       cpu=parts["cpu"], dram=parts["dram"], nvme=parts["nvme"], link=parts.get("link"),
-                       gpu=parts.get("gpu"), fabric=parts.get("fabric"), cxl=parts.get("cxl"))
 
 
 def _with_parts(hardware: Hardware, parts: dict[str, Any]) -> Hardware:
