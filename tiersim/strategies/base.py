@@ -300,6 +300,16 @@ class Strategy(ABC):
         wait for an earlier micro-step's tasks only through their streams (the micro-step loop
         is ``self_contained``: ``Session.repeat``)."""
 
+    def deferred_streams(self, b: StepBuilder, micro: int) -> frozenset[str]:
+        """Streams whose tasks the backward of ``micro`` defers: ``deferred_copies`` at the
+        accumulation boundary, ``accumulation_copies`` before it."""
+        return self.deferred_copies if micro == b.step.micro_steps - 1 else self.accumulation_copies
+
+    def backward_keys(self, b: StepBuilder, micro: int) -> tuple[Hashable, ...]:
+        """For each layer in backward order, what makes its backward's tasks differ from another
+        layer's (``Session.repeat``): by default its shape."""
+        return b.step.layer_shapes[::-1]
+
     def accumulation_links(self, b: StepBuilder) -> frozenset[str] | None:
         """The links ``offload_gradients`` uses in a micro-step before the boundary, if there
         it adds nothing but ``gradients_to_host``'s copies (or nothing at all), so that the first
@@ -412,13 +422,13 @@ class Strategy(ABC):
         next layer (not even its prefetch) is issued before it is done."""
         training = b.step.training
         b.marker(f"m{micro}.backward.begin", "backward")
-        deferring = self.deferred_copies if micro == b.step.micro_steps - 1 else self.accumulation_copies
+        deferring = self.deferred_streams(b, micro)
         if deferring:
             b.session.defer(deferring)
         computed: list[str] = []
         blocking: str | None = None
         layers = b.step.layers
-        for j in b.repeat(runs_of(b.step.layer_shapes[::-1])):
+        for j in b.repeat(runs_of(self.backward_keys(b, micro))):
             i = len(layers) - 1 - j
             layer = layers[i]
             prefix = f"m{micro}.bwd.{i}"
@@ -541,13 +551,15 @@ def gradient_offload_tasks(shape: StepShape) -> int:
     return 2 * shape.layers * shape.micro_steps
 
 
-def fp32_gradients_d2h(b: StepBuilder, memory: HostMemory, index: int, layer: LayerWork, ready: str) -> str:
+def fp32_gradients_d2h(b: StepBuilder, memory: HostMemory, index: int, layer: LayerWork, ready: str,
+                       after: tuple[str, ...] = ()) -> str:
     """At the accumulation boundary: the partition converted to fp32 on the GPU and copied D2H
     into a pinned host buffer (the optimizer's gradient, or a swap buffer), on
-    ``PARTITION_STREAM``."""
+    ``PARTITION_STREAM``, after ``ready`` and the tasks ``after``."""
     num_bytes = b.step.rank_partitions[index] * FP32_BYTES
     name = f"m{b.step.micro_steps - 1}.bwd.{index}.fp32_grad_d2h"
-    return b.add(pcie_kind(b, "d2h", "backward", memory, stream=PARTITION_STREAM).task(name, num_bytes, (ready,)))
+    kind = pcie_kind(b, "d2h", "backward", memory, stream=PARTITION_STREAM)
+    return b.add(kind.task(name, num_bytes, (ready, *after)))
 
 
 def params_to_gpu(b: StepBuilder, memory: HostMemory, group: SubGroup, after: str) -> str:

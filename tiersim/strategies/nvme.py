@@ -10,7 +10,9 @@ background (``swap_out_gradients``); the step's first swap-in waits for those wr
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable
 
+from tiersim.config.deepspeed_version import at_least
 from tiersim.config.hardware import Hardware
 from tiersim.engine.session import reach_back, runs_of
 from tiersim.errors import ModelError
@@ -32,6 +34,7 @@ from tiersim.strategies.base import (
     params_to_gpu,
 )
 from tiersim.strategies.footprint import pinned
+from tiersim.strategies.gradient_swapper import MIN_AIO_BYTES, drains
 from tiersim.strategies.memory import HostMemory
 from tiersim.strategies.swap import (
     TENSORS_SWAPPED_IN,
@@ -104,15 +107,51 @@ class NVMeSwap(Strategy):
             kind = b.kinds[key] = TaskKind(stream, phase, category, latency, usage, rate)
         return kind
 
-    def offload_gradients(self, b: StepBuilder, micro: int, index: int, layer: LayerWork, ready: str) -> None:
+    def offload_gradients(self, b: StepBuilder, micro: int, index: int, layer: LayerWork, ready: str) -> str | None:
+        """Every micro-step keeps the partition in the pinned host buffer; the boundary also
+        copies it to the gradient swapper's pinned buffers in fp32 and writes it to NVMe.
+
+        DeepSpeed 0.14 and later (tiersim's model of the seed's 0.16 runs): the copy and the
+        write run in the background until the step's first swap-in. 0.13 and earlier: as the
+        gradient swapper does it (``tiersim.strategies.gradient_swapper``), the host thread
+        waits for the blocking copy, and, where the swapper runs out of buffers, first for every
+        write submitted before; the next layer's backward is issued after."""
         dram = HostMemory.dram_only()
         kept = gradients_to_host(b, dram, micro, index, layer, ready)
-        if micro == b.step.micro_steps - 1:
-            staged = fp32_gradients_d2h(b, dram, index, layer, kept)
-            write = self._io_kind(b, "aio_write", "backward", True)
-            b.background.add(write.stream)
-            b.add(write.task(f"m{micro}.bwd.{index}.grad_write", b.step.rank_partitions[index] * FP32_BYTES,
-                                     (staged,)))
+        if micro < b.step.micro_steps - 1:
+            return None
+        waiting = swapper_waits(b.step)
+        tails = b.graph.stream_tails()
+        write = self._io_kind(b, "aio_write", "backward", True)
+        drained = waiting and self._drains(b.step)[index] and write.stream in tails
+        staged = fp32_gradients_d2h(b, dram, index, layer, kept, (tails[write.stream],) if drained else ())
+        b.background.add(write.stream)
+        b.add(write.task(f"m{micro}.bwd.{index}.grad_write", b.step.rank_partitions[index] * FP32_BYTES, (staged,)))
+        return staged if waiting else None
+
+    def _drains(self, step: TrainingStep) -> tuple[bool, ...]:
+        """For each layer, whether the gradient swapper runs out of buffers while taking its
+        fp32 gradients at the boundary (``gradient_swapper.drains``; layers in forward order)."""
+        opts = self.options
+        alignment = AIO_ALIGNED_BYTES * opts.thread_count // FP32_BYTES
+        dp = step.training.data_parallel
+        layers = tuple(tuple(-(-numel // dp) for numel in layer.tensors) for layer in step.layers[::-1])
+        min_numel = -(-max(MIN_AIO_BYTES, opts.block_size) // FP32_BYTES)
+        return drains(layers, _aligned(step.largest_subgroup, opts.thread_count), opts.buffer_count, alignment,
+                      min_numel)[::-1]
+
+    def deferred_streams(self, b: StepBuilder, micro: int) -> frozenset[str]:
+        """As the base class, but a boundary whose backward waits for its copies defers none."""
+        if micro == b.step.micro_steps - 1 and swapper_waits(b.step):
+            return frozenset()
+        return super().deferred_streams(b, micro)
+
+    def backward_keys(self, b: StepBuilder, micro: int) -> tuple[Hashable, ...]:
+        """A boundary layer where the gradient swapper waits for the drives builds otherwise."""
+        shapes = super().backward_keys(b, micro)
+        if micro < b.step.micro_steps - 1 or not swapper_waits(b.step):
+            return shapes
+        return tuple(zip(shapes, self._drains(b.step)[::-1], strict=True))
 
     def accumulation_links(self, b: StepBuilder) -> frozenset[str]:
         return gradient_copy_links(b, HostMemory.dram_only())
@@ -165,6 +204,14 @@ class NVMeSwap(Strategy):
             adam_done = b.add(adam.task(f"step.{i}.adam", group.numel, tuple(adam_deps)))
             updated.append(params_to_gpu(b, dram, group, adam_done))
             writes.append(b.add(swap_out.task(f"step.{i}.swap_out", TENSORS_SWAPPED_OUT * fp32, (updated[-1],))))
+
+
+def swapper_waits(step: TrainingStep) -> bool:
+    """Whether the boundary backward waits for the gradient swapper, as DeepSpeed's code does
+    (``tiersim.strategies.gradient_swapper``): tiersim's path for DeepSpeed 0.13 and earlier.
+    The code is the same in 0.16.2; tiersim keeps its background model there, with which the
+    seed node was fitted."""
+    return not at_least(step.training.deepspeed_version, (0, 14))
 
 
 AIO_ALIGNED_BYTES = 1024
