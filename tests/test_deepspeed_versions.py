@@ -142,3 +142,52 @@ def test_a_version_outside_the_modelled_range_is_refused(version: str) -> None:
     assert run.returncode == 2
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1 and "training.deepspeed_version" in lines[0] and "Traceback" not in run.stderr
+
+
+def _dram(version: str, overrides: tuple[str, ...] = ()) -> RunConfig:
+    """The one-layer model (``ONE_LAYER``) offloaded to DRAM under DeepSpeed ``version``."""
+    options = [o for o in ONE_LAYER if not o.startswith("strategies.")]
+    return load_scenario(QUICKSTART, [*options, *overrides, f"training.deepspeed_version=\"{version}\""],
+                         ["dram"])[0]
+
+
+def test_before_0_15_4_the_boundary_copies_16_bit_gradients_at_the_pageable_rate() -> None:
+    """Before DeepSpeed 0.15.4 ``partition_grads`` copies each boundary partition D2H in 16 bits
+    into a pageable temporary and converts it on the CPU: the backward moves 2 + 2 bytes per
+    element over PCIe D2H (the kept partition, then the copy) instead of 2 + 4, and a layer's
+    copy alone on its link takes the latency plus its bytes at the pageable rate."""
+    old, new = simulate(_dram("0.13.3"), trace=True), simulate(_dram("0.16"))
+    config = _dram("0.13.3")
+    hw, step = config.hardware, build_step(config.model, config.training)
+    elements = sum(step.rank_partitions)
+    assert step.grad_accum_bytes == 2
+
+    def d2h_bytes(result: Result) -> float:
+        return next(r["units_moved"] for r in result._utilisation
+                    if r["resource"] == "pcie_d2h" and r["phase"] == "backward")
+
+    assert d2h_bytes(old) == pytest.approx((2 + 2) * elements, rel=1e-12)
+    assert d2h_bytes(new) == pytest.approx((2 + 4) * elements, rel=1e-12)
+    start, end = span(old.trace, "m0.bwd.1.grad_d2h_pageable")
+    assert end - start == pytest.approx(hw.pcie_latency + 2 * step.rank_partitions[1] / hw.pageable_bandwidth,
+                                        rel=1e-9)
+    assert "m0.bwd.1.grad_convert" in set(old.trace["name"])
+
+
+@pytest.mark.parametrize("version", ["0.15.3", "0.15.4", "0.15", "0.16.2"])
+def test_the_host_conversion_path_changes_at_0_15_4(version: str) -> None:
+    names = set(simulate(_dram(version), trace=True).trace["name"])
+    assert ("m0.bwd.1.grad_convert" in names) == (version in ("0.15.3", "0.15"))
+
+
+@pytest.mark.parametrize(("strategy", "overrides"), [
+    ("dram", ["model.layers=8"]),
+    ("dram", ["model.layers=8", "training.global_batch=12", "hardware.gpus=4"]),
+    ("cxl", ["model.layers=6", "training.global_batch=3"]),
+])
+def test_the_0_13_host_path_is_the_same_with_and_without_fast_forward(strategy: str, overrides: list[str]) -> None:
+    config = load_scenario(QUICKSTART, [*overrides, "training.deepspeed_version=0.13.3"], [strategy])[0]
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from test_session import assert_same
+
+    assert_same(simulate(config), simulate(config, fast_forward=False))

@@ -20,10 +20,16 @@ _VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?(?:[+.\-][\w.+\-]*)?")
 
 def release(text: str) -> tuple[int, int]:
     """``"0.13.3+8074cd62"`` -> ``(0, 13)``; a ValueError for anything else."""
+    major, minor, _patch = patch_release(text)
+    return major, minor
+
+
+def patch_release(text: str) -> tuple[int, int, int]:
+    """``"0.13.3+8074cd62"`` -> ``(0, 13, 3)``, ``"0.16"`` -> ``(0, 16, 0)``; a ValueError for anything else."""
     match = _VERSION.fullmatch(text.strip())
     if match is None:
         raise ValueError(f"not a DeepSpeed version: {text!r}")
-    return int(match.group(1)), int(match.group(2))
+    return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
 
 
 def check_version(text: str, source: str, path: str) -> None:
@@ -37,6 +43,7 @@ def check_version(text: str, source: str, path: str) -> None:
                           f"{OLDEST[0]}.{OLDEST[1]} to {NEWEST[0]}.{NEWEST[1]})")
 
 
-def at_least(text: str, wanted: tuple[int, int]) -> bool:
-    """Whether DeepSpeed ``text`` (already checked) is release ``wanted`` or newer."""
-    return release(text) >= wanted
+def at_least(text: str, wanted: tuple[int, int] | tuple[int, int, int]) -> bool:
+    """Whether DeepSpeed ``text`` (already checked) is release ``wanted`` (major, minor and
+    optionally patch; a version without a patch number is its ``.0``) or newer."""
+    return patch_release(text)[:len(wanted)] >= wanted

@@ -6,6 +6,8 @@ buffer (a D2H and an H2D copy in ``grad_accum_dtype``). At the accumulation boun
 ``partition_grads`` also converts it to fp32 on the GPU, copies it D2H into a pinned staging
 buffer, synchronizes the device and copies it on the CPU into the optimizer's fp32 gradient:
 the host thread waits for all of it, so the next layer's backward cannot begin before.
+DeepSpeed before 0.15.4 instead copies the 16-bit partition D2H into a pageable temporary and
+converts it to fp32 on the CPU (``converts_on_host``); the host thread waits for that too.
 
 Step, per sub-group: CPU Adam, then the updated params converted to 16 bits on the CPU and
 copied H2D from that pageable temporary (a blocking copy, before the next sub-group).
@@ -17,9 +19,11 @@ read and write CXL memory directly.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tiersim.config.deepspeed_version import at_least
 from tiersim.config.hardware import Hardware
 from tiersim.config.schema import number
 from tiersim.engine.session import runs_of
@@ -41,6 +45,7 @@ from tiersim.strategies.base import (
     host_copy_kind,
     largest_partition,
     params_to_gpu,
+    pcie_kind,
 )
 from tiersim.strategies.footprint import pinned
 from tiersim.strategies.memory import HostMemory
@@ -74,7 +79,8 @@ class HostOffload(Strategy):
         (fp32 params), ``initialize_optimizer_states`` (``subgroup_gradient_buffer``, pinned
         when ``offload_optimizer.pin_memory``), ``_setup_for_real_optimizer``
         (``grad_partitions_flat_buffer``, pinned; ``pinned_grad_buffer`` of the largest
-        partition); ``deepspeed/ops/adam/cpu_adam.py`` (``exp_avg``, ``exp_avg_sq``)."""
+        partition); ``deepspeed/ops/adam/cpu_adam.py`` (``exp_avg``, ``exp_avg_sq``). Before
+        0.15.4 there is no staging buffer but the pageable temporary of ``converts_on_host``."""
         memory = self.memory(hw)
         ranks = step.training.data_parallel
         pin = pinned if hw.pinned else int
@@ -86,7 +92,7 @@ class HostOffload(Strategy):
             ("fp32 gradients (per sub-group)", FP32_BYTES * rank,
              sum(pin(FP32_BYTES * g.numel) for g in step.subgroups)),
             ("gradient partitions (grad_accum_dtype)", step.grad_accum_bytes * rank, pin(step.grad_accum_bytes * rank)),
-            ("fp32 gradient staging", FP32_BYTES * largest_partition(step), pin(FP32_BYTES * largest_partition(step))),
+            staging(step, pin),
             ("16-bit temporary of the H2D copy", step.lp_bytes * largest, None),
             ("retained after the first step", 0, footprint.FIRST_STEP_RETAINED_BYTES * rank),
             ("process runtime", 0, footprint.PROCESS_HOST_BYTES),
@@ -98,14 +104,17 @@ class HostOffload(Strategy):
                 placement.put(tier, what, split[tier], split_held[tier])
 
     def gradient_conversion_bytes(self, step: TrainingStep) -> int:
-        """``partition_grads`` converts one tensor's partition to fp32 at a time."""
-        return FP32_BYTES * largest_partition(step)
+        """``partition_grads`` converts one tensor's partition to fp32 at a time, on the GPU
+        (none before 0.15.4: ``converts_on_host``)."""
+        return 0 if converts_on_host(step) else FP32_BYTES * largest_partition(step)
 
     def offload_gradients(self, b: StepBuilder, micro: int, index: int, layer: LayerWork, ready: str) -> str | None:
         memory = self.memory(b.hw)
         kept = gradients_to_host(b, memory, micro, index, layer, ready)
         if micro < b.step.micro_steps - 1:
             return None
+        if converts_on_host(b.step):
+            return _converted_on_host(b, memory, index, kept)
         staged = fp32_gradients_d2h(b, memory, index, layer, kept)
         copy = host_copy_kind(b, "backward", "grad_copy", memory, FP32_BYTES, FP32_BYTES, GRADIENT_HOOK_THREADS)
         return b.add(copy.task(f"m{micro}.bwd.{index}.grad_copy", b.step.rank_partitions[index],
@@ -129,6 +138,39 @@ class HostOffload(Strategy):
             group = groups[i]
             updated = b.add(adam.task(f"step.{group.index}.adam", group.numel, (done,)))
             done = params_to_gpu(b, memory, group, updated)
+
+
+def converts_on_host(step: TrainingStep) -> bool:
+    """Whether ``partition_grads`` copies the boundary's gradient partition into the optimizer's
+    fp32 gradient with one blocking ``fp32_grad_tensor.copy_(grad_buffer)`` (DeepSpeed before
+    0.15.4: v0.13.3 ``stage3.py`` line 1468), which PyTorch runs as a D2H copy of the 16-bit
+    partition into a fresh pageable temporary and a conversion to fp32 on the CPU
+    (``aten/src/ATen/native/cuda/Copy.cu`` ``copy_kernel_cuda``: "For blocking transfers
+    conversions are performed on CPU"). 0.15.4 on converts on the GPU and copies through the
+    pinned ``pinned_grad_buffer`` (DeepSpeed PR #6670; v0.16.2 ``stage3.py`` lines 1516-1522)."""
+    return not at_least(step.training.deepspeed_version, (0, 15, 4))
+
+
+def staging(step: TrainingStep, pin: Callable[[int], int]) -> tuple[str, int, int | None]:
+    """The host buffer the boundary's gradient copy goes through, per rank: the pinned fp32
+    ``pinned_grad_buffer`` of the largest partition, or before 0.15.4 the pageable 16-bit
+    temporary of ``converts_on_host`` (bytes allocated, held)."""
+    largest = largest_partition(step)
+    if converts_on_host(step):
+        return "16-bit temporary of the gradient copy", step.grad_accum_bytes * largest, None
+    return "fp32 gradient staging", FP32_BYTES * largest, pin(FP32_BYTES * largest)
+
+
+def _converted_on_host(b: StepBuilder, memory: HostMemory, index: int, kept: str) -> str:
+    """``converts_on_host``: the 16-bit partition copied D2H at the pageable rate on
+    ``PARTITION_STREAM``, then converted to fp32 into the optimizer's gradient on the hook's
+    threads; the host thread waits for both. Returns the conversion."""
+    micro, numel = b.step.micro_steps - 1, b.step.rank_partitions[index]
+    lp = b.step.grad_accum_bytes
+    d2h = pcie_kind(b, "d2h", "backward", memory, b.hw.pageable_bandwidth, stream=PARTITION_STREAM)
+    copied = b.add(d2h.task(f"m{micro}.bwd.{index}.grad_d2h_pageable", numel * lp, (kept,)))
+    convert = host_copy_kind(b, "backward", "grad_convert", memory, lp, FP32_BYTES, GRADIENT_HOOK_THREADS)
+    return b.add(convert.task(f"m{micro}.bwd.{index}.grad_convert", numel, (copied,)))
 
 
 @dataclass(frozen=True)
