@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tiersim.config.document import load_scenario
 from tiersim.config.scenario import RunConfig
@@ -20,6 +22,9 @@ from tiersim.strategies.gradient_swapper import drains
 from tiersim.strategies.nvme import NVMeSwap
 from tiersim.strategies.swap import stream_rate
 from tiersim.workload import build_step
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_session import assert_agrees, assert_same, generated  # noqa: E402  (the fast-forward checks)
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
@@ -101,9 +106,6 @@ def test_the_013_step_does_the_same_work() -> None:
 
 def _assert_fast_is_full(config: RunConfig) -> None:
     """The swapper waits somewhere in the backward, and the fast-forward gives the full run."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from test_session import assert_same
-
     assert any(NVMeSwap(config.options)._drains(build_step(config.model, config.training)))
     assert_same(simulate(config), simulate(config, fast_forward=False))
 
@@ -187,7 +189,14 @@ def test_the_host_conversion_path_changes_at_0_15_4(version: str) -> None:
 ])
 def test_the_0_13_host_path_is_the_same_with_and_without_fast_forward(strategy: str, overrides: list[str]) -> None:
     config = load_scenario(QUICKSTART, [*overrides, "training.deepspeed_version=0.13.3"], [strategy])[0]
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from test_session import assert_same
-
     assert_same(simulate(config), simulate(config, fast_forward=False))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_generated_0_13_scenarios_are_the_same_with_and_without_fast_forward(data: st.DataObject) -> None:
+    """``test_session``'s generated scenarios (every strategy, the settings that shape loops)
+    under DeepSpeed 0.13.3."""
+    drawn = data.draw(generated())
+    config = replace(drawn, training=replace(drawn.training, deepspeed_version="0.13.3"))
+    assert_agrees(config, simulate(config), simulate(config, fast_forward=False))
