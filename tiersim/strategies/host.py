@@ -143,7 +143,7 @@ class HostOffload(Strategy):
 def converts_on_host(step: TrainingStep) -> bool:
     """Whether ``partition_grads`` copies the boundary's gradient partition into the optimizer's
     fp32 gradient with one blocking ``fp32_grad_tensor.copy_(grad_buffer)`` (DeepSpeed before
-    0.15.4: v0.13.3 ``stage3.py`` line 1468), which PyTorch runs as a D2H copy of the 16-bit
+    0.15.4: v0.13.3 ``stage3.py`` line 1467), which PyTorch runs as a D2H copy of the 16-bit
     partition into a fresh pageable temporary and a conversion to fp32 on the CPU
     (``aten/src/ATen/native/cuda/Copy.cu`` ``copy_kernel_cuda``: "For blocking transfers
     conversions are performed on CPU"). 0.15.4 on converts on the GPU and copies through the
