@@ -30,6 +30,7 @@ from typing import Literal
 from tiersim.config.deepspeed_version import DEFAULT_VERSION, check_version
 from tiersim.config.schema import integer, number
 from tiersim.errors import ConfigError
+from tiersim.layer_kernels import NO_KERNELS, PassKernels, decoder_passes, embedding_passes, head_passes
 
 _KORTHIKANTI_BYTES_PER_ELEMENT = 34
 """Korthikanti et al. 2022 activation bytes per (token x hidden) per layer, flash attention."""
@@ -132,6 +133,10 @@ class LayerWork:
     tensors: tuple[int, ...] = ()
     checkpointed: bool = False
     """Whether backward recomputes this layer's forward (activation checkpointing)."""
+    forward_kernels: PassKernels = NO_KERNELS
+    """The forward's GEMMs and memory-bound bytes (``tiersim.layer_kernels``); a recompute runs it again."""
+    backward_kernels: PassKernels = NO_KERNELS
+    """The backward's GEMMs and memory-bound bytes."""
 
 
 @dataclass(frozen=True)
@@ -320,6 +325,7 @@ def _decoder_layer(index: int, model: ModelSpec, training: TrainingSpec, lp_byte
     full = _full_layer_activation_bytes(model, training)
     checkpointing = training.activation_checkpointing
     tensors = _layer_tensors(model)
+    forward_kernels, backward_kernels = decoder_passes(model, training)
     return LayerWork(
         name=f"layer.{index}",
         params=sum(tensors),
@@ -330,13 +336,17 @@ def _decoder_layer(index: int, model: ModelSpec, training: TrainingSpec, lp_byte
         working_bytes=full,
         tensors=tensors,
         checkpointed=checkpointing,
+        forward_kernels=forward_kernels,
+        backward_kernels=backward_kernels,
     )
 
 
-def _embedding_layer(model: ModelSpec) -> LayerWork:
-    """The embedding lookup: parameters only, no FLOPs, no kept activations."""
+def _embedding_layer(model: ModelSpec, training: TrainingSpec) -> LayerWork:
+    """The embedding lookup: parameters, no FLOPs, no kept activations, a gather of rows."""
     params = _embedding_params(model)
-    return LayerWork("embedding", params, 0.0, 0.0, 0.0, 0, 0, tensors=(params,))
+    forward, backward = embedding_passes(model, training)
+    return LayerWork("embedding", params, 0.0, 0.0, 0.0, 0, 0, tensors=(params,), forward_kernels=forward,
+                     backward_kernels=backward)
 
 
 def _head_layer(model: ModelSpec, training: TrainingSpec, lp_bytes: int) -> LayerWork:
@@ -344,6 +354,7 @@ def _head_layer(model: ModelSpec, training: TrainingSpec, lp_bytes: int) -> Laye
     tokens = training.seq_len * training.micro_batch
     forward = 2.0 * tokens * model.hidden * model.vocab
     tensors = _head_tensors(model)
+    forward_kernels, backward_kernels = head_passes(model, training)
     return LayerWork(
         name="final_norm+lm_head",
         params=sum(tensors),
@@ -353,6 +364,8 @@ def _head_layer(model: ModelSpec, training: TrainingSpec, lp_bytes: int) -> Laye
         activation_bytes=_input_bytes(model, training, lp_bytes),
         working_bytes=tokens * model.vocab * lp_bytes,
         tensors=tensors,
+        forward_kernels=forward_kernels,
+        backward_kernels=backward_kernels,
     )
 
 
@@ -473,7 +486,7 @@ def build_step(model: ModelSpec, training: TrainingSpec) -> TrainingStep:
     training.validate("<api>", "training")
     lp_bytes = 2  # bf16 and fp16 are both 16-bit
     decoder = tuple(_decoder_layer(i, model, training, lp_bytes) for i in range(model.layers))
-    layers = (_embedding_layer(model), *decoder, _head_layer(model, training, lp_bytes))
+    layers = (_embedding_layer(model, training), *decoder, _head_layer(model, training, lp_bytes))
     partitions = _partitions(layers, training)
     return TrainingStep(
         model=model,

@@ -47,12 +47,19 @@ class _ProfileBase:
 
 @dataclass(frozen=True, kw_only=True)
 class GPUProfile(_ProfileBase):
-    """A GPU: HBM capacity (bytes) and bandwidth (bytes/s), dense bf16 peak (FLOP/s)."""
+    """A GPU: HBM capacity (bytes) and bandwidth (bytes/s), dense bf16 peak (FLOP/s), its SMs and
+    the output tile its GEMM kernels compute per SM (``tiersim.strategies.gpu_kernels``)."""
 
     hbm_capacity: int = size(gt=0)
     hbm_bandwidth: float = rate()
     bf16_flops: float = flops()
-    compute_efficiency: float = number(gt=0, le=1, doc="achieved / peak for large GEMMs")
+    sm_count: int = integer(gt=0, doc="streaming multiprocessors; bf16_flops / sm_count is one SM's peak")
+    gemm_tile_m: int = integer(gt=0, doc="rows of the output tile one thread block of a large bf16 GEMM computes")
+    gemm_tile_n: int = integer(gt=0, doc="columns of that tile")
+    compute_efficiency: float = number(gt=0, le=1, doc="achieved / peak of the MMA pipeline on a full wave "
+                                                       "of large tiles")
+    zero3_hook_latency: float = duration(doc="host seconds ZeRO-3's hooks take per module call and pass "
+                                             "(parameter fetch and release bookkeeping) on the thread driving this GPU")
     memory_efficiency: float = number(gt=0, le=1, doc="achieved / peak HBM bandwidth")
     nvlink_bandwidth: float = rate(doc="per GPU, per direction, for reduce-scatter/all-gather")
     reserved_memory: int = size(doc="held outside the caching allocator: CUDA context, NCCL buffers, libraries")

@@ -22,7 +22,9 @@ from tiersim.engine import Task
 from tiersim.engine.graph import TaskGraph, Usage
 from tiersim.engine.session import Runs, Session, reach_back, runs_of
 from tiersim.frozen import by_fields
+from tiersim.layer_kernels import PassKernels
 from tiersim.strategies import footprint
+from tiersim.strategies.gpu_kernels import pass_seconds
 from tiersim.strategies.memory import HostMemory
 from tiersim.workload import LayerWork, StepShape, SubGroup, TrainingStep
 
@@ -211,6 +213,8 @@ class StepBuilder:
         """The indices of a loop whose alike iterations the session may fast-forward over."""
         self.kinds: dict[Hashable, TaskKind] = {}
         """Task kinds made for this schedule, by what they were made from."""
+        self.pass_times: dict[PassKernels, float] = {}
+        """Seconds of each distinct layer pass, worked out once per schedule."""
         self.background: set[str] = set()
         """Streams whose backward work may run on into the optimizer step (the step does not
         wait for them to begin; the strategy waits where it needs them)."""
@@ -234,18 +238,21 @@ class StepBuilder:
         """Data-parallel degree (ranks)."""
         return self.step.training.data_parallel
 
-    def gpu_seconds(self, flops: float) -> float:
-        """Seconds of GPU compute for ``flops`` at the achieved bf16 rate."""
-        return flops / (self.gpu.bf16_flops * self.gpu.compute_efficiency)
+    def pass_seconds(self, work: PassKernels) -> float:
+        """Seconds of one layer pass on the rank's GPU (``tiersim.strategies.gpu_kernels``)."""
+        seconds = self.pass_times.get(work)
+        if seconds is None:
+            seconds = self.pass_times[work] = pass_seconds(work, self.gpu, self.step.training.zero_stage)
+        return seconds
 
     def marker(self, name: str, phase: str, deps: tuple[str, ...] = ()) -> str:
         """A zero-length task on the GPU stream marking where a phase begins."""
         # fields by position: compiled, a keyword argument makes the call go through Python
         return self.add(Task(name, "gpu", phase, "marker", 0.0, 0.0, (), math.inf, deps))
 
-    def compute(self, name: str, phase: str, flops: float, deps: tuple[str, ...]) -> str:
-        """GPU kernels of ``flops`` on the compute stream."""
-        return self.add(Task(name, "gpu", phase, "compute", self.gpu_seconds(flops), 0.0, (), math.inf, deps))
+    def compute(self, name: str, phase: str, work: PassKernels, deps: tuple[str, ...]) -> str:
+        """A layer pass's kernels on the compute stream."""
+        return self.add(Task(name, "gpu", phase, "compute", self.pass_seconds(work), 0.0, (), math.inf, deps))
 
     def collective(self, name: str, stream: str, phase: str, num_bytes: float, deps: tuple[str, ...]) -> str | None:
         """A ring collective (all-gather or reduce-scatter) of ``num_bytes``: after the fabric's
@@ -412,7 +419,7 @@ class Strategy(ABC):
             layer = layers[i]
             prefetch = tuple(reach_back(computed, 2) or [begin])
             ag = self._gather(b, f"m{micro}.fwd.{i}.allgather", "forward", layer, prefetch)
-            computed.append(b.compute(f"m{micro}.fwd.{i}", "forward", layer.forward_flops, _some(ag)))
+            computed.append(b.compute(f"m{micro}.fwd.{i}", "forward", layer.forward_kernels, _some(ag)))
 
     def _backward(self, b: StepBuilder, micro: int) -> None:
         """Layers in reverse. A checkpointed layer is gathered, recomputed, gathered again (ZeRO-3
@@ -432,15 +439,15 @@ class Strategy(ABC):
             i = len(layers) - 1 - j
             layer = layers[i]
             prefix = f"m{micro}.bwd.{i}"
-            passes = (("recompute", layer.recompute_flops), ("", layer.backward_flops)) if layer.checkpointed else (
-                ("", layer.backward_flops),)
-            for label, flops in passes:
+            passes = (("recompute", layer.forward_kernels), ("", layer.backward_kernels)) if layer.checkpointed else (
+                ("", layer.backward_kernels),)
+            for label, work in passes:
                 name = f"{prefix}.{label}" if label else prefix
                 after = tuple(reach_back(computed, 2))
                 if blocking is not None:
                     after = (*after, blocking)
                 ag = self._gather(b, f"{name}.allgather" if label else f"{prefix}.allgather", "backward", layer, after)
-                computed.append(b.compute(name, "backward", flops, _some(ag) or after))
+                computed.append(b.compute(name, "backward", work, _some(ag) or after))
             factor = 1 if training.zero_stage >= 2 else 2
             rs = b.collective(f"{prefix}.reduce", "reduce_scatter", "backward",
                               factor * layer.params * b.step.lp_bytes, (computed[-1],))

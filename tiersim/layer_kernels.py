@@ -1,0 +1,198 @@
+"""The kernels of one layer's passes: GEMM shapes and the bytes of the memory-bound kernels.
+
+Knows nothing of devices (``tiersim.strategies.gpu_kernels`` times them on a GPU). Shapes follow
+Megatron-DeepSpeed's ``ParallelTransformerLayer`` (``megatron/model/transformer.py``, as of
+March 2024, commit ebe8025) without tensor parallelism: ``t = seq * micro_batch`` tokens, ``h``
+hidden, ``kv`` the width of k (and of v), ``f`` the FFN size, ``a`` heads, ``d`` head size. 16-bit
+elements are 2 bytes. A GEMM ``(m, n, k, batch)`` computes ``batch`` products of an ``m x k`` and a
+``k x n`` matrix; a linear layer over ``t`` tokens is ``(t, outputs, inputs)``. Its backward is the
+input gradient ``(t, inputs, outputs)`` and the weight gradient ``(inputs, outputs, t)``.
+
+Memory-bound kernels, bytes read + written per forward (counted from the source named):
+
+* RMSNorm (``megatron/model/rmsnorm.py``, unfused torch): ``x.float()`` 2+4, ``pow(2)`` 4+4,
+  ``mean(-1)`` 4, ``x * rsqrt(...)`` 4+4, ``type_as(x)`` 4+2, ``* weight`` 2+2: 36 bytes per
+  element of the ``t x h`` input. LayerNorm (apex's fused kernel): 2+2.
+* Attention glue: the query's reshape of a strided slice copies it (2+2 per element of ``t x h``);
+  with GQA ``repeat_kv`` writes k and v at full width (``2*(2*t*kv + 2*t*h)``); rotary
+  (``megatron/model/rotary_pos_embedding.py``) on q and on the repeated k: ``t*cos`` 2n, the
+  negated half n, ``cat`` 2n, ``*sin`` 2n, the add 3n element accesses, 20 bytes per element each;
+  the context's ``permute(...).contiguous()`` 2+2 (with flash attention, q, k, v and the context are
+  rearranged instead: 4 copies).
+* Scale-mask-softmax (Megatron's fused ``scaled_upper_triang_masked_softmax``, ``sk <= 4096``):
+  reads and writes the ``b*a x s x s`` 16-bit score matrix; the QK^T GEMM writes it and the PV
+  GEMM reads it (their own bytes). Flash attention keeps it on chip: no ``s^2`` traffic.
+* Two residual adds (the bias-dropout-add with no bias and dropout 0: ``F.dropout`` returns its
+  input when ``p == 0``): 2+2+2 per element each. SwiGLU: ``silu`` 2+2, the product 4+2 per
+  element of ``t x f``; GELU 2+2.
+* Cross entropy (``megatron/core/tensor_parallel/cross_entropy.py`` on ``output.float()``): the
+  cast 2+4, max 4, subtract 4+4, exp 4+4, sum 4, divide 4+4: 38 bytes per logit; backward
+  multiplies (4+4) and casts back (4+2): 14.
+
+Backward: an elementwise kernel's gradient reads the output gradient and its saved input and
+writes the input gradient, twice the forward's bytes (``BACKWARD_TRAFFIC``); the softmax backward
+reads the probabilities and their gradient and writes the scores' gradient (3 passes of the score
+matrix). Biases are added in the GEMMs' epilogue or the residual add; dropout is not modelled
+(Llama-style runs set it to 0). Kernel launches are not counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tiersim.workload import ModelSpec, TrainingSpec
+
+LP = 2
+"""Bytes per 16-bit element."""
+RMSNORM_BYTES = 36
+"""Bytes read + written per element by Megatron-DeepSpeed's unfused RMSNorm forward."""
+LAYERNORM_BYTES = 4
+"""Bytes read + written per element by apex's fused LayerNorm forward."""
+ROTARY_BYTES = 20
+"""Bytes read + written per element of q (or k) by the unfused rotary embedding."""
+CROSS_ENTROPY_BYTES = 38
+"""Bytes per logit of the fp32 cross entropy's forward."""
+CROSS_ENTROPY_BACKWARD_BYTES = 14
+"""Bytes per logit of the cross entropy's backward and the cast of its gradient."""
+BACKWARD_TRAFFIC = 2
+"""Backward bytes of an elementwise kernel per forward byte."""
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """``batch`` products of an ``m x k`` and a ``k x n`` matrix moving ``hbm_bytes`` bytes."""
+
+    m: int
+    n: int
+    k: int
+    batch: int
+    hbm_bytes: float
+
+    @property
+    def flops(self) -> float:
+        """2 FLOPs per multiply-accumulate."""
+        return 2.0 * self.m * self.n * self.k * self.batch
+
+
+@dataclass(frozen=True)
+class PassKernels:
+    """One pass (forward or backward) of one layer over one micro-batch: its GEMMs, the bytes its
+    memory-bound kernels read and write, and how many module calls run ZeRO-3's hooks."""
+
+    gemms: tuple[Gemm, ...] = ()
+    memory_bytes: float = 0.0
+    module_calls: int = 0
+
+    @property
+    def flops(self) -> float:
+        """FLOPs of the pass's GEMMs."""
+        return sum(g.flops for g in self.gemms)
+
+
+NO_KERNELS = PassKernels()
+
+
+def gemm(m: int, n: int, k: int, batch: int = 1, on_chip: int = 0) -> Gemm:
+    """A GEMM reading both operands and writing its result once in 16 bits, but for ``on_chip``
+    elements per product that a fused kernel keeps on chip (flash attention's score matrix)."""
+    return Gemm(m, n, k, batch, float(LP * batch * (m * k + k * n + m * n - on_chip)))
+
+
+def linear(tokens: int, inputs: int, outputs: int) -> Gemm:
+    """The forward GEMM of a linear layer over ``tokens``."""
+    return gemm(tokens, outputs, inputs)
+
+
+def linear_backward(forward: Gemm) -> tuple[Gemm, Gemm]:
+    """Input gradient and weight gradient of a linear layer's forward GEMM."""
+    tokens, outputs, inputs = forward.m, forward.n, forward.k
+    return gemm(tokens, inputs, outputs), gemm(inputs, outputs, tokens)
+
+
+def _linears(model: ModelSpec, tokens: int) -> tuple[Gemm, ...]:
+    """QKV (q at full width, k and v at ``kv``), attention output, FFN in (gate and up fused for
+    SwiGLU), FFN out."""
+    h, kv = model.hidden, model.kv_head_count * model.head_dim
+    ffn_in = (2 if model.activation == "swiglu" else 1) * model.ffn
+    return (linear(tokens, h, h + 2 * kv), linear(tokens, h, h), linear(tokens, h, ffn_in),
+            linear(tokens, model.ffn, h))
+
+
+def _attention(model: ModelSpec, training: TrainingSpec, backward: bool) -> tuple[Gemm, ...]:
+    """Scores and values per head: QK^T ``(s, s, d)`` and PV ``(s, d, s)`` over ``b*a`` heads; the
+    backward's dQ, dK, dV ``(s, d, s)`` and dP ``(s, s, d)``, and with flash attention QK^T once more
+    (its backward recomputes the scores); flash keeps every ``s x s`` operand on chip."""
+    s, d, heads = training.seq_len, model.head_dim, training.micro_batch * model.heads
+    scores = s * s if training.flash_attention else 0
+    if not backward:
+        return gemm(s, s, d, heads, scores), gemm(s, d, s, heads, scores)
+    grads = (gemm(s, d, s, heads, scores),) * 3 + (gemm(s, s, d, heads, scores),)
+    return (gemm(s, s, d, heads, scores), *grads) if training.flash_attention else grads
+
+
+def _norm_bytes(model: ModelSpec, tokens: int) -> float:
+    """Forward bytes of one norm over ``tokens``."""
+    per_element = RMSNORM_BYTES if model.norm == "rmsnorm" else LAYERNORM_BYTES
+    return float(per_element * tokens * model.hidden)
+
+
+def _elementwise_bytes(model: ModelSpec, training: TrainingSpec) -> float:
+    """Forward bytes of a decoder layer's memory-bound kernels but the softmax."""
+    tokens = training.seq_len * training.micro_batch
+    th = tokens * model.hidden
+    kv = model.kv_head_count * model.head_dim
+    gqa = 2 * LP * (tokens * kv + th) if model.kv_head_count != model.heads else 0
+    layout = 4 * 2 * LP * th if training.flash_attention else 2 * 2 * LP * th
+    activation = (5 if model.activation == "swiglu" else 2) * LP * tokens * model.ffn
+    residual = 2 * 3 * LP * th
+    return 2 * _norm_bytes(model, tokens) + gqa + 2 * ROTARY_BYTES * th + layout + activation + residual
+
+
+def score_matrix_bytes(model: ModelSpec, training: TrainingSpec) -> float:
+    """Bytes of one layer's 16-bit score matrices (``b * a * s^2 * 2``); 0 with flash attention."""
+    if training.flash_attention:
+        return 0.0
+    return float(LP * training.micro_batch * model.heads * training.seq_len**2)
+
+
+def decoder_module_calls(training: TrainingSpec) -> int:
+    """Modules of a ``ParallelTransformerLayer`` whose ZeRO-3 hooks run in one pass: the layer,
+    input norm, self-attention, QKV, core attention, dense, post-attention norm, MLP, its two
+    linears; without flash attention also the softmax and the attention dropout modules."""
+    return 10 if training.flash_attention else 12
+
+
+def decoder_passes(model: ModelSpec, training: TrainingSpec) -> tuple[PassKernels, PassKernels]:
+    """Forward and backward of one decoder layer over one micro-batch."""
+    tokens = training.seq_len * training.micro_batch
+    linears = _linears(model, tokens)
+    elementwise = _elementwise_bytes(model, training)
+    scores = score_matrix_bytes(model, training)
+    calls = decoder_module_calls(training)
+    forward = PassKernels((*linears, *_attention(model, training, False)), elementwise + 2 * scores, calls)
+    grads = tuple(g for fwd in linears for g in linear_backward(fwd))
+    backward = PassKernels((*grads, *_attention(model, training, True)),
+                           BACKWARD_TRAFFIC * elementwise + 3 * scores, calls)
+    return forward, backward
+
+
+def head_passes(model: ModelSpec, training: TrainingSpec) -> tuple[PassKernels, PassKernels]:
+    """Final norm, LM head and the fp32 cross entropy (modules: the norm and the output layer)."""
+    tokens = training.seq_len * training.micro_batch
+    head = linear(tokens, model.hidden, model.vocab)
+    norm = _norm_bytes(model, tokens)
+    logits = tokens * model.vocab
+    forward = PassKernels((head,), norm + CROSS_ENTROPY_BYTES * logits, 2)
+    backward = PassKernels(linear_backward(head), BACKWARD_TRAFFIC * norm + CROSS_ENTROPY_BACKWARD_BYTES * logits, 2)
+    return forward, backward
+
+
+def embedding_passes(model: ModelSpec, training: TrainingSpec) -> tuple[PassKernels, PassKernels]:
+    """The lookup reads and writes one 16-bit row per token; its backward zeroes the dense
+    ``vocab x hidden`` gradient and adds a row per token into it (modules: the embedding, the
+    word embeddings, the embedding dropout)."""
+    rows = LP * training.seq_len * training.micro_batch * model.hidden
+    table = LP * model.vocab * model.hidden
+    return PassKernels((), 2.0 * rows, 3), PassKernels((), float(table + 2 * rows), 3)
