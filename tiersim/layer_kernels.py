@@ -132,7 +132,7 @@ def _attention(model: ModelSpec, training: TrainingSpec, backward: bool) -> tupl
     return (gemm(s, s, d, heads, scores), *grads) if training.flash_attention else grads
 
 
-def _norm_bytes(model: ModelSpec, tokens: int) -> float:
+def norm_bytes(model: ModelSpec, tokens: int) -> float:
     """Forward bytes of one norm over ``tokens``."""
     per_element = RMSNORM_BYTES if model.norm == "rmsnorm" else LAYERNORM_BYTES
     return float(per_element * tokens * model.hidden)
@@ -147,7 +147,7 @@ def _elementwise_bytes(model: ModelSpec, training: TrainingSpec) -> float:
     layout = 4 * 2 * LP * th if training.flash_attention else 2 * 2 * LP * th
     activation = (5 if model.activation == "swiglu" else 2) * LP * tokens * model.ffn
     residual = 2 * 3 * LP * th
-    return 2 * _norm_bytes(model, tokens) + gqa + 2 * ROTARY_BYTES * th + layout + activation + residual
+    return 2 * norm_bytes(model, tokens) + gqa + 2 * ROTARY_BYTES * th + layout + activation + residual
 
 
 def score_matrix_bytes(model: ModelSpec, training: TrainingSpec) -> float:
@@ -182,7 +182,7 @@ def head_passes(model: ModelSpec, training: TrainingSpec) -> tuple[PassKernels, 
     """Final norm, LM head and the fp32 cross entropy (modules: the norm and the output layer)."""
     tokens = training.seq_len * training.micro_batch
     head = linear(tokens, model.hidden, model.vocab)
-    norm = _norm_bytes(model, tokens)
+    norm = norm_bytes(model, tokens)
     logits = tokens * model.vocab
     forward = PassKernels((head,), norm + CROSS_ENTROPY_BYTES * logits, 2)
     backward = PassKernels(linear_backward(head), BACKWARD_TRAFFIC * norm + CROSS_ENTROPY_BACKWARD_BYTES * logits, 2)
