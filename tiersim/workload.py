@@ -14,6 +14,8 @@ Conventions (Llama-style decoder, one rank, one micro-batch unless stated):
   counted in full (not halved for causality), as Megatron-LM does. Norms, biases, softmax and
   activations are not counted. The embedding lookup costs 0. Backward = 2x forward.
   Recompute under activation checkpointing = the forward of the decoder layers (not the head).
+  These FLOPs are the model's (MFU); what the GPU runs, pass by pass, is listed as GEMM shapes
+  and memory-bound bytes by ``tiersim.layer_kernels`` (``LayerWork.forward_kernels``, ...).
 * Activations (16-bit): Korthikanti et al. 2022, ``seq*mb*hidden*(34 + 5*heads*seq/hidden)``
   bytes per layer, *with flash attention assumed*, so the ``5*heads*seq/hidden`` term (the
   materialised score matrix) is dropped: ``34*seq*mb*hidden``. With checkpointing a layer keeps
