@@ -321,13 +321,15 @@ def _full_layer_activation_bytes(model: ModelSpec, training: TrainingSpec) -> in
     return _KORTHIKANTI_BYTES_PER_ELEMENT * training.seq_len * training.micro_batch * model.hidden
 
 
-def _decoder_layer(index: int, model: ModelSpec, training: TrainingSpec, lp_bytes: int) -> LayerWork:
-    """The work of decoder layer ``index``: recompute and keep only its input when checkpointing."""
+def _decoder_layer(index: int, model: ModelSpec, training: TrainingSpec, lp_bytes: int,
+                   passes: tuple[PassKernels, PassKernels]) -> LayerWork:
+    """The work of decoder layer ``index``: recompute and keep only its input when checkpointing;
+    ``passes`` its forward and backward kernels (one pair shared by all the decoder layers)."""
     forward = _layer_forward_flops(model, training)
     full = _full_layer_activation_bytes(model, training)
     checkpointing = training.activation_checkpointing
     tensors = _layer_tensors(model)
-    forward_kernels, backward_kernels = decoder_passes(model, training)
+    forward_kernels, backward_kernels = passes
     return LayerWork(
         name=f"layer.{index}",
         params=sum(tensors),
@@ -487,7 +489,8 @@ def build_step(model: ModelSpec, training: TrainingSpec) -> TrainingStep:
     model.validate("<api>", "model")
     training.validate("<api>", "training")
     lp_bytes = 2  # bf16 and fp16 are both 16-bit
-    decoder = tuple(_decoder_layer(i, model, training, lp_bytes) for i in range(model.layers))
+    passes = decoder_passes(model, training)
+    decoder = tuple(_decoder_layer(i, model, training, lp_bytes, passes) for i in range(model.layers))
     layers = (_embedding_layer(model, training), *decoder, _head_layer(model, training, lp_bytes))
     partitions = _partitions(layers, training)
     return TrainingStep(

@@ -213,8 +213,9 @@ class StepBuilder:
         """The indices of a loop whose alike iterations the session may fast-forward over."""
         self.kinds: dict[Hashable, TaskKind] = {}
         """Task kinds made for this schedule, by what they were made from."""
-        self.pass_times: dict[PassKernels, float] = {}
-        """Seconds of each distinct layer pass, worked out once per schedule."""
+        self.pass_times: dict[int, tuple[PassKernels, float]] = {}
+        """Seconds of each layer pass object (the decoder layers share theirs), by ``id``, worked
+        out once per schedule (hashing a pass's GEMMs on every task would cost more)."""
         self.background: set[str] = set()
         """Streams whose backward work may run on into the optimizer step (the step does not
         wait for them to begin; the strategy waits where it needs them)."""
@@ -240,10 +241,10 @@ class StepBuilder:
 
     def pass_seconds(self, work: PassKernels) -> float:
         """Seconds of one layer pass on the rank's GPU (``tiersim.strategies.gpu_kernels``)."""
-        seconds = self.pass_times.get(work)
-        if seconds is None:
-            seconds = self.pass_times[work] = pass_seconds(work, self.gpu, self.step.training.zero_stage)
-        return seconds
+        known = self.pass_times.get(id(work))
+        if known is None:
+            known = self.pass_times[id(work)] = (work, pass_seconds(work, self.gpu, self.step.training.zero_stage))
+        return known[1]
 
     def marker(self, name: str, phase: str, deps: tuple[str, ...] = ()) -> str:
         """A zero-length task on the GPU stream marking where a phase begins."""
