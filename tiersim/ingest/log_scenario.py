@@ -9,7 +9,6 @@ profile, ``--set`` or a ``tiersim fit`` system file fills it in.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ import pandas as pd
 from tiersim.config.document import ScenarioDocument
 from tiersim.config.schema import UNKNOWN
 from tiersim.errors import ConfigError
+from tiersim.ingest.printed_values import boolean, number, whole
 from tiersim.ingest.training_log import TIMER_PHASES, TrainingLog
 
 WARMUP_ITERATIONS = 2
@@ -51,19 +51,43 @@ def _model(log: TrainingLog) -> dict[str, Any]:
     source, args = log.path, log.args
     hidden = _integer(args, "hidden_size", source)
     heads = _integer(args, "num_attention_heads", source)
+    swiglu = bool(args.get("swiglu"))
     return {
         "name": Path(source).stem,
         "layers": _integer(args, "num_layers", source),
         "hidden": hidden,
         "heads": heads,
         "kv_heads": _integer(args, "num_key_value_heads", source, heads),
-        "ffn": _integer(args, "ffn_hidden_size", source, 4 * hidden),
+        "ffn": _ffn(log, hidden, swiglu),
         "vocab": log.vocab if log.vocab is not None else UNKNOWN,
-        "activation": "swiglu" if args.get("swiglu") else "gelu",
+        "activation": "swiglu" if swiglu else "gelu",
         "norm": "rmsnorm" if args.get("normalization") == "rmsnorm" else "layernorm",
         "bias": not args.get("disable_bias_linear", False),
         "tied_embeddings": not args.get("untie_embeddings_and_output_weights", False),
     }
+
+
+def megatron_ffn(hidden: int, swiglu: bool) -> int:
+    """Megatron-DeepSpeed's FFN size when ``--ffn-hidden-size`` is absent (megatron/arguments.py):
+    4 x hidden, or for SwiGLU two thirds of that (its two input projections keep the parameter
+    count) rounded down to a multiple of 64, computed in floating point as Megatron does."""
+    return int((4 * hidden * 2 / 3) / 64) * 64 if swiglu else 4 * hidden
+
+
+def _ffn(log: TrainingLog, hidden: int, swiglu: bool) -> int:
+    """``--ffn-hidden-size``, else Megatron's default; Megatron's own print, where the log has
+    it, must say the same."""
+    ffn = _integer(log.args, "ffn_hidden_size", log.path, megatron_ffn(hidden, swiglu))
+    printed = log.printed_args.get("ffn_hidden_size")
+    if printed is not None and whole(printed, log.path, "printed argument ffn_hidden_size") != ffn:
+        raise ConfigError(log.path, "ffn_hidden_size", f"Megatron printed {printed} but its arguments give {ffn} "
+                          "(a header spliced from another run, or a fork with another default?)")
+    return ffn
+
+
+FLASH_ATTENTION_FLAGS = ("use_flash_attn", "use_flash_attn_v1", "use_flash_attn_v2", "use_flash_attn_triton",
+                         "use_flash_attn_builder")
+"""Megatron-DeepSpeed's flash-attention switches (``--use-flash-attn`` and its variants)."""
 
 
 def _training(log: TrainingLog, data_parallel: int) -> dict[str, Any]:
@@ -79,9 +103,12 @@ def _training(log: TrainingLog, data_parallel: int) -> dict[str, Any]:
         "zero_stage": _integer(zero, "stage", source),
         "sub_group_size": _integer(zero, "sub_group_size", source, 1_000_000_000),
         "reduce_bucket_size": _integer(zero, "reduce_bucket_size", source, 500_000_000),
-        "adam_beta1": float(str(args.get("adam_beta1", 0.9))),
-        "adam_beta2": float(str(args.get("adam_beta2", 0.999))),
+        "adam_beta1": _real(args, "adam_beta1", source, 0.9),
+        "adam_beta2": _real(args, "adam_beta2", source, 0.999),
+        "flash_attention": any(args.get(flag) is True for flag in FLASH_ATTENTION_FLAGS),
     }
+    if log.deepspeed_version is not None:
+        training["deepspeed_version"] = log.deepspeed_version
     dtype = log.user_config.get("data_types", {})
     if isinstance(dtype, dict) and dtype.get("grad_accum_dtype"):
         training["grad_accum_dtype"] = str(dtype["grad_accum_dtype"])
@@ -89,57 +116,88 @@ def _training(log: TrainingLog, data_parallel: int) -> dict[str, Any]:
 
 
 def _hardware(log: TrainingLog, ranks: int) -> dict[str, Any]:
-    """Ranks, sockets (the DRAM nodes ranks bind or interleave from), logical CPUs per rank
-    (two hardware threads per core assumed: tiersim counts physical cores), CXL nodes."""
+    """Ranks; whether numactl bound each to its cores and socket memory; sockets (the DRAM nodes
+    ranks bind or interleave from, ``unknown`` where the log does not tell: no numactl, ``all``);
+    logical CPUs per rank (two hardware threads per core assumed: tiersim counts physical cores);
+    CXL nodes; the SIMD width of CPU Adam."""
     hardware: dict[str, Any] = {"host": UNKNOWN, "gpus": ranks}
-    bindings = [b for b in log.bindings if b.policy != "none"]
-    if bindings:
-        home = {b.nodes[0] for b in bindings}
-        hardware["sockets"] = len(home)
-        hardware["cores_per_rank"] = max(1, len(bindings[0].cpus) // 2)
-        expanders = {node for b in bindings if b.policy == "weighted-interleave" for node in b.nodes[1:]}
-        if expanders:
-            hardware["cxl"] = {"count": len(expanders)}
+    bound = [b.socket_bound for b in log.bindings]
+    if any(bound) and not all(bound):
+        raise ConfigError(log.path, "numactl", f"ranks {[r for r, b in enumerate(bound) if b]} are bound to their "
+                          f"cores and socket memory and ranks {[r for r, b in enumerate(bound) if not b]} are not: "
+                          "tiersim models all ranks bound or none")
+    hardware["numa_bound"] = all(bound) if bound else UNKNOWN
+    homes = {b.home for b in log.bindings}
+    hardware["sockets"] = len(homes) if homes and None not in homes else UNKNOWN
+    cpus = [len(b.cpus) for b in log.bindings if b.cpus]
+    if cpus:
+        hardware["cores_per_rank"] = max(1, cpus[0] // 2)
+    expanders = {node for b in log.bindings if b.policy == "weighted-interleave" for node in b.nodes[1:]}
+    if expanders:
+        hardware["cxl"] = {"count": len(expanders)}
     if log.zero_config.get("offload_optimizer.device") == "nvme":
         hardware["nvme"] = {"count": 1}
+    if log.adam_simd is not None:
+        hardware["adam_simd"] = log.adam_simd
     return hardware
 
 
 def _strategy(log: TrainingLog) -> dict[str, Any] | str:
     """The strategy: offload device and memory policy, with the swapper's knobs for NVMe."""
-    zero, aio = log.zero_config, log.aio_config
+    source, zero, aio = log.path, log.zero_config, log.aio_config
     device = zero.get("offload_optimizer.device", "none")
     if device == "nvme":
         return {
             "name": "nvme",
-            "buffer_count": _integer(zero, "offload_optimizer.buffer_count", log.path, 4),
-            "pipeline_read": zero.get("offload_optimizer.pipeline_read") == "True",
-            "pipeline_write": zero.get("offload_optimizer.pipeline_write") == "True",
-            "block_size": int(str(aio.get("block_size", 1 << 20))),
-            "queue_depth": int(str(aio.get("queue_depth", 8))),
-            "thread_count": int(str(aio.get("thread_count", 1))),
+            "buffer_count": _integer(zero, "offload_optimizer.buffer_count", source, 4),
+            "pipeline_read": boolean(zero.get("offload_optimizer.pipeline_read", False), source,
+                                     "zero_config.offload_optimizer.pipeline_read"),
+            "pipeline_write": boolean(zero.get("offload_optimizer.pipeline_write", False), source,
+                                      "zero_config.offload_optimizer.pipeline_write"),
+            "block_size": _aio(aio, "block_size", source, 1 << 20),
+            "queue_depth": _aio(aio, "queue_depth", source, 8),
+            "thread_count": _aio(aio, "thread_count", source, 1),
         }
     if device == "cpu":
         if any(b.policy == "weighted-interleave" for b in log.bindings):
             return {"name": "cxl", "dram_weight": UNKNOWN, "cxl_weight": UNKNOWN}
         return "dram"
+    if device not in ("none", "None"):
+        raise ConfigError(source, "zero_config.offload_optimizer.device", f"expected cpu, nvme or none, got {device!r}")
     return "gpu"
 
 
+def _aio(aio: dict[str, object], key: str, source: str, default: int) -> int:
+    """An ``aio_config`` count or size: DeepSpeed hands it to its aio handle as an integer, so a
+    unit suffix (``"1M"``) is not something it reads, and neither does tiersim."""
+    if key not in aio:
+        return default
+    value = aio[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ConfigError(source, f"aio_config.{key}", f"expected a whole number, got {value!r}")
+    return whole(value, source, f"aio_config.{key}")
+
+
 def _integer(values: dict[str, Any], key: str, source: str, default: int | None = None) -> int:
-    """A whole number the log printed (``1e8`` and ``1.000000e+08`` allowed)."""
+    """A whole number the log printed (``1e8``, ``1.000000e+08`` and ``500,000,000`` allowed)."""
     raw = values.get(key)
-    if raw is None or raw is True:
+    if raw is None or raw == "None":
         if default is None:
             raise ConfigError(source, key, "missing from the log's launcher arguments or DeepSpeed configuration")
         return default
-    try:
-        number = float(str(raw))
-    except ValueError:
-        raise ConfigError(source, key, f"expected a number in the log, got {raw!r}") from None
-    if not math.isfinite(number) or number != int(number):
-        raise ConfigError(source, key, f"expected a whole number in the log, got {raw!r}")
-    return int(number)
+    if raw is True:
+        raise ConfigError(source, key, "given without a value in the log's launcher arguments")
+    return whole(raw, source, key)
+
+
+def _real(values: dict[str, Any], key: str, source: str, default: float) -> float:
+    """A real number from the launcher's arguments (its Megatron default when absent)."""
+    raw = values.get(key)
+    if raw is None:
+        return default
+    if raw is True:
+        raise ConfigError(source, key, "given without a value in the log's launcher arguments")
+    return number(raw, source, key)
 
 
 def measured_table(log: TrainingLog) -> pd.DataFrame:

@@ -1,15 +1,22 @@
 """Read a Megatron-DeepSpeed training log: what ran, on what binding, and how long each part took.
 
-A log holds (DeepSpeed 0.16, Megatron-DeepSpeed):
+A log holds (DeepSpeed 0.10 to 0.16, Megatron-DeepSpeed and its forks):
 - the launcher's ``cmd = ... pretrain_gpt.py ARGS`` line: model shape and training arguments;
-- one ``spawned with command: ['numactl', POLICY, NODES, '-C', CORES, ...]`` line per rank;
-- DeepSpeed's printed configuration: ``zero_config``, ``aio_config`` and the user's JSON;
+- one ``spawned with command: [...]`` line per rank, under ``numactl`` or not (``numactl.py``);
+- DeepSpeed's version (``deepspeed info ... 0.13.3+8074cd62``, ``DeepSpeed info: version=...``)
+  and the SIMD width its CPU Adam was built for (``created with AVX2 arithmetic capability``);
+- Megatron's print of its arguments, its defaults filled in (``ffn_hidden_size ... 13632``);
+- DeepSpeed's printed configuration: ``zero_config``, ``aio_config`` and the user's JSON
+  (numbers and booleans as ``printed_values.py`` reads them);
 - per iteration: DeepSpeed's rank-0 timers (``time (ms) | fwd: ... | bwd: ...``, swap timers),
   ``see_memory_usage`` lines (rank 0 ``MA``/``Max_MA``/``CA``/``Max_CA``, node ``CPU Virtual
-  Memory: used``) and Megatron's ``elapsed time per iteration (ms)``.
+  Memory: used``) and Megatron's iteration line, wherever it puts ``elapsed time per iteration
+  (ms): N`` (``iteration 3/ 5 | ...`` or, in forks, ``elapsed_time 9.19 | consumed samples ...``).
 
-Times are stored in seconds and memory in bytes (DeepSpeed prints GiB as "GB"). What a log
-lacks is a ``ConfigError`` naming the file and the missing piece.
+The log is read in one pass, each line tested by substring before any pattern, so reading time
+grows linearly with its size. Times are stored in seconds and memory in bytes (DeepSpeed prints
+GiB as "GB"). What a log lacks, or prints unreadably, is a ``ConfigError`` naming the file and
+the piece.
 """
 
 from __future__ import annotations
@@ -18,38 +25,33 @@ import ast
 import json
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tiersim.config.deepspeed_version import check_version
 from tiersim.errors import ConfigError
+from tiersim.ingest.numactl import RankBinding, parse_binding
+from tiersim.ingest.printed_values import duration, model_fields, number
+
+__all__ = ["GIB", "TIMER_PHASES", "MemorySample", "RankBinding", "TrainingLog", "read_log"]
 
 GIB = 1 << 30
 
-_CMD = re.compile(r"\] cmd = (.*)$")
-_SPAWN = re.compile(r"spawned with command: (\[.*\])\s*$")
-_TIMERS = re.compile(r"time \(ms\) \| (.*)$")
-_ITERATION = re.compile(r"elapsed time per iteration \(ms\): ([\d.]+)")
-"""Megatron's iteration line: ``iteration N/ M | ...`` or, in forks, other fields first
-(``elapsed_time 9.19 | consumed samples: ... | elapsed time per iteration (ms): 9195.7 | ...``)."""
-_MEMORY_LABEL = re.compile(r"see_memory_usage\] (.*?)\s*$")
 _GPU_MEMORY = re.compile(r"MA ([\d.]+) GB\s+Max_MA ([\d.]+) GB\s+CA ([\d.]+) GB\s+Max_CA ([\d.]+) GB")
 _CPU_MEMORY = re.compile(r"CPU Virtual Memory:\s+used = ([\d.]+) GB")
-_DS_FIELD = re.compile(r"\[config\.py:\d+:print\]\s+(\w+) \.+ (.*)$")
-_BUILT = "[after model, optimizer, and learning rate scheduler are built]"
 _PADDED_VOCAB = re.compile(r"padded vocab \(size: \d+\) with \d+ dummy tokens \(new size: (\d+)\)")
+_VERSION = re.compile(r"(?:deepspeed info \.+ |DeepSpeed info: version=)([^\s,]+)")
+_SIMD = re.compile(r"Adam Optimizer #\d+ is created with (\S+) arithmetic capability")
+_BUILT = "[after model, optimizer, and learning rate scheduler are built]"
+_ITERATION_TIME = "elapsed time per iteration (ms)"
+_SIMD_NAMES = {"AVX512": "avx512", "AVX2": "avx2", "scalar": "scalar"}
+"""DeepSpeed's cpu_adam build names (csrc/adam/cpu_adam_impl.cpp) -> ``hardware.adam_simd``."""
+PROGRESS = ("global batch size", "consumed samples", "actual seqlen")
+"""The counters of Megatron's iteration line that say which run it belongs to."""
 
 TIMER_PHASES = {"fwd": "forward", "bwd": "backward", "step": "optimizer_step"}
 """DeepSpeed's rank-0 timers of the three phases, by the name tiersim gives the phase."""
-
-
-@dataclass(frozen=True)
-class RankBinding:
-    """One rank's numactl binding: ``policy`` "bind" (-m) or "weighted-interleave" (-w) over
-    ``nodes``; ``cpus`` the logical CPUs of ``-C``."""
-
-    policy: str
-    nodes: tuple[int, ...]
-    cpus: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -83,49 +85,245 @@ class TrainingLog:
     iterations: list[dict[str, float]] = field(default_factory=list)
     """Per iteration: ``iteration`` (Megatron's elapsed time) and every rank-0 timer."""
     memory: list[MemorySample] = field(default_factory=list)
+    deepspeed_version: str | None = None
+    """The DeepSpeed release as printed (``0.13.3+8074cd62``), None if the log does not say."""
+    adam_simd: str | None = None
+    """``avx512``, ``avx2`` or ``scalar``: what CPU Adam was built for; None if not printed."""
+    printed_args: dict[str, str] = field(default_factory=dict)
+    """Megatron's own print of its arguments, defaults filled in ({} when not printed)."""
+    engine: dict[str, str] = field(default_factory=dict)
+    """Every field of DeepSpeed's engine configuration print, as printed."""
+    progress: list[dict[str, float]] = field(default_factory=list)
+    """Per iteration line: its ``PROGRESS`` counters, and ``iteration``/``iterations`` from
+    ``iteration N/ M`` when the line has it."""
 
 
 def read_log(path: str | Path) -> TrainingLog:
-    """Parse a Megatron-DeepSpeed training log; a truncated or foreign one is a ConfigError."""
+    """Parse a Megatron-DeepSpeed training log; a truncated, foreign or inconsistent one is a
+    ConfigError."""
     source = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
         raise ConfigError(source, "", f"cannot read file ({exc.strerror})") from None
-    lines = text.splitlines()
-    args = _launcher_args(lines, source)
-    bindings = [_binding(m.group(1), source) for line in lines if (m := _SPAWN.search(line))]
-    fields = _ds_fields(lines)
-    if "zero_config" not in fields:
-        raise ConfigError(source, "DeepSpeed configuration", "missing: the log has no printed zero_config "
-                          "(is it a DeepSpeed training log, with the engine configuration printed?)")
-    vocab = next((int(m.group(1)) for line in lines if (m := _PADDED_VOCAB.search(line))), None)
-    aio = _literal(fields.get("aio_config", "{}"), source, "aio_config")
-    zero = _key_values(fields["zero_config"])
-    log = TrainingLog(source, args, bindings, zero, aio, _user_config(lines, source), vocab)
-    _read_iterations(lines, log)
-    if not log.iterations:
-        raise ConfigError(source, "iterations", "missing: no 'elapsed time per iteration' line "
-                          "(the log ends before the first iteration finished)")
-    for number, row in enumerate(log.iterations, 1):
-        absent = [timer for timer in TIMER_PHASES if timer not in row]
-        if absent:
-            raise ConfigError(source, f"iteration {number}", f"missing DeepSpeed timer {absent[0]!r} "
-                              "(run with wall_clock_breakdown: true)")
+    reader = _Reader(source, started=_BUILT not in text)
+    for line in text.splitlines():
+        reader.feed(line)
+    log = reader.finish()
+    from tiersim.ingest.agreement import check_agreement
+
+    check_agreement(log)
     return log
 
 
-def _launcher_args(lines: list[str], source: str) -> dict[str, str | bool]:
-    """Megatron's arguments on the launcher's ``cmd =`` line (after the training script)."""
-    for line in lines:
-        match = _CMD.search(line)
+class _Reader:
+    """One pass over a log's lines, each handed to the first handler whose marker it contains."""
+
+    def __init__(self, source: str, started: bool) -> None:
+        self.source = source
+        self.started = started
+        """Whether the model is built (timers before it are initialisation, and skipped)."""
+        self.command: str | None = None
+        self.spawned: list[str] = []
+        self.fields: dict[str, str] = {}
+        self.printed_args: dict[str, str] = {}
+        self.in_arguments = False
+        self.json_block: list[str] | None = None
+        self.user_config: dict[str, object] = {}
+        self.vocab: int | None = None
+        self.versions: dict[str, None] = {}
+        self.simd: dict[str, None] = {}
+        self.timers: dict[str, float] = {}
+        self.label: str | None = None
+        self.gpu: tuple[float, float, float, float] | None = None
+        self.iterations: list[dict[str, float]] = []
+        self.progress: list[dict[str, float]] = []
+        self.memory: list[MemorySample] = []
+        self.handlers: tuple[tuple[str, Callable[[str], None]], ...] = (
+            ("see_memory_usage]", self._memory), ("time (ms) |", self._timer_line),
+            (_ITERATION_TIME, self._iteration_line), (":print]", self._engine_field),
+            ("print_user_config]", self._user_config_start), ("spawned with command:", self._spawned),
+            ("] cmd = ", self._command), ("padded vocab", self._vocab), ("eepSpeed info", self._version),
+            ("eepspeed info", self._version), ("arithmetic capability", self._simd),
+            ("-- arguments --", self._arguments_start))
+
+    def feed(self, line: str) -> None:
+        if self.json_block is not None:
+            self._json_line(line)
+            return
+        if self.in_arguments:
+            self._argument_line(line)
+            return
+        if not self.started and line.startswith(_BUILT):
+            self.started = True
+        for marker, handler in self.handlers:
+            if marker in line:
+                handler(line)
+                return
+
+    def finish(self) -> TrainingLog:
+        """The log, once every line is read; what it must have and lacks is a ConfigError."""
+        source = self.source
+        if self.json_block is not None:
+            raise ConfigError(source, "DeepSpeed user config", "truncated 'json = {' block")
+        args = _launcher_args(self.command, source)
+        bindings = [_binding(listing, source, rank) for rank, listing in enumerate(self.spawned)]
+        if "zero_config" not in self.fields:
+            raise ConfigError(source, "DeepSpeed configuration", "missing: the log has no printed zero_config "
+                              "(is it a DeepSpeed training log, with the engine configuration printed?)")
+        zero = model_fields(self.fields["zero_config"], source, "zero_config")
+        aio = _literal(self.fields.get("aio_config", "{}"), source, "aio_config")
+        log = TrainingLog(source, args, bindings, zero, aio, self.user_config, self.vocab, self.iterations,
+                          self.memory, _one(self.versions, source, "DeepSpeed version"),
+                          _one(self.simd, source, "CPU Adam SIMD"), self.printed_args, self.fields, self.progress)
+        if log.deepspeed_version is not None:
+            check_version(log.deepspeed_version, source, "DeepSpeed version")
+        if not log.iterations:
+            raise ConfigError(source, "iterations", "missing: no 'elapsed time per iteration' line "
+                              "(the log ends before the first iteration finished)")
+        for number_, row in enumerate(log.iterations, 1):
+            absent = [timer for timer in TIMER_PHASES if timer not in row]
+            if absent:
+                raise ConfigError(source, f"iteration {number_}", f"missing DeepSpeed timer {absent[0]!r} "
+                                  "(run with wall_clock_breakdown: true)")
+        return log
+
+    def _command(self, line: str) -> None:
+        if self.command is None:
+            self.command = line.split("] cmd = ", 1)[1]
+
+    def _spawned(self, line: str) -> None:
+        self.spawned.append(line.split("spawned with command:", 1)[1].strip())
+
+    def _vocab(self, line: str) -> None:
+        match = _PADDED_VOCAB.search(line)
+        if match and self.vocab is None:
+            self.vocab = int(match.group(1))
+
+    def _version(self, line: str) -> None:
+        match = _VERSION.search(line)
         if match:
-            words = shlex.split(match.group(1))
-            start = next((i for i, w in enumerate(words) if w.endswith(".py")), None)
-            if start is None:
-                raise ConfigError(source, "launcher command", "missing the training script in 'cmd ='")
-            return _flags(words[start + 1:])
-    raise ConfigError(source, "launcher command", "missing: no DeepSpeed launcher 'cmd = ...' line")
+            self.versions[match.group(1)] = None
+
+    def _simd(self, line: str) -> None:
+        match = _SIMD.search(line)
+        if match:
+            if match.group(1) not in _SIMD_NAMES:
+                raise ConfigError(self.source, "CPU Adam SIMD", f"unknown arithmetic capability {match.group(1)!r} "
+                                  f"(DeepSpeed prints one of {', '.join(_SIMD_NAMES)})")
+            self.simd[_SIMD_NAMES[match.group(1)]] = None
+
+    def _engine_field(self, line: str) -> None:
+        """``[config.py:1002:print]   name ...... value`` (no dots when the name is long)."""
+        name, value = _dotted(line.split(":print]", 1)[1])
+        if name:
+            self.fields.setdefault(name, value)
+
+    def _arguments_start(self, line: str) -> None:
+        self.in_arguments = "end of arguments" not in line
+
+    def _argument_line(self, line: str) -> None:
+        if "end of arguments" in line:
+            self.in_arguments = False
+            return
+        name, value = _dotted(line)
+        if name:
+            self.printed_args.setdefault(name, value)
+
+    def _user_config_start(self, line: str) -> None:
+        if "json = {" in line and not self.user_config:
+            self.json_block = ["{"]
+
+    def _json_line(self, line: str) -> None:
+        """A line of the user's JSON; the block ends at a line starting with ``}``."""
+        assert self.json_block is not None
+        self.json_block.append(line)
+        if not line.startswith("}"):
+            return
+        try:
+            value = json.loads("\n".join(self.json_block))
+        except json.JSONDecodeError:
+            raise ConfigError(self.source, "DeepSpeed user config",
+                              "truncated or unreadable 'json = {' block") from None
+        self.user_config = value if isinstance(value, dict) else {}
+        self.json_block = None
+
+    def _memory(self, line: str) -> None:
+        """A ``see_memory_usage`` line: its label, rank 0's GPU memory, or the node's host memory."""
+        if (memory := _GPU_MEMORY.search(line)) is not None:
+            allocated, max_allocated, reserved, max_reserved = (float(x) * GIB for x in memory.groups())
+            self.gpu = (allocated, max_allocated, reserved, max_reserved)
+        elif (host := _CPU_MEMORY.search(line)) is not None:
+            if self.label is not None and self.gpu is not None:
+                self.memory.append(MemorySample(self.label, len(self.iterations), *self.gpu,
+                                                float(host.group(1)) * GIB))
+            self.label = self.gpu = None
+        elif "MA " not in line and "CPU Virtual Memory" not in line:
+            self.label, self.gpu = line.split("see_memory_usage]", 1)[1].strip(), None
+
+    def _timer_line(self, line: str) -> None:
+        """``time (ms) | name: 123.45 | ...``: every timer in seconds (after the model is built)."""
+        if not self.started:
+            return
+        where = f"iteration {len(self.iterations) + 1}"
+        for item in line.split("time (ms) |", 1)[1].split("|"):
+            name, _, value = item.partition(":")
+            name = name.strip()
+            if name:
+                self.timers[name] = duration(value, self.source, f"{where}: DeepSpeed timer {name!r}") / 1000.0
+
+    def _iteration_line(self, line: str) -> None:
+        """Megatron's iteration line: the elapsed time (ms) and the run's progress counters."""
+        where = f"iteration {len(self.iterations) + 1}"
+        counters: dict[str, float] = {}
+        elapsed = ""
+        for item in line.split("|"):
+            name, colon, value = item.partition(":")
+            name = name.strip()
+            if name == _ITERATION_TIME:
+                elapsed = value
+            elif name in PROGRESS:
+                counters[name] = number(value, self.source, f"{where}: {name!r}")
+            elif not colon and name.startswith("iteration ") and "/" in name:
+                done, _, total = name.removeprefix("iteration ").partition("/")
+                counters["iteration"] = number(done, self.source, f"{where}: 'iteration N/M'")
+                counters["iterations"] = number(total, self.source, f"{where}: 'iteration N/M'")
+        seconds = duration(elapsed, self.source, f"{where}: {_ITERATION_TIME!r}") / 1000.0
+        self.iterations.append({**self.timers, "iteration": seconds})
+        self.progress.append(counters)
+        self.timers = {}
+
+
+def _dotted(text: str) -> tuple[str, str]:
+    """``"  name ...... value"`` or ``"  long_name  value"`` -> (name, value); ("", "") if none."""
+    name, _, rest = text.strip().partition(" ")
+    if not name.replace("_", "").isalnum():
+        return "", ""
+    return name, rest.lstrip(".").strip()
+
+
+def _one(seen: dict[str, None], source: str, what: str) -> str | None:
+    """The one value the log printed for ``what`` (None if none); two different ones mean two
+    runs' logs in one file."""
+    if len(seen) > 1:
+        raise ConfigError(source, what, f"the log prints {' and '.join(seen)}: one run's log has one "
+                          "(are two logs spliced together?)")
+    return next(iter(seen), None)
+
+
+def _launcher_args(command: str | None, source: str) -> dict[str, str | bool]:
+    """Megatron's arguments on the launcher's ``cmd =`` line (after the training script)."""
+    if command is None:
+        raise ConfigError(source, "launcher command", "missing: no DeepSpeed launcher 'cmd = ...' line")
+    try:
+        words = shlex.split(command)
+    except ValueError as exc:
+        raise ConfigError(source, "launcher command",
+                          f"unreadable 'cmd =' line ({exc}: an unbalanced quote?)") from None
+    start = next((i for i, w in enumerate(words) if w.endswith(".py")), None)
+    if start is None:
+        raise ConfigError(source, "launcher command", "missing the training script in 'cmd ='")
+    return _flags(words[start + 1:])
 
 
 def _flags(words: list[str]) -> dict[str, str | bool]:
@@ -148,61 +346,16 @@ def _flags(words: list[str]) -> dict[str, str | bool]:
     return flags
 
 
-def _binding(listing: str, source: str) -> RankBinding:
-    """A rank's ``numactl`` policy, nodes and CPUs from its spawned command."""
+def _binding(listing: str, source: str, rank: int) -> RankBinding:
+    """A rank's binding from its spawned command list."""
+    where = f"spawned command of rank {rank}"
     try:
         words = ast.literal_eval(listing)
     except (ValueError, SyntaxError):
-        raise ConfigError(source, "spawned command", f"unreadable command list {listing[:60]!r}") from None
-    if not words or words[0] != "numactl":
-        return RankBinding("none", (), ())
-    policy = "none"
-    nodes: tuple[int, ...] = ()
-    cpus: tuple[int, ...] = ()
-    for flag, value in zip(words[1:], words[2:]):
-        if flag in ("-m", "--membind"):
-            policy, nodes = "bind", _ranges(value)
-        elif flag in ("-w", "--weighted-interleave"):
-            policy, nodes = "weighted-interleave", _ranges(value)
-        elif flag in ("-i", "--interleave"):
-            policy, nodes = "interleave", _ranges(value)
-        elif flag in ("-C", "--physcpubind"):
-            cpus = _ranges(value)
-    return RankBinding(policy, nodes, cpus)
-
-
-def _ranges(text: str) -> tuple[int, ...]:
-    """``"0-55,112-167"`` -> every number in the ranges."""
-    out: list[int] = []
-    for part in text.split(","):
-        low, _, high = part.partition("-")
-        out.extend(range(int(low), int(high or low) + 1))
-    return tuple(out)
-
-
-def _ds_fields(lines: list[str]) -> dict[str, str]:
-    """DeepSpeed's ``DeepSpeedEngine configuration`` print: field name -> printed value."""
-    found: dict[str, str] = {}
-    for line in lines:
-        match = _DS_FIELD.search(line)
-        if match:
-            found.setdefault(match.group(1), match.group(2).strip())
-    return found
-
-
-def _key_values(text: str) -> dict[str, str]:
-    """``stage=3 offload_optimizer=DeepSpeedZero...(device='nvme', ...) sub_group_size=...`` as
-    a flat mapping; nested ``Name(a=1, b=2)`` values become ``name.a`` keys."""
-    out: dict[str, str] = {}
-    for match in re.finditer(r"(\w+)=(\w+\((?:[^()]|\([^()]*\))*\)|'[^']*'|[^\s,()]+)", text):
-        key, value = match.groups()
-        inner = re.fullmatch(r"\w+\((.*)\)", value)
-        if inner:
-            for sub_key, sub_value in _key_values(inner.group(1)).items():
-                out[f"{key}.{sub_key}"] = sub_value
-        else:
-            out[key] = value.strip("'")
-    return out
+        raise ConfigError(source, where, f"unreadable command list {listing[:60]!r}") from None
+    if not isinstance(words, list):
+        raise ConfigError(source, where, f"expected a list, got {listing[:60]!r}")
+    return parse_binding(words, source, rank)
 
 
 def _literal(text: str, source: str, name: str) -> dict[str, object]:
@@ -210,57 +363,6 @@ def _literal(text: str, source: str, name: str) -> dict[str, object]:
         value = ast.literal_eval(text)
     except (ValueError, SyntaxError):
         raise ConfigError(source, name, f"unreadable printed value {text[:60]!r}") from None
-    return value if isinstance(value, dict) else {}
-
-
-def _user_config(lines: list[str], source: str) -> dict[str, object]:
-    """The user's DeepSpeed JSON as ``print_user_config`` printed it ({} when absent)."""
-    for i, line in enumerate(lines):
-        if "print_user_config" in line and "json = {" in line:
-            body = ["{"]
-            for follow in lines[i + 1:]:
-                body.append(follow)
-                if follow.startswith("}"):
-                    break
-            try:
-                value = json.loads("\n".join(body))
-            except json.JSONDecodeError:
-                raise ConfigError(source, "DeepSpeed user config", "truncated or unreadable 'json = {' block") from None
-            return value if isinstance(value, dict) else {}
-    return {}
-
-
-def _read_iterations(lines: list[str], log: TrainingLog) -> None:
-    """Per-iteration timers and memory reports (everything before the model was built is
-    initialisation: its timers are skipped and its memory reports belong to iteration 0)."""
-    built = any(line.startswith(_BUILT) for line in lines)
-    started = not built
-    timers: dict[str, float] = {}
-    label: str | None = None
-    gpu: tuple[float, float, float, float] | None = None
-    for line in lines:
-        if not started:
-            started = line.startswith(_BUILT)
-        match = _MEMORY_LABEL.search(line)
-        if match and "MA " not in line and "CPU Virtual Memory" not in line:
-            label, gpu = match.group(1), None
-            continue
-        if (memory := _GPU_MEMORY.search(line)) is not None:
-            allocated, max_allocated, reserved, max_reserved = (float(x) * GIB for x in memory.groups())
-            gpu = (allocated, max_allocated, reserved, max_reserved)
-            continue
-        if (host := _CPU_MEMORY.search(line)) is not None and label is not None and gpu is not None:
-            log.memory.append(MemorySample(label, len(log.iterations), *gpu, float(host.group(1)) * GIB))
-            label = gpu = None
-            continue
-        if started and (timer := _TIMERS.search(line)) is not None:
-            for item in timer.group(1).split("|"):
-                name, _, value = item.partition(":")
-                try:
-                    timers[name.strip()] = float(value) / 1000.0
-                except ValueError:
-                    continue
-            continue
-        if (done := _ITERATION.search(line)) is not None:
-            log.iterations.append({**timers, "iteration": float(done.group(1)) / 1000.0})
-            timers = {}
+    if not isinstance(value, dict):
+        raise ConfigError(source, name, f"expected a mapping, got {text[:60]!r}")
+    return value
