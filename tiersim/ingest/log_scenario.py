@@ -18,7 +18,7 @@ from tiersim.config.document import ScenarioDocument
 from tiersim.config.schema import UNKNOWN
 from tiersim.errors import ConfigError
 from tiersim.ingest.printed_values import boolean, number, whole
-from tiersim.ingest.training_log import TIMER_PHASES, TrainingLog
+from tiersim.ingest.training_log import TIMER_PHASES, MemorySample, TrainingLog
 
 WARMUP_ITERATIONS = 2
 """Iterations the steady state leaves out (the study's statistic: the mean of iterations 3..N)."""
@@ -210,7 +210,8 @@ def measured_table(log: TrainingLog) -> pd.DataFrame:
     before the model was built), ``memory:gpu_max_allocated`` (rank 0's ``Max_MA``),
     ``memory:gpu_reserved`` (its highest ``CA``) and ``memory:gpu_max_reserved`` (``Max_CA``,
     which DeepSpeed rounds to whole GiB)."""
-    per_iteration = [{**{q: (v, "s") for q, v in _quantities(timers).items()}, **_memory(log, number)}
+    engine = _engine_reports(log)
+    per_iteration = [{**{q: (v, "s") for q, v in _quantities(timers).items()}, **_memory(log, engine.get(number, []))}
                      for number, timers in enumerate(log.iterations, 1)]
     rows: list[dict[str, Any]] = [{"iteration": number, "quantity": q, "value": v, "unit": unit}
                                   for number, values in enumerate(per_iteration, 1) for q, (v, unit) in values.items()]
@@ -232,9 +233,17 @@ def steady_state(log: TrainingLog) -> dict[str, float]:
     return dict(zip(steady["quantity"], steady["value"].astype(float)))
 
 
-def _memory(log: TrainingLog, number: int) -> dict[str, tuple[float, str]]:
-    """The engine's memory reports of iteration ``number`` (1-based), reduced to its peaks."""
-    reports = [m for m in log.memory if m.iteration == number - 1 and m.label.startswith("Engine ")]
+def _engine_reports(log: TrainingLog) -> dict[int, list[MemorySample]]:
+    """The engine's memory reports by the iteration (1-based) they were printed in: one pass."""
+    reports: dict[int, list[MemorySample]] = {}
+    for sample in log.memory:
+        if sample.label.startswith("Engine "):
+            reports.setdefault(sample.iteration + 1, []).append(sample)
+    return reports
+
+
+def _memory(log: TrainingLog, reports: list[MemorySample]) -> dict[str, tuple[float, str]]:
+    """One iteration's engine memory reports, reduced to their peaks."""
     if not reports or not log.memory:
         return {}
     baseline = log.memory[0].host_used
