@@ -1,8 +1,9 @@
 """Write a simulated run as a Megatron-DeepSpeed training log, in the format ``read_log`` reads.
 
 The log carries what a real one does for that reader: the launcher command (model shape and
-training arguments), one numactl binding per rank (``-m`` for DRAM and NVMe runs, ``-w`` over
-the socket's DRAM node and its CXL nodes for ``cxl``), DeepSpeed's printed ``aio_config``,
+training arguments, ``--use-flash-attn``), DeepSpeed's version and CPU Adam's SIMD width, one
+numactl binding per rank (``-m`` for DRAM and NVMe runs, ``-w`` over the socket's DRAM node and
+its CXL nodes for ``cxl``, no numactl for unbound ranks), DeepSpeed's printed ``aio_config``,
 ``zero_config`` and user JSON, and per iteration the rank-0 phase timers (plus the swapper's
 for NVMe) and Megatron's elapsed time. Every timer is the simulated value: a machine whose
 figures are known thus yields logs that ``tiersim fit`` must invert (its round-trip test).
@@ -33,6 +34,10 @@ def write_log(result: Result, path: str | Path, iterations: int = 5) -> Path:
              f"pretrain_gpt.py {_arguments(config)}"]
     lines += [f"{_STAMP} [launch.py:256:main] process {1000 + r} spawned with command: {binding}"
               for r, binding in enumerate(_bindings(config))]
+    lines.append(f"deepspeed info ................... {config.training.deepspeed_version}, unknown, unknown")
+    if config.hardware.adam_simd is not None:
+        simd = {"avx512": "AVX512", "avx2": "AVX2"}.get(config.hardware.adam_simd, "scalar")
+        lines.append(f"Adam Optimizer #0 is created with {simd} arithmetic capability.")
     lines.append(f" > padded vocab (size: {config.model.vocab}) with 0 dummy tokens (new size: {config.model.vocab})")
     lines += _engine_configuration(config)
     lines.append("[after model, optimizer, and learning rate scheduler are built] datetime: 2026-01-01 00:00:00 ")
@@ -68,13 +73,17 @@ def _arguments(config: RunConfig) -> str:
         args.append("--untie-embeddings-and-output-weights")
     if training.activation_checkpointing:
         args.append("--checkpoint-activations")
+    if training.flash_attention:
+        args.append("--use-flash-attn")
     return " ".join(args)
 
 
 def _bindings(config: RunConfig) -> list[list[str]]:
     """One numactl command per rank: socket s's DRAM node is s, its CXL nodes follow all DRAM
-    nodes; each rank gets ``2 x cores_per_rank`` logical CPUs."""
+    nodes; each rank gets ``2 x cores_per_rank`` logical CPUs. Unbound ranks run without numactl."""
     hw = config.hardware
+    if not hw.numa_bound:
+        return [["python", "-u", "pretrain_gpt.py", f"--local_rank={rank}"] for rank in range(hw.gpus)]
     cxl_per_socket = hw.cxl_count // hw.sockets if config.strategy == "cxl" else 0
     commands = []
     for rank in range(hw.gpus):
