@@ -1,28 +1,40 @@
 """Reading training logs (tiersim import-log) and DeepSpeed configs (tiersim run --ds-config).
 
-The log fixtures are excerpts of the seed study's three 70B logs (shared/reference/seed-logs/):
-every line the reader uses, nothing else."""
+The log fixtures are excerpts, every line the reader uses and nothing else, of the seed study's
+three 70B logs (shared/reference/seed-logs/, DeepSpeed 0.16.2, numactl-bound ranks), a Polaris
+run (polaris-logs/13B-dp4-mb4.log: DeepSpeed 0.13.3 printing thousands separators, a fork's
+iteration line, unbound ranks, no --ffn-hidden-size) and the NVMe node's run
+(nvme-node-logs/70B-nvme.log: DeepSpeed 0.13.3, NVMe offload, AVX-512)."""
 
 from __future__ import annotations
 
+import ast
 import json
+import sys
+import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
 import yaml
 from clirun import ROOT, tiersim
 
+from tiersim.cli import main
 from tiersim.config.document import load_scenario
 from tiersim.config.ds_config import apply_ds_config
 from tiersim.config.scenario import NotModeledWarning
 from tiersim.errors import ConfigError
-from tiersim.ingest.log_scenario import log_document, measured_table, steady_state
+from tiersim.ingest.log_scenario import log_document, measured_table, megatron_ffn, steady_state
+from tiersim.ingest.numactl import RankBinding, parse_binding
+from tiersim.ingest.printed_values import boolean, model_fields, whole
 from tiersim.ingest.training_log import GIB, read_log
 
 LOGS = Path(__file__).resolve().parent / "fixtures" / "logs"
 DRAM, CXL, NVME = (LOGS / f"70B-{name}.log" for name in ("dram", "cxl-interleave-12-5", "nvme"))
+POLARIS = LOGS / "polaris-13B-dp4-mb4.log"
+NVME_NODE = LOGS / "nvme-node-70B.log"
 
 
 # --- the log reader -------------------------------------------------------------------------
@@ -100,8 +112,10 @@ def test_scenario_of_each_log(log: Path, strategy: str) -> None:
     assert (training["global_batch"], training["data_parallel"], training["zero_stage"]) == (4, 4, 3)
     assert training["sub_group_size"] == 100_000_000 and training["grad_accum_dtype"] == "bf16"
     assert training["activation_checkpointing"] is True and training["adam_beta2"] == 0.95
+    assert training["deepspeed_version"] == "0.16.2" and training["flash_attention"] is False
     hardware = scenario["hardware"]
     assert hardware["host"] == "unknown" and hardware["sockets"] == 2 and hardware["cores_per_rank"] == 28
+    assert hardware["numa_bound"] is True and hardware["adam_simd"] == "avx512"
     entry = scenario["strategies"][0]
     assert (entry if isinstance(entry, str) else entry["name"]) == strategy
     if strategy == "cxl":
@@ -167,6 +181,321 @@ def test_two_iterations_have_no_steady_state(tmp_path: Path) -> None:
     bad.write_text(cut)
     with pytest.raises(ConfigError, match="steady state needs more than 2 iterations"):
         measured_table(read_log(bad))
+
+
+# --- other log formats: Polaris, the NVMe node, older DeepSpeed prints -------------------------
+
+
+def test_polaris_log_reads_separators_fork_iteration_lines_and_megatron_ffn() -> None:
+    """DeepSpeed 0.13.3 prints unvalidated defaults as 500,000,000; the fork's iteration line
+    starts ``elapsed_time``; no --ffn-hidden-size: Megatron's SwiGLU default, as it printed it."""
+    log = read_log(POLARIS)
+    assert log.zero_config["reduce_bucket_size"] == "500,000,000" and log.printed_args["ffn_hidden_size"] == "13632"
+    assert [b.numactl for b in log.bindings] == [False] * 4
+    assert [it["iteration"] for it in log.iterations[:2]] == pytest.approx([16.691, 13.8166])
+    assert log.progress[1] == {"consumed samples": 32, "global batch size": 16, "actual seqlen": 2048}
+    scenario = log_document(log).data
+    assert scenario["model"]["ffn"] == 13632 and scenario["model"]["vocab"] == 50304
+    training, hardware = scenario["training"], scenario["hardware"]
+    assert (training["zero_stage"], training["reduce_bucket_size"], training["global_batch"]) == (3, 500_000_000, 16)
+    assert training["data_parallel"] == 4 and training["deepspeed_version"] == "0.13.3+8074cd62"
+    assert training["flash_attention"] is False and scenario["strategies"] == ["dram"]
+    assert hardware == {"host": "unknown", "gpus": 4, "numa_bound": False, "sockets": "unknown", "adam_simd": "avx2"}
+
+
+def test_nvme_node_log() -> None:
+    scenario = log_document(read_log(NVME_NODE)).data
+    assert scenario["model"]["ffn"] == 28672 and scenario["training"]["deepspeed_version"] == "0.13.3+5486420c"
+    assert scenario["strategies"] == [{"name": "nvme", "buffer_count": 50, "pipeline_read": True,
+                                       "pipeline_write": True, "block_size": 2 << 20, "queue_depth": 8,
+                                       "thread_count": 4}]
+    hardware = scenario["hardware"]
+    assert (hardware["numa_bound"], hardware["sockets"], hardware["cores_per_rank"]) == (True, 2, 23)
+    assert hardware["adam_simd"] == "avx512" and hardware["nvme"] == {"count": 1}
+
+
+@pytest.mark.parametrize(("log", "shape"), [
+    (POLARIS, "40 layers, hidden 5120, 40 heads (4 KV), FFN 13632, vocab 50304"),
+    (NVME_NODE, "80 layers, hidden 8192, 64 heads (4 KV), FFN 28672, vocab 50304"),
+])
+def test_import_log_reads_each_format(capsys: pytest.CaptureFixture[str], log: Path, shape: str) -> None:
+    assert main(["import-log", str(log)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert shape in out and "ZeRO-3" in out and "steady" in out
+
+
+@pytest.mark.parametrize(("hidden", "swiglu", "ffn"), [
+    (5120, True, 13632), (4096, True, 10880), (8192, True, 21824), (8192, False, 32768), (64, True, 128)])
+def test_megatron_default_ffn(hidden: int, swiglu: bool, ffn: int) -> None:
+    """int((4 h 2/3) / 64) * 64 with SwiGLU (5120: 13653.3 -> 213 x 64), else 4 h."""
+    assert megatron_ffn(hidden, swiglu) == ffn
+
+
+def test_older_deepspeed_print_with_separators_enums_and_json_booleans(tmp_path: Path) -> None:
+    """A 0.10-style print: every default grouped by thousands, the device as an enum repr,
+    booleans as JSON spells them; the version 0.10.3 is modelled."""
+    text = NVME_NODE.read_text().replace("0.13.3+5486420c", "0.10.3").replace(
+        "sub_group_size=100000000", "sub_group_size=1,000,000,000").replace(
+        "device='nvme'", "device=<OffloadDeviceEnum.nvme: 'nvme'>").replace(
+        "pipeline_read=True", "pipeline_read=true").replace("pipeline_write=True", "pipeline_write=0").replace(
+        "'block_size': 2097152", "'block_size': 2.097152e+06")
+    scenario = log_document(read_log(_write(tmp_path, text))).data
+    training, entry = scenario["training"], scenario["strategies"][0]
+    assert training["sub_group_size"] == 1_000_000_000 and training["deepspeed_version"] == "0.10.3"
+    assert (entry["name"], entry["pipeline_read"], entry["pipeline_write"]) == ("nvme", True, False)
+    assert entry["block_size"] == 2097152
+
+
+def test_flash_attention_flags(tmp_path: Path) -> None:
+    for flag in ("--use-flash-attn", "--use-flash-attn-v2", "--use-flash-attn-triton"):
+        text = DRAM.read_text().replace("--swiglu", f"--swiglu {flag}", 1)
+        assert log_document(read_log(_write(tmp_path, text))).data["training"]["flash_attention"] is True
+
+
+# --- printed values -------------------------------------------------------------------------
+
+
+def test_printed_numbers_and_booleans() -> None:
+    assert whole("500,000,000", "f", "x") == 500_000_000 and whole("1.000000e+08", "f", "x") == 100_000_000
+    assert whole("1e8", "f", "x") == 100_000_000 and whole("100000000", "f", "x") == 100_000_000
+    for bad in ("500,00", "5,0000", "1M", "1.5", "nan", "", "1,000.5e"):
+        with pytest.raises(ConfigError):
+            whole(bad, "f", "x")
+    assert [boolean(t, "f", "x") for t in ("True", "true", "1", "False", "false", "0")] == [True] * 3 + [False] * 3
+    with pytest.raises(ConfigError, match="x: expected True or False, got 'yes'"):
+        boolean("yes", "f", "x")
+
+
+def test_pydantic_repr_fields() -> None:
+    text = ("stage=3 reduce_bucket_size=500,000,000 offload_param=None offload_optimizer=Cfg(device='nvme', "
+            "nvme_path=PosixPath('/tmp/a b'), buffer_count=4, ratio=1.0) model_persistence_threshold=sys.maxsize "
+            "kind=<Enum.cpu: 'cpu'> groups=[1, 2] memory_efficient_linear=True")
+    assert model_fields(text, "f", "zero_config") == {
+        "stage": "3", "reduce_bucket_size": "500,000,000", "offload_param": "None", "offload_optimizer.device": "nvme",
+        "offload_optimizer.nvme_path": "PosixPath('/tmp/a b')", "offload_optimizer.buffer_count": "4",
+        "offload_optimizer.ratio": "1.0", "model_persistence_threshold": "sys.maxsize", "kind": "cpu",
+        "groups": "[1, 2]", "memory_efficient_linear": "True"}
+    for bad in ("stage=3 offload_optimizer=Cfg(device='nvme'", "stage=3 junk", "a='open"):
+        with pytest.raises(ConfigError, match="zero_config: unreadable printed value"):
+            model_fields(bad, "f", "zero_config")
+
+
+# --- numactl --------------------------------------------------------------------------------
+
+RUN = ["python", "-u", "pretrain_gpt.py"]
+
+
+@pytest.mark.parametrize(("options", "binding"), [
+    ([], RankBinding("none", (), (), numactl=True)),
+    (["-m", "0", "-C", "0-55"], RankBinding("bind", (0,), tuple(range(56)), numactl=True)),
+    (["--membind=0,1", "--physcpubind=0-3,8"], RankBinding("bind", (0, 1), (0, 1, 2, 3, 8), numactl=True)),
+    (["-m1", "-C0-6:2"], RankBinding("bind", (1,), (0, 2, 4, 6), numactl=True)),
+    (["-C", "0-55:2,112"], RankBinding("none", (), (*range(0, 56, 2), 112), numactl=True)),
+    (["-m", "all", "-C", "0-3"], RankBinding("bind", (), (0, 1, 2, 3), all_nodes=True, numactl=True)),
+    (["-i", "all"], RankBinding("interleave", (), (), all_nodes=True, numactl=True)),
+    (["--interleave", "0,1", "-N", "0"], RankBinding("interleave", (0, 1), (), cpu_nodes=(0,), numactl=True)),
+    (["--cpunodebind=1", "--localalloc"], RankBinding("local", (), (), cpu_nodes=(1,), numactl=True)),
+    (["-w", "0,2,3", "-C", "0-1"], RankBinding("weighted-interleave", (0, 2, 3), (0, 1), numactl=True)),
+    (["--weighted-interleave=1,4"], RankBinding("weighted-interleave", (1, 4), (), numactl=True)),
+    (["--preferred=1", "-C", "all"], RankBinding("preferred", (1,), (), numactl=True)),
+    (["-p", "0", "-N", "all"], RankBinding("preferred", (0,), (), numactl=True)),
+    (["-P", "0,1", "--", "x"], RankBinding("preferred-many", (0, 1), (), numactl=True)),
+    (["--inter=all"], RankBinding("interleave", (), (), all_nodes=True, numactl=True)),
+])
+def test_every_numactl_form(options: list[str], binding: RankBinding) -> None:
+    assert parse_binding(["numactl", *options, *RUN], "f", 0) == binding
+
+
+def test_rank_without_numactl_is_unbound() -> None:
+    binding = parse_binding(RUN, "f", 0)
+    assert not binding.numactl and not binding.socket_bound and binding.home is None
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    (["-C", "0-"], "unreadable node or CPU list '0-'"),
+    (["-m", "!0"], "unreadable node or CPU list '!0'"),
+    (["-m", "netdev:eth0"], "unreadable node or CPU list"),
+    (["-C", "5-3"], "empty range '5-3'"),
+    (["-C", "0-9:0"], "empty range"),
+    (["--bogus", "1"], "unknown or ambiguous numactl option '--bogus'"),
+    (["--p", "1"], "unknown or ambiguous numactl option '--p'"),
+    (["-x"], "unknown numactl option '-x'"),
+    (["-l=1"], "numactl option '-l=1' takes no value"),
+    (["--localalloc=1"], "takes no value"),
+    (["-C", "0-99999999"], "names more than"),
+])
+def test_malformed_numactl_is_refused(options: list[str], message: str) -> None:
+    with pytest.raises(ConfigError, match="numactl of rank 2"):
+        parse_binding(["numactl", *options, *RUN], "f", 2)
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace("!", "!")):
+        parse_binding(["numactl", *options, *RUN], "f", 2)
+
+
+def test_numactl_missing_value_or_command() -> None:
+    with pytest.raises(ConfigError, match="'-m' is missing its value"):
+        parse_binding(["numactl", "-m"], "f", 0)
+    with pytest.raises(ConfigError, match="no command after the numactl options"):
+        parse_binding(["numactl", "-m", "0"], "f", 0)
+
+
+def _rebind(text: str, policies: list[str]) -> str:
+    """``text`` with rank r's numactl options replaced by ``policies[r]`` ("" for no numactl)."""
+    lines = text.splitlines()
+    spawned = [i for i, line in enumerate(lines) if "spawned with command:" in line]
+    for i, policy in zip(spawned, policies):
+        head, listing = lines[i].split("spawned with command: ")
+        words = ast.literal_eval(listing)
+        words = words[words.index("-C") + 2:]
+        lines[i] = f"{head}spawned with command: {(['numactl', *policy.split()] if policy else []) + words}"
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize(("policies", "numa_bound", "sockets"), [
+    (["-m 0 -C 0-55", "-m 0 -C 56-111", "-m 1 -C 112-167", "-m 1 -C 168-223"], True, 2),
+    (["-N 0", "-N 0", "-N 1", "-N 1"], True, 2),
+    (["-C 0-55:2", "-C 1-55:2", "-C 56-111:2", "-C 57-111:2"], True, "unknown"),
+    (["-m all -C 0-55"] * 4, False, "unknown"),
+    (["-i all"] * 4, False, "unknown"),
+    (["--membind=0,1 --physcpubind=0-3"] * 4, True, "unknown"),
+    ([""] * 4, False, "unknown"),
+])
+def test_bindings_in_the_scenario(tmp_path: Path, policies: list[str], numa_bound: bool, sockets: object) -> None:
+    """'all' spans nodes the log does not count: the sockets are left unknown, never guessed."""
+    log = read_log(_write(tmp_path, _rebind(DRAM.read_text(), policies)))
+    hardware = log_document(log).data["hardware"]
+    assert (hardware["numa_bound"], hardware["sockets"]) == (numa_bound, sockets)
+
+
+# --- refusals: one line, exit 2 -------------------------------------------------------------
+
+
+def _write(tmp_path: Path, text: str, name: str = "edited.log") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def _refused(capsys: pytest.CaptureFixture[str], path: Path) -> str:
+    """``tiersim import-log PATH``'s one line of error (exit 2)."""
+    assert main(["import-log", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    return err
+
+
+def _spliced() -> str:
+    """The seed DRAM log's header (global batch 4) on the Polaris run's iterations (16)."""
+    head = DRAM.read_text().split("[after model, optimizer, and learning rate scheduler are built]")[0]
+    polaris = POLARIS.read_text()
+    return head + polaris[polaris.index("[after model, optimizer, and learning rate scheduler are built]"):]
+
+
+def _edit(log: Path, old: str, new: str, count: int = 1) -> str:
+    text = log.read_text()
+    assert old in text
+    return text.replace(old, new, count)
+
+
+REFUSALS = [
+    (_spliced, "iteration 1: 'global batch size': is 16 but the launcher's --global-batch-size is 4"),
+    (lambda: _edit(DRAM, "actual seqlen:  2048", "actual seqlen:  4096"), "'actual seqlen': is 4096"),
+    (lambda: _edit(DRAM, "consumed samples:           12", "consumed samples:           14"),
+     "iteration 3: 'consumed samples': grew by 6"),
+    (lambda: _edit(DRAM, "iteration        4/       5", "iteration        4/      50"), "--train-iters is 5"),
+    (lambda: _edit(POLARIS, "train_batch_size ............. 16", "train_batch_size ............. 8"),
+     "DeepSpeed's train_batch_size: is 8 but the launcher's --global-batch-size is 16"),
+    (lambda: _edit(POLARIS, "ffn_hidden_size ................................. 13632",
+                   "ffn_hidden_size ................................. 20480"),
+     "ffn_hidden_size: Megatron printed 20480"),
+    (lambda: _edit(DRAM, "| fwd: ", "| fwd: -"), "iteration 1: DeepSpeed timer 'fwd': negative time"),
+    (lambda: _edit(DRAM, "| bwd: ", "| bwd: nan #"), "DeepSpeed timer 'bwd': expected a number, got"),
+    (lambda: _edit(DRAM, "| bwd: ", "| bwd: NaN | x: "), "DeepSpeed timer 'bwd': expected a number, got NaN"),
+    (lambda: _edit(DRAM, "elapsed time per iteration (ms): ", "elapsed time per iteration (ms): -"),
+     "'elapsed time per iteration (ms)': negative time"),
+    (lambda: _edit(DRAM, "global batch size:     4", "global batch size:  four"),
+     "iteration 1: 'global batch size': expected a number, got 'four'"),
+    (lambda: _edit(NVME_NODE, "reduce_bucket_size=500,000,000", "reduce_bucket_size=500,000,00"),
+     "reduce_bucket_size: expected a whole number, got '500,000,00'"),
+    (lambda: _edit(NVME_NODE, "pipeline_read=True", "pipeline_read=yes"),
+     "offload_optimizer.pipeline_read: expected True or False, got 'yes'"),
+    (lambda: _edit(NVME_NODE, "'block_size': 2097152", "'block_size': '1M'"),
+     "aio_config.block_size: expected a whole number, got '1M'"),
+    (lambda: _edit(DRAM, "--adam-beta1 0.9", "--adam-beta1 zero.nine"),
+     "adam_beta1: expected a number, got 'zero.nine'"),
+    (lambda: _edit(DRAM, "pretrain_gpt.py ", "pretrain_gpt.py --data-path \"/a b ", 1), "launcher command: unreadable"),
+    (lambda: _edit(DRAM, "'-C', '0-55'", "'-C', '0-55;2'"), "numactl of rank 0: --physcpubind: unreadable"),
+    (lambda: _edit(DRAM, "0.16.2, unknown", "0.9.5, unknown"), "DeepSpeed version: DeepSpeed 0.9.5 is not modelled"),
+    (lambda: _edit(DRAM, "0.16.2, unknown", "0.17.1, unknown"), "DeepSpeed 0.17.1 is not modelled"),
+    (lambda: DRAM.read_text() + "[INFO] DeepSpeed info: version=0.14.0, git-hash=x\n",
+     "DeepSpeed version: the log prints 0.16.2 and 0.14.0"),
+    (lambda: _edit(DRAM, "AVX512 arithmetic", "NEON arithmetic"),
+     "CPU Adam SIMD: unknown arithmetic capability 'NEON'"),
+    (lambda: _rebind(DRAM.read_text(), ["-m 0 -C 0-55", "", "", ""]), "numactl: ranks [0] are bound"),
+]
+
+
+@pytest.mark.parametrize(("make", "message"), REFUSALS)
+def test_refused_as_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path, make: Any, message: str) -> None:
+    err = _refused(capsys, _write(tmp_path, make()))
+    assert message in err, err
+
+
+def test_a_refusal_exits_2_from_the_command_line(tmp_path: Path) -> None:
+    proc = tiersim("import-log", str(_write(tmp_path, _spliced())))
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "spliced" in proc.stderr
+
+
+# --- reading time ---------------------------------------------------------------------------
+
+
+def _big_log(iterations: int) -> str:
+    """The DRAM excerpt with its iteration block (timers, memory, iteration line) repeated."""
+    text = DRAM.read_text()
+    start = text.index("[after model, optimizer, and learning rate scheduler are built]")
+    head, body = text[:start], text[start:]
+    first = body.index(" iteration        1/")
+    block = body[body.index("\n") + 1:body.index("\n", first) + 1]
+    lines = [head, body[:body.index("\n") + 1]]
+    for i in range(1, iterations + 1):
+        lines.append(block.replace("iteration        1/       5", f"iteration {i:8d}/{iterations:8d}").replace(
+            "consumed samples:            4", f"consumed samples: {4 * i:12d}"))
+    return "".join(lines).replace("--train-iters 5", f"--train-iters {iterations}")
+
+
+def _opcodes(path: Path) -> int:
+    """Python bytecodes executed while reading ``path`` (the work, independent of the clock)."""
+    count = 0
+
+    def trace(frame: Any, event: str, arg: object) -> Any:
+        nonlocal count
+        frame.f_trace_opcodes = True
+        if event == "opcode":
+            count += 1
+        return trace
+
+    sys.settrace(trace)
+    try:
+        read_log(path)
+    finally:
+        sys.settrace(None)
+    return count
+
+
+def test_reading_work_grows_linearly_with_the_log(tmp_path: Path) -> None:
+    """Each further 30 iterations cost the same work: no pass over the whole log per line."""
+    work = [_opcodes(_write(tmp_path, _big_log(n), f"{n}.log")) for n in (20, 50, 80)]
+    first, second = work[1] - work[0], work[2] - work[1]
+    assert first > 0 and abs(second - first) < 0.02 * first, work
+
+
+@pytest.mark.slow
+def test_a_30_mb_log_reads_in_seconds(tmp_path: Path) -> None:
+    path = _write(tmp_path, _big_log(10_000), "big.log")
+    assert path.stat().st_size > 30e6
+    start = time.perf_counter()
+    log = read_log(path)
+    elapsed = time.perf_counter() - start
+    assert len(log.iterations) == 10_000 and elapsed < 20, elapsed
 
 
 # --- DeepSpeed configs ----------------------------------------------------------------------
