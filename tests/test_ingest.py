@@ -246,6 +246,18 @@ def test_older_deepspeed_print_with_separators_enums_and_json_booleans(tmp_path:
     assert entry["block_size"] == 2097152
 
 
+def test_iteration_time_with_thousands_separators(tmp_path: Path) -> None:
+    text = _edit(DRAM, "elapsed time per iteration (ms): 74206.0", "elapsed time per iteration (ms): 74,206.0")
+    assert read_log(_write(tmp_path, text)).iterations[0]["iteration"] == pytest.approx(74.206)
+
+
+def test_without_spawned_commands_the_binding_is_unknown(tmp_path: Path) -> None:
+    """No launcher spawn lines: DeepSpeed's world size gives the ranks; the binding is not guessed."""
+    text = "\n".join(line for line in POLARIS.read_text().splitlines() if "spawned with command" not in line)
+    hardware = log_document(read_log(_write(tmp_path, text))).data["hardware"]
+    assert (hardware["gpus"], hardware["numa_bound"], hardware["sockets"]) == (4, "unknown", "unknown")
+
+
 def test_flash_attention_flags(tmp_path: Path) -> None:
     for flag in ("--use-flash-attn", "--use-flash-attn-v2", "--use-flash-attn-triton"):
         text = DRAM.read_text().replace("--swiglu", f"--swiglu {flag}", 1)
@@ -418,6 +430,8 @@ REFUSALS = [
      "reduce_bucket_size: expected a whole number, got '500,000,00'"),
     (lambda: _edit(NVME_NODE, "pipeline_read=True", "pipeline_read=yes"),
      "offload_optimizer.pipeline_read: expected True or False, got 'yes'"),
+    (lambda: _edit(NVME_NODE, "offload_param=None", "offload_param=DeepSpeedZeroOffloadParamConfig(device='nvme')"),
+     "zero_config.offload_param.device: 'nvme': offloading parameters (ZeRO-Infinity) is not modelled"),
     (lambda: _edit(NVME_NODE, "'block_size': 2097152", "'block_size': '1M'"),
      "aio_config.block_size: expected a whole number, got '1M'"),
     (lambda: _edit(DRAM, "--adam-beta1 0.9", "--adam-beta1 zero.nine"),

@@ -1,6 +1,11 @@
 """``tiersim import-log LOG... [--out DIR]``: read Megatron-DeepSpeed training logs into a
 scenario (what ran; hardware the log does not name left ``unknown``) and a measured table
-(every iteration's phases and DeepSpeed timers, and the steady state: mean of iterations 3..N)."""
+(every iteration's phases and DeepSpeed timers, and the steady state: mean of iterations 3..N).
+
+It reads DeepSpeed 0.10 to 0.16 (its version goes into ``training.deepspeed_version``), forks'
+iteration lines, Megatron's own FFN default, ``--use-flash-attn``, CPU Adam's SIMD width and
+every numactl binding (``hardware.numa_bound``). A value it cannot read, a DeepSpeed release
+tiersim does not model, or a header that disagrees with the iterations is exit 2, naming it."""
 
 from __future__ import annotations
 
@@ -22,7 +27,8 @@ from tiersim.jsonout import plain_records
 _HEADER = """\
 # Imported by `tiersim import-log` from {log}.
 # Fields marked `unknown` are not in the log (the device models, the interleave weights numactl
-# reads from sysfs): fill them in, pass --set, or name a host profile (tiersim fit makes one).
+# reads from sysfs, the sockets of ranks numactl did not bind): fill them in, pass --set, or
+# name a host profile or system (tiersim fit makes one).
 """
 
 

@@ -40,21 +40,21 @@ def _header(log: TrainingLog) -> dict[str, int]:
     for key in _SHARED_ARGUMENTS:
         printed = log.printed_args.get(key)
         if key in header and printed not in (None, "None"):
-            _same(log, f"Megatron's printed {key}", whole(printed, source, f"printed argument {key}"), header[key])
+            _same(log, f"Megatron's printed {key}", whole(printed, source, f"printed argument {key}"), header, key)
     for name, key in _ENGINE.items():
         printed = log.engine.get(name)
         if key in header and printed is not None:
-            _same(log, f"DeepSpeed's {name}", whole(printed, source, f"DeepSpeed {name}"), header[key])
+            _same(log, f"DeepSpeed's {name}", whole(printed, source, f"DeepSpeed {name}"), header, key)
     for key in ("log_interval", "train_iters"):
         if isinstance(args.get(key), str):
             header[key] = whole(args[key], source, f"--{key.replace('_', '-')}")
     return header
 
 
-def _same(log: TrainingLog, what: str, found: float, wanted: int) -> None:
-    if found != wanted:
-        name = "--" + what.rsplit(" ", 1)[-1].replace("_", "-")
-        raise ConfigError(log.path, what, f"is {found:g} but the launcher's {name} is {wanted} {_SPLICED}")
+def _same(log: TrainingLog, what: str, found: float, header: dict[str, int], key: str) -> None:
+    if found != header[key]:
+        flag = "--" + key.replace("_", "-")
+        raise ConfigError(log.path, what, f"is {found:g} but the launcher's {flag} is {header[key]} {_SPLICED}")
 
 
 def _check_iterations(log: TrainingLog, header: dict[str, int]) -> None:

@@ -33,7 +33,7 @@ def log_document(log: TrainingLog) -> ScenarioDocument:
     the log."""
     source = log.path
     args = log.args
-    ranks = len(log.bindings) or _integer(args, "world_size", source, default=1)
+    ranks = len(log.bindings) or _integer(log.engine, "world_size", source, _integer(args, "world_size", source, 1))
     parallel = _integer(args, "tensor_model_parallel_size", source, 1) * _integer(
         args, "pipeline_model_parallel_size", source, 1)
     return ScenarioDocument({
@@ -145,6 +145,9 @@ def _hardware(log: TrainingLog, ranks: int) -> dict[str, Any]:
 def _strategy(log: TrainingLog) -> dict[str, Any] | str:
     """The strategy: offload device and memory policy, with the swapper's knobs for NVMe."""
     source, zero, aio = log.path, log.zero_config, log.aio_config
+    if zero.get("offload_param.device", "none") != "none":
+        raise ConfigError(source, "zero_config.offload_param.device", f"{zero['offload_param.device']!r}: "
+                          "offloading parameters (ZeRO-Infinity) is not modelled; tiersim offloads the optimizer")
     device = zero.get("offload_optimizer.device", "none")
     if device == "nvme":
         return {
