@@ -223,8 +223,12 @@ class _Reader:
         self.in_arguments = "end of arguments" not in line
 
     def _argument_line(self, line: str) -> None:
-        if "end of arguments" in line:
+        """A line of Megatron's argument print (``  name ...... value``); the block ends at its
+        ``end of arguments`` line, or at the first line that is not an argument."""
+        if not line.startswith("  "):
             self.in_arguments = False
+            if "end of arguments" not in line:
+                self.feed(line)
             return
         name, value = _dotted(line)
         if name:
@@ -280,7 +284,7 @@ class _Reader:
         for item in line.split("|"):
             name, colon, value = item.partition(":")
             name = name.strip()
-            if name == _ITERATION_TIME:
+            if name.endswith(_ITERATION_TIME):
                 elapsed = value
             elif name in PROGRESS:
                 counters[name] = number(value, self.source, f"{where}: {name!r}")
