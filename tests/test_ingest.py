@@ -411,6 +411,8 @@ def _edit(log: Path, old: str, new: str, count: int = 1) -> str:
 REFUSALS = [
     (_spliced, "iteration 1: 'global batch size': is 16 but the launcher's --global-batch-size is 4"),
     (lambda: _edit(DRAM, "actual seqlen:  2048", "actual seqlen:  4096"), "'actual seqlen': is 4096"),
+    (lambda: DRAM.read_text().split("[after model")[0] + "[after model" + NVME.read_text().split("[after model")[1],
+     "iteration 1: DeepSpeed timer 'async_swap_gradient_wait' swaps to NVMe but the configuration offloads"),
     (lambda: _edit(DRAM, "consumed samples:           12", "consumed samples:           14"),
      "iteration 3: 'consumed samples': grew by 6"),
     (lambda: _edit(DRAM, "iteration        4/       5", "iteration        4/      50"), "--train-iters is 5"),

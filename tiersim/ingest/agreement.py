@@ -4,8 +4,9 @@ A log spliced from two runs (one log's header onto another's iterations) would i
 scenario whose measurements belong to a different shape or batch. The header says what ran: the
 launcher's arguments, Megatron's print of them and DeepSpeed's engine configuration. Every
 iteration line counts what actually ran: ``global batch size``, ``consumed samples`` (growing by
-the global batch per iteration), ``actual seqlen`` and ``iteration N/ M``. Any disagreement is a
-ConfigError naming the iteration and the counter.
+the global batch per iteration), ``actual seqlen`` and ``iteration N/ M``; DeepSpeed's timers
+swap to NVMe only when the optimizer is offloaded there. Any disagreement is a ConfigError
+naming the iteration and the counter.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ def check_agreement(log: TrainingLog) -> None:
     """Refuse a log whose launcher arguments, printed configuration and iteration lines disagree."""
     expected = _header(log)
     _check_iterations(log, expected)
+    _check_swapping(log)
 
 
 def _header(log: TrainingLog) -> dict[str, int]:
@@ -100,3 +102,15 @@ def _check_consumed(log: TrainingLog, where: str, previous: dict[str, float], co
         raise ConfigError(log.path, f"{where}: 'consumed samples'", f"grew by {grown:g} since the last iteration "
                           f"line, not by the global batch {batch:g} x {steps:g} iteration(s): the iteration lines "
                           f"are not one run's {_SPLICED}")
+
+
+def _check_swapping(log: TrainingLog) -> None:
+    """NVMe swap timers only where the configuration offloads the optimizer to NVMe."""
+    device = log.zero_config.get("offload_optimizer.device", "none")
+    if device == "nvme":
+        return
+    for number, timers in enumerate(log.iterations, 1):
+        swaps = sorted(name for name in timers if "swap" in name)
+        if swaps:
+            raise ConfigError(log.path, f"iteration {number}", f"DeepSpeed timer {swaps[0]!r} swaps to NVMe but the "
+                              f"configuration offloads the optimizer to {device!r} {_SPLICED}")
