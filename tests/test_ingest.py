@@ -366,16 +366,21 @@ def _rebind(text: str, policies: list[str]) -> str:
     (["-m 0 -C 0-55", "-m 0 -C 56-111", "-m 1 -C 112-167", "-m 1 -C 168-223"], True, 2),
     (["-N 0", "-N 0", "-N 1", "-N 1"], True, 2),
     (["-C 0-55:2", "-C 1-55:2", "-C 56-111:2", "-C 57-111:2"], True, "unknown"),
-    (["-m all -C 0-55"] * 4, False, "unknown"),
+    (["-m all -C 0-55"] * 4, True, "unknown"),
+    (["-i all -C 0-55"] * 4, False, "unknown"),
+    (["-w all -N 0"] * 4, False, "unknown"),
     (["-i all"] * 4, False, "unknown"),
     (["--membind=0,1 --physcpubind=0-3"] * 4, True, "unknown"),
     ([""] * 4, False, "unknown"),
 ])
 def test_bindings_in_the_scenario(tmp_path: Path, policies: list[str], numa_bound: bool, sockets: object) -> None:
-    """'all' spans nodes the log does not count: the sockets are left unknown, never guessed."""
+    """'all' spans nodes the log does not count: the sockets are left unknown, never guessed; an
+    interleave over all of them is not socket-bound, a bind over all allocates locally first."""
     log = read_log(_write(tmp_path, _rebind(DRAM.read_text(), policies)))
     hardware = log_document(log).data["hardware"]
     assert (hardware["numa_bound"], hardware["sockets"]) == (numa_bound, sockets)
+    if policies[0].startswith("-w all"):
+        assert hardware["cxl"] == {"count": "unknown"}
 
 
 # --- refusals: one line, exit 2 -------------------------------------------------------------

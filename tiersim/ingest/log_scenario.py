@@ -132,8 +132,11 @@ def _hardware(log: TrainingLog, ranks: int) -> dict[str, Any]:
     cpus = [len(b.cpus) for b in log.bindings if b.cpus]
     if cpus:
         hardware["cores_per_rank"] = max(1, cpus[0] // 2)
-    expanders = {node for b in log.bindings if b.policy == "weighted-interleave" for node in b.nodes[1:]}
-    if expanders:
+    weighted = [b for b in log.bindings if b.policy == "weighted-interleave"]
+    expanders = {node for b in weighted for node in b.nodes[1:]}
+    if any(b.all_nodes for b in weighted):
+        hardware["cxl"] = {"count": UNKNOWN}  # "all": the log does not say how many nodes are CXL
+    elif expanders:
         hardware["cxl"] = {"count": len(expanders)}
     if log.zero_config.get("offload_optimizer.device") == "nvme":
         hardware["nvme"] = {"count": 1}

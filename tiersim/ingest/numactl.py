@@ -49,9 +49,12 @@ class RankBinding:
 
     @property
     def socket_bound(self) -> bool:
-        """Bound to its own CPUs (``-C`` or ``-N``) with its memory kept off the other sockets
-        (any policy but one over ``all`` nodes): what tiersim's ``hardware.numa_bound`` means."""
-        return bool(self.cpus or self.cpu_nodes) and not self.all_nodes
+        """Bound to its own CPUs (``-C`` or ``-N``) with its memory on its own socket: what
+        tiersim's ``hardware.numa_bound`` means. An interleave over ``all`` nodes spreads pages
+        over every socket; a bind or preference over ``all`` allocates from the nearest node
+        first (the kernel orders a multi-node policy by distance), so it stays local."""
+        spread = self.all_nodes and self.policy in ("interleave", "weighted-interleave")
+        return bool(self.cpus or self.cpu_nodes) and not spread
 
     @property
     def home(self) -> int | None:
