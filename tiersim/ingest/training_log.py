@@ -31,6 +31,7 @@ from pathlib import Path
 
 from tiersim.config.deepspeed_version import check_version
 from tiersim.errors import ConfigError
+from tiersim.ingest.agreement import check_agreement
 from tiersim.ingest.numactl import RankBinding, parse_binding
 from tiersim.ingest.printed_values import duration, model_fields, number
 
@@ -110,8 +111,6 @@ def read_log(path: str | Path) -> TrainingLog:
     for line in text.splitlines():
         reader.feed(line)
     log = reader.finish()
-    from tiersim.ingest.agreement import check_agreement
-
     check_agreement(log)
     return log
 
