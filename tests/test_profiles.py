@@ -27,7 +27,7 @@ EXPECTED = {
     "fabric": {"pcie-p2p-gen5"},
     "host": {"seed-node"},
     "link": {"pcie-gen4-x16", "pcie-gen5-x16"},
-    "cpu": {"xeon-8480", "epyc-9654", "xeon-8380"},
+    "cpu": {"xeon-8480", "epyc-9654", "xeon-8380", "epyc-7543p"},
     "dram": {"ddr4-3200-8ch", "ddr5-4800-8ch", "ddr5-4800-12ch"},
     "cxl": {"micron-cz120", "samsung-cmm-d", "cxl-gen5-x16-whatif"},
     "nvme": {"samsung-pm9a3", "micron-7450", "micron-9550", "kioxia-cm7", "seed-nvme-pool"},
@@ -80,7 +80,7 @@ def test_gpu_host_link_resolves(name: str) -> None:
     link = find_profile(gpu.host_link, PROFILE_KINDS["link"], f"{name}.yaml", "host_link")
     assert isinstance(link, LinkProfile)
     assert link.pinned_bandwidth <= link.raw_bandwidth
-    assert link.pageable_bandwidth <= link.pinned_bandwidth
+    assert link.pageable_bandwidth is None  # set by the host CPU (Hardware.pageable_bandwidth)
     assert gpu.reserved_memory < gpu.hbm_capacity
 
 
@@ -116,9 +116,12 @@ def test_cpu_and_dram_values() -> None:
     assert _find("xeon-8480", "cpu").cores_per_socket == 56
     assert _find("epyc-9654", "cpu").cores_per_socket == 96
     assert _find("xeon-8380", "cpu").cores_per_socket == 40
+    assert _find("epyc-7543p", "cpu").cores_per_socket == 32 and _find("epyc-7543p", "cpu").simd == "avx2"
     for name in EXPECTED["cpu"]:
         cpu = _find(name, "cpu")
-        assert 1e7 <= cpu.adam_params_per_core <= 1e9
+        assert cpu.adam_params_per_core is None  # from the SIMD figures
+        assert 1e7 <= cpu.adam_core_rate() <= 1e9
+        assert cpu.threads_per_core == 2 and cpu.fma_units == 2
         assert 5e9 <= cpu.memcpy_bandwidth_per_core <= 30e9
     ddr5 = _find("ddr5-4800-8ch", "dram")
     assert ddr5.peak_bandwidth == pytest.approx(307.2e9)
@@ -295,7 +298,7 @@ def test_adam_rate_uses_measured_rates_per_core_count() -> None:
 
     cpu = find_profile("xeon-8480", PROFILE_KINDS["cpu"], "t.yaml", "hardware.cpu")
     assert isinstance(cpu, CPUProfile)
-    assert cpu.adam_rate(4) == 4 * cpu.adam_params_per_core
+    assert cpu.adam_rate(4) == 4 * cpu.adam_core_rate()
     measured = replace(cpu, adam_params_per_s=[1.0e9, 1.5e9])
     assert measured.adam_rate(1) == 1.0e9 and measured.adam_rate(2) == 1.5e9
     assert measured.adam_rate(4) == 1.5e9 / 2 * 4

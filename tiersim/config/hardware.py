@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Literal, TypeVar
 
 from tiersim.config.profiles import (
+    SIMD_BITS,
     CPUProfile,
     CXLProfile,
     DRAMProfile,
@@ -57,6 +58,8 @@ class HardwareSpec:
     cpu: str = "xeon-8480"
     sockets: int = integer(1, gt=0)
     cores_per_rank: int | None = integer(None, gt=0)
+    """Logical CPUs each bound rank holds (``OMP_NUM_THREADS``); None: the node's cores shared
+    evenly. Unbound ranks run one thread per physical core of the node instead."""
     numa_bound: bool = True
     """Each rank bound by numactl to its own cores and socket memory; False: unbound ranks
     that the OS scheduler places over the node's sockets."""
@@ -97,6 +100,51 @@ class Hardware:
         return math.ceil(self.gpus / self.sockets)
 
     @property
+    def rank_threads(self) -> int:
+        """Threads of the rank's CPU Adam and torch CPU ops.
+
+        Bound (``--bind_cores_to_rank``): DeepSpeed v0.13.3 ``deepspeed/launcher/launch.py``
+        lines 227-230 set ``OMP_NUM_THREADS`` to the rank's cores and prefix ``numactl``. Unbound,
+        the launcher sets neither, and torch sizes its OpenMP pool at ``at::init_num_threads``
+        (``aten/src/ATen/ParallelOpenMP.cpp``) to ``mkl_get_max_threads()`` or
+        ``intraop_default_num_threads()``, both the physical cores the process sees
+        (``c10/core/thread_pool.cpp`` ``TaskThreadPoolBase::defaultNumThreads``: "ThreadPool
+        should be defaulted to number of physical cores"): every unbound rank runs one thread per
+        physical core of the node (a CPU Adam built against its own OpenMP runtime would run one
+        per logical CPU: no fewer)."""
+        return self.cores_per_rank if self.numa_bound else self.node_cores
+
+    @property
+    def node_cores(self) -> int:
+        """Physical cores of the node."""
+        return self.cpu.cores_per_socket * self.sockets
+
+    @property
+    def rank_cores(self) -> float:
+        """Physical cores' worth of SIMD units and load ports the rank's threads get.
+
+        SMT siblings share one core's units, so what counts is the physical cores under the
+        threads. Bound ranks hold ``cores_per_rank`` logical CPUs each; while the ranks of a
+        socket hold no more of them than it has cores, each is a core of its own (the launcher
+        and the usual bind lists take one hardware thread per core first), beyond that the
+        socket's cores are shared: ``cores_per_socket / ranks_per_socket`` each (two ranks on
+        the two hardware threads of the same 56 cores get 28 cores' worth each). Unbound ranks
+        put ``rank_threads`` threads each on the OS scheduler, ``gpus x node_cores`` threads over
+        ``node_cores`` cores: oversubscribed whenever there is more than one rank, and the
+        scheduler's fair share gives each rank ``node_cores / gpus`` cores' worth while all of
+        them run Adam at once (they step in lock-step)."""
+        if self.numa_bound:
+            return _core_share(self.cores_per_rank, self.ranks_per_socket * self.cores_per_rank,
+                               self.cpu.cores_per_socket)
+        return _core_share(self.rank_threads, self.gpus * self.rank_threads, self.node_cores)
+
+    @property
+    def adam_rate(self) -> float:
+        """CPU Adam params/s of the rank's cores for its SIMD build (compute bound; its memory
+        traffic is bounded separately by the rank's share of DRAM bandwidth)."""
+        return self.cpu.adam_rate(self.rank_cores, self.adam_simd)
+
+    @property
     def has_gpu(self) -> bool:
         """False for a host-only machine (validation of the CPU offload path)."""
         return self.gpu is not None and self.link is not None
@@ -118,8 +166,7 @@ class Hardware:
     @property
     def pcie_bandwidth(self) -> float:
         """Host<->GPU bytes/s per direction for this rank's buffers (pinned or pageable)."""
-        link = self.host_link
-        return link.pinned_bandwidth if self.pinned else link.pageable_bandwidth
+        return self.host_link.pinned_bandwidth if self.pinned else self.pageable_bandwidth
 
     @property
     def pcie_latency(self) -> float:
@@ -141,13 +188,27 @@ class Hardware:
 
     @property
     def pageable_bandwidth(self) -> float:
-        """Host->GPU bytes/s of a copy from freshly allocated (pageable) host memory."""
-        return self.host_link.pageable_bandwidth
+        """Host->GPU bytes/s of a copy from freshly allocated (pageable) host memory: the link
+        profile's figure where it has one (measured), else through the driver's pinned staging
+        buffer: one host thread copies a chunk into it, then the DMA engine moves it at the
+        pinned rate, one after the other (the CPU copy serializes with the DMA), so a byte
+        costs ``1/pinned + 1/memcpy_bandwidth_per_core`` seconds."""
+        link = self.host_link
+        if link.pageable_bandwidth is not None:
+            return link.pageable_bandwidth
+        return 1.0 / (1.0 / link.pinned_bandwidth + 1.0 / self.cpu.memcpy_bandwidth_per_core)
 
     @property
     def dram_bandwidth_per_rank(self) -> float:
-        """One rank's fair share of its socket's achieved DRAM bandwidth (bytes/s)."""
-        return self.dram.bandwidth / self.ranks_per_socket
+        """One rank's fair share of achieved DRAM bandwidth (bytes/s). A bound rank's memory is
+        its socket's (numactl -m), shared by the ranks on it. An unbound rank's pages are
+        placed by first touch, wherever the thread that first wrote them ran: DeepSpeed fills
+        the fp32 partitions and Adam's moments with torch ops on all of the rank's threads,
+        which the scheduler spreads over the node, so its pages spread over every socket and
+        NUMA domain (NPS4 quadrants alike), and the node's bandwidth is shared by all ranks."""
+        if self.numa_bound:
+            return self.dram.bandwidth / self.ranks_per_socket
+        return self.dram.bandwidth * self.sockets / self.gpus
 
     @property
     def cxl_devices_per_rank(self) -> float:
@@ -197,14 +258,7 @@ def resolve_hardware(spec: HardwareSpec, source: str, search: tuple[Path, ...] =
     if spec.nvme is None and host is not None:
         nvme = host.nvme
     cores = spec.cores_per_rank or max(1, cpu.cores_per_socket * spec.sockets // spec.gpus)
-    ranks_per_socket = math.ceil(spec.gpus / spec.sockets)
-    if cores * ranks_per_socket > cpu.cores_per_socket * 2:
-        raise ConfigError(
-            source,
-            "hardware.cores_per_rank",
-            f"{cores} cores for each of {ranks_per_socket} ranks per socket exceeds "
-            f"{cpu.cores_per_socket} cores (x2 hardware threads) of {cpu.name}",
-        )
+    _check_cpu(spec, cpu, cores, source)
     return Hardware(
         gpu=gpu,
         gpus=spec.gpus,
@@ -223,6 +277,29 @@ def resolve_hardware(spec: HardwareSpec, source: str, search: tuple[Path, ...] =
         nvme=nvme,
         nvme_count=spec.nvme.count if spec.nvme else (1 if nvme is not None else 0),
     )
+
+
+def _check_cpu(spec: HardwareSpec, cpu: CPUProfile, cores: int, source: str) -> None:
+    """The ranks' logical CPUs fit the sockets' hardware threads (a profile that does not give
+    ``threads_per_core`` counts each CPU as a core), and the CPU runs the SIMD width Adam was
+    built for."""
+    ranks_per_socket = math.ceil(spec.gpus / spec.sockets)
+    threads = cpu.threads_per_core or 1
+    if cores * ranks_per_socket > cpu.cores_per_socket * threads:
+        raise ConfigError(
+            source,
+            "hardware.cores_per_rank",
+            f"{cores} logical CPUs for each of {ranks_per_socket} ranks per socket exceeds "
+            f"{cpu.cores_per_socket} cores (x{threads} hardware threads) of {cpu.name}",
+        )
+    widths = list(SIMD_BITS)
+    if spec.adam_simd and cpu.simd and widths.index(spec.adam_simd) < widths.index(cpu.simd):
+        raise ConfigError(source, "hardware.adam_simd", f"{cpu.name} has no {spec.adam_simd} (its widest: {cpu.simd})")
+
+
+def _core_share(threads: int, sharing: int, cores: int) -> float:
+    """Physical cores' worth that ``threads`` of ``sharing`` threads get on ``cores`` cores."""
+    return threads * min(1.0, cores / sharing)
 
 
 P = TypeVar("P", bound=Profile)

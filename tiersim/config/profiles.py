@@ -15,7 +15,7 @@ import os
 import stat
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TypeVar, overload
+from typing import Literal, TypeVar, overload
 
 from tiersim.config.bundled import bundled_dir
 from tiersim.config.schema import build, duration, flops, integer, number, rate, size
@@ -68,11 +68,13 @@ class GPUProfile(_ProfileBase):
 
 @dataclass(frozen=True, kw_only=True)
 class LinkProfile(_ProfileBase):
-    """A host<->GPU link, per direction (bytes/s), with a per-transfer latency (s)."""
+    """A host<->GPU link, per direction (bytes/s), with a per-transfer latency (s). Copies from
+    pageable memory run at ``pageable_bandwidth`` where it is measured, else through the
+    driver's staging buffer at a rate the host CPU sets (``Hardware.pageable_bandwidth``)."""
 
     raw_bandwidth: float = rate()
     pinned_bandwidth: float = rate()
-    pageable_bandwidth: float = rate()
+    pageable_bandwidth: float | None = rate(None)
     latency: float = duration()
 
 
@@ -89,12 +91,43 @@ class FabricProfile(_ProfileBase):
     via_host_link: bool = False
 
 
+SIMD_BITS = {"avx512": 512, "avx2": 256, "scalar": 32}
+"""Vector width of each SIMD instruction set DeepSpeed's CPU Adam is built for (bits); fp32
+lanes are bits / 32 (``csrc/includes/simd.h`` at v0.13.3: ``SIMD_WIDTH`` 16 for ``__AVX512__``,
+8 for ``__AVX256__``; without either, the scalar loop of ``cpu_adam_impl.cpp``)."""
+ADAM_VECTOR_OPS = 10
+"""Floating-point vector instructions per vector of parameters in DeepSpeed's CPU Adam (AdamW,
+weight decay > 0), ``Step_AVX`` in ``csrc/includes/cpu_adam.h`` at v0.13.3: 3 ``simd_mul``
+(moment decay, variance decay, grad squared), 5 ``simd_fma`` (moment, variance, bias-corrected
+denominator, decoupled weight decay, parameter update), 1 ``simd_sqrt``, 1 ``simd_div``; besides
+4 loads (grad, exp_avg, exp_avg_sq, param) and 3 stores (param, exp_avg, exp_avg_sq)."""
+SIMD_FIGURES = ("simd", "simd_datapath_bits", "fma_units", "simd_clock", "adam_simd_efficiency")
+"""The figures the first-principles Adam rate needs (all of them, or ``adam_params_per_core``)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class CPUProfile(_ProfileBase):
-    """A host CPU socket and its optimizer throughput (parameters/s per core)."""
+    """A host CPU socket: its cores and SMT threads, its SIMD units, and CPU Adam's rate on them.
+
+    DeepSpeed CPU Adam's rate per physical core (parameters/s) is, from first principles,
+    ``fp32 lanes per FMA unit x fma_units x simd_clock / ADAM_VECTOR_OPS x adam_simd_efficiency``,
+    lanes being the instruction set's width (``SIMD_BITS``) cut to the core's datapath (a 512-bit
+    instruction on a 256-bit datapath runs as two halves). SMT siblings share one core's SIMD
+    units, so rates count physical cores. ``adam_params_per_core`` (measured by ``tiersim
+    calibrate`` or fitted by ``tiersim fit``), when set, replaces the first-principles figure; it
+    counts the profile's widest SIMD width and scales with the lanes of a narrower one.
+    """
 
     cores_per_socket: int = integer(gt=0)
-    adam_params_per_core: float = number(gt=0, doc="DeepSpeed CPU Adam, fp32, params/s per core")
+    threads_per_core: int | None = integer(None, gt=0, doc="hardware threads (SMT) per physical core")
+    simd: Literal["avx512", "avx2", "scalar"] | None = None
+    """The widest SIMD instruction set the cores execute."""
+    simd_datapath_bits: int | None = integer(None, gt=0, doc="width of each FMA unit's datapath (bits)")
+    fma_units: int | None = integer(None, gt=0, doc="fp32 FMA units (pipes) per physical core")
+    simd_clock: float | None = number(None, gt=0, doc="all-core clock under SIMD load (Hz)")
+    adam_simd_efficiency: float | None = number(None, gt=0, le=1, doc="CPU Adam's achieved / SIMD peak rate")
+    adam_params_per_core: float | None = number(None, gt=0, doc="measured or fitted CPU Adam, fp32, params/s per "
+                                                                 "physical core; replaces the SIMD figures")
     memcpy_bandwidth_per_core: float = rate(doc="single-core streaming copy (bytes copied/s); a rank's "
                                                 "multi-threaded torch copies run at cores x this, within its memory")
     adam_step_overhead: float | None = duration(None, doc="fixed cost of one optimizer.step call (s)")
@@ -102,20 +135,42 @@ class CPUProfile(_ProfileBase):
     """Measured Adam params/s with 1, 2, ... cores, when the rate does not scale linearly."""
 
     def validate(self, source: str, path: str) -> None:
-        """Figures cited; the measured Adam rates positive."""
+        """Figures cited; the measured Adam rates positive; an Adam rate it can give."""
         super().validate(source, path)
         for i, value in enumerate(self.adam_params_per_s or ()):
             if not value > 0:
                 raise ConfigError(source, f"adam_params_per_s[{i}]", f"must be greater than 0, got {value:g}")
+        missing = [name for name in SIMD_FIGURES if getattr(self, name) is None]
+        if self.adam_params_per_core is None and missing:
+            raise ConfigError(source, "adam_params_per_core",
+                              f"required without the SIMD figures (missing: {', '.join(missing)})")
 
-    def adam_rate(self, cores: int) -> float:
-        """Adam params/s on ``cores`` cores: the measured rate for that many when known, beyond
-        the measurements the last one's per-core rate, else cores x ``adam_params_per_core``."""
+    def simd_lanes(self, simd: str | None = None) -> float:
+        """fp32 results per cycle per physical core for ``simd`` (None: the widest the CPU has):
+        the instruction's lanes cut to the datapath, times the FMA units."""
+        width = SIMD_BITS[simd or self.simd or "scalar"]
+        datapath = self.simd_datapath_bits or width
+        return min(width, datapath) / 32 * (self.fma_units or 1)
+
+    def adam_core_rate(self, simd: str | None = None) -> float:
+        """CPU Adam params/s on one physical core built for ``simd`` (None: the widest): the
+        measured or fitted figure scaled by lanes, else the SIMD peak times the efficiency."""
+        if self.adam_params_per_core is not None:
+            if self.simd is None or simd is None:
+                return self.adam_params_per_core
+            return self.adam_params_per_core * self.simd_lanes(simd) / self.simd_lanes()
+        assert self.simd_clock is not None and self.adam_simd_efficiency is not None  # validate()
+        return self.simd_lanes(simd) * self.simd_clock / ADAM_VECTOR_OPS * self.adam_simd_efficiency
+
+    def adam_rate(self, cores: float, simd: str | None = None) -> float:
+        """Adam params/s on ``cores`` physical cores' worth: the measured rate for that many when
+        known, beyond the measurements the last one's per-core rate, else cores x the core rate."""
         table = self.adam_params_per_s
         if not table:
-            return cores * self.adam_params_per_core
-        if cores <= len(table):
-            return table[cores - 1]
+            return cores * self.adam_core_rate(simd)
+        whole = int(cores)
+        if whole == cores and 1 <= whole <= len(table):
+            return table[whole - 1]
         return table[-1] / len(table) * cores
 
 

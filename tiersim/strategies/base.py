@@ -70,20 +70,22 @@ def adam_kind(b: StepBuilder, memory: HostMemory) -> TaskKind:
     """CPU Adam over a sub-group (units: elements) as one flow of its memory traffic.
 
     DeepSpeed's CPU Adam reads param, grad, m, v and writes param, m, v (fp32; ZeRO-3 makes
-    the 16-bit copy for the GPU afterwards, see ``convert_kind``); its rate is at most the
-    CPU's Adam rate on the rank's cores (elements/s), and the memory it touches is shared with
-    every other flow on those links. ``adam_step_overhead`` is the fixed cost of one call.
+    the 16-bit copy for the GPU afterwards, see ``params_to_gpu``). Its rate is the lower of two
+    bounds: the compute bound, the CPU's Adam rate on the rank's physical cores' worth for its
+    SIMD build (``Hardware.adam_rate``, elements/s), and the memory bound, its 28 bytes per
+    element over the rank's share of the socket's DRAM bandwidth, which the ``dram`` link
+    shares with every other flow on it. ``adam_step_overhead`` is the fixed cost of one call.
     """
     per_element = ADAM_READ_BYTES + ADAM_WRITE_BYTES
-    cap = b.hw.cpu.adam_rate(b.hw.cores_per_rank) * per_element
+    cap = b.hw.adam_rate * per_element
     usage = memory.access(ADAM_READ_BYTES / per_element, ADAM_WRITE_BYTES / per_element)
     overhead = b.hw.cpu.adam_step_overhead or 0.0
     return TaskKind("cpu", "optimizer_step", "adam", overhead, usage, cap, per_element)
 
 
 def host_copy_kind(b: StepBuilder, phase: str, category: str, memory: HostMemory, read: float,
-                   write: float, threads: int) -> TaskKind:
-    """A torch copy or dtype conversion on ``threads`` of the rank's CPU cores (units: elements)
+                   write: float, threads: float) -> TaskKind:
+    """A torch copy or dtype conversion on ``threads`` physical cores' worth (units: elements)
     reading ``read`` and writing ``write`` bytes per element of host memory, at most
     ``threads x memcpy_bandwidth_per_core`` bytes written per second and its memory's share."""
     key = ("host_copy", phase, category, memory, read, write, threads)
@@ -578,7 +580,7 @@ def params_to_gpu(b: StepBuilder, memory: HostMemory, group: SubGroup, after: st
     if not b.hw.has_gpu:
         return after
     lp = b.step.lp_bytes
-    convert = host_copy_kind(b, "optimizer_step", "convert", memory, FP32_BYTES, lp, b.hw.cores_per_rank)
+    convert = host_copy_kind(b, "optimizer_step", "convert", memory, FP32_BYTES, lp, b.hw.rank_cores)
     converted = b.add(convert.task(f"step.{group.index}.convert", group.numel, (after,)))
     h2d = pcie_kind(b, "h2d", "optimizer_step", memory, b.hw.pageable_bandwidth)
     return b.add(h2d.task(f"step.{group.index}.h2d", group.numel * lp, (converted,)))

@@ -59,7 +59,9 @@ def corrected_profile(host: HostProfile, drift: Drift) -> HostProfile:
     """``host`` with its Adam rates and disk bandwidths scaled by ``drift``."""
     cpu = host.cpu
     per_s = [rate * drift.adam for rate in cpu.adam_params_per_s] if cpu.adam_params_per_s else None
-    cpu = replace(cpu, adam_params_per_core=cpu.adam_params_per_core * drift.adam, adam_params_per_s=per_s)
+    per_core = cpu.adam_params_per_core * drift.adam if cpu.adam_params_per_core is not None else None
+    efficiency = cpu.adam_simd_efficiency * drift.adam if cpu.adam_simd_efficiency is not None else None
+    cpu = replace(cpu, adam_params_per_core=per_core, adam_simd_efficiency=efficiency, adam_params_per_s=per_s)
     nvme = replace(host.nvme, read_bandwidth=host.nvme.read_bandwidth * drift.read,
                    write_bandwidth=host.nvme.write_bandwidth * drift.write)
     return replace(host, cpu=cpu, nvme=nvme)
