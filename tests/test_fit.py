@@ -25,7 +25,7 @@ SEED_LOGS = [LOGS / f"70B-{name}.log" for name in ("dram", "cxl-interleave-12-5"
 
 TRUTH = {
     "fabric.bus_bandwidth": 12e9,
-    "cpu.adam_params_per_core": 8e7,
+    "cpu.adam_simd_efficiency": 0.008,
     "cpu.memcpy_bandwidth_per_core": 5e9,
     "cxl.read_bandwidth": 20e9,
     "cxl.write_bandwidth": 9e9,
