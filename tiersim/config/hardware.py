@@ -101,7 +101,9 @@ class Hardware:
 
     @property
     def rank_threads(self) -> int:
-        """Threads of the rank's CPU Adam and torch CPU ops.
+        """Threads of the rank's CPU Adam and torch CPU ops: DeepSpeed's CPU Adam splits each
+        128M-element tile over the OpenMP team (``#pragma omp parallel for`` in ``Step_AVX``,
+        ``csrc/includes/cpu_adam.h`` at v0.13.3), torch's copies over its intra-op pool.
 
         Bound (``--bind_cores_to_rank``): DeepSpeed v0.13.3 ``deepspeed/launcher/launch.py``
         lines 227-230 set ``OMP_NUM_THREADS`` to the rank's cores and prefix ``numactl``. Unbound,
@@ -201,7 +203,11 @@ class Hardware:
     @property
     def dram_bandwidth_per_rank(self) -> float:
         """One rank's fair share of achieved DRAM bandwidth (bytes/s). A bound rank's memory is
-        its socket's (numactl -m), shared by the ranks on it. An unbound rank's pages are
+        its socket's, shared by the ranks on it: DeepSpeed v0.13.3 ``deepspeed/utils/numa.py``
+        ``get_numactl_cmd`` adds ``-m NODE`` when the rank's cores lie in one NUMA node (an NPS4
+        quadrant on Milan: its 2 of the socket's 8 channels, as many as the rank's share when
+        four ranks share the socket), else only ``-C``, and first touch puts the pages on the
+        nodes of its cores. An unbound rank's pages are
         placed by first touch, wherever the thread that first wrote them ran: DeepSpeed fills
         the fp32 partitions and Adam's moments with torch ops on all of the rank's threads,
         which the scheduler spreads over the node, so its pages spread over every socket and
