@@ -342,6 +342,16 @@ def test_cxl_accumulation_gives_the_full_run(micro: int, devices: int, dram_weig
     assert_same(simulate(config), simulate(config, fast_forward=False))
 
 
+def drive_bound(config: RunConfig) -> RunConfig:
+    """``config`` with the host figures these engine tests were written for, so that its NVMe
+    step stays bound by the drives: a measured 20 GB/s for pageable copies and CPU Adam at
+    1.1e8 params/s per core (the host-side mechanisms would otherwise bound it)."""
+    hw = config.hardware
+    assert hw.link is not None
+    link = replace(hw.link, pageable_bandwidth=20e9)
+    return replace(config, hardware=replace(hw, link=link, cpu=replace(hw.cpu, adam_params_per_core=1.1e8)))
+
+
 def test_a_pipelined_nvme_step_settles_in_closed_form() -> None:
     """A pipelined NVMe step (16 layers on 4 GPUs, 7 drives at queue depth 1, 36 sub-groups) whose
     reads and writes share the drives and settle geometrically is skipped in closed form: fewer
@@ -349,7 +359,7 @@ def test_a_pipelined_nvme_step_settles_in_closed_form() -> None:
     overrides = ["model.layers=16", "training.global_batch=8", "training.zero_stage=1", "training.sub_group_size=1e8",
                  "hardware.nvme.count=7", "strategies.nvme.buffer_count=16", "strategies.nvme.pipeline_read=true",
                  "strategies.nvme.pipeline_write=true", "strategies.nvme.queue_depth=1"]
-    config = load_scenario(SEVENTY_B, overrides, ["nvme"], force=True)[0]
+    config = drive_bound(load_scenario(SEVENTY_B, overrides, ["nvme"], force=True)[0])
     plan = STRATEGIES[config.strategy](config.options).plan(build_step(config.model, config.training),
                                                             config.hardware)
     assert plan.schedule is not None and plan.capacity_of is not None
@@ -481,8 +491,8 @@ def test_a_skip_before_the_swap_buffers_are_reused_gives_the_full_run(options: l
     sub-groups back (buffer reuse), but the sub-groups before that repeat as well and are
     skipped; the later ones reach back over the skip (``reach_back``) and still give the
     full run, building fewer sub-groups than there are buffers in flight."""
-    config = load_scenario(SEVENTY_B, ["training.global_batch=4", "strategies.nvme.buffer_count=64", *options],
-                           ["nvme"])[0]
+    config = drive_bound(load_scenario(
+        SEVENTY_B, ["training.global_batch=4", "strategies.nvme.buffer_count=64", *options], ["nvme"])[0])
     fast, full = simulate(config), simulate(config, fast_forward=False)
     assert_same(fast, full)
     built, every = ([t for t in r.built.tasks if t.name.endswith(".swap_in")] for r in (fast, full))
