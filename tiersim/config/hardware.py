@@ -207,11 +207,13 @@ class Hardware:
         ``get_numactl_cmd`` adds ``-m NODE`` when the rank's cores lie in one NUMA node (an NPS4
         quadrant on Milan: its 2 of the socket's 8 channels, as many as the rank's share when
         four ranks share the socket), else only ``-C``, and first touch puts the pages on the
-        nodes of its cores. An unbound rank's pages are
-        placed by first touch, wherever the thread that first wrote them ran: DeepSpeed fills
-        the fp32 partitions and Adam's moments with torch ops on all of the rank's threads,
-        which the scheduler spreads over the node, so its pages spread over every socket and
-        NUMA domain (NPS4 quadrants alike), and the node's bandwidth is shared by all ranks."""
+        nodes of its cores. An unbound rank's pages are placed by first touch, wherever the
+        thread that first wrote them ran: DeepSpeed fills the fp32 partitions and Adam's
+        moments with torch ops on all of the rank's threads, which the scheduler spreads over
+        the node, so its pages spread over every socket and NUMA domain (NPS4 quadrants
+        alike), and the node's bandwidth is shared by all ranks. Not modelled: the pinned
+        buffers one thread allocates land on that thread's domain, and remote accesses add
+        latency, which slows latency-bound single-thread copies."""
         if self.numa_bound:
             return self.dram.bandwidth / self.ranks_per_socket
         return self.dram.bandwidth * self.sockets / self.gpus

@@ -124,7 +124,8 @@ class CPUProfile(_ProfileBase):
     """The widest SIMD instruction set the cores execute."""
     simd_datapath_bits: int | None = integer(None, gt=0, doc="width of each FMA unit's datapath (bits)")
     fma_units: int | None = integer(None, gt=0, doc="fp32 FMA units (pipes) per physical core")
-    simd_clock: float | None = number(None, gt=0, doc="all-core clock under SIMD load (Hz)")
+    simd_clock: float | None = number(None, gt=0, doc="core clock the SIMD peak counts (Hz; the bundled "
+                                                         "profiles take the datasheet base clock)")
     adam_simd_efficiency: float | None = number(None, gt=0, le=1, doc="CPU Adam's achieved / SIMD peak rate")
     adam_params_per_core: float | None = number(None, gt=0, doc="measured or fitted CPU Adam, fp32, params/s per "
                                                                  "physical core; replaces the SIMD figures")
