@@ -114,7 +114,7 @@ def test_scenario_of_each_log(log: Path, strategy: str) -> None:
     assert training["activation_checkpointing"] is True and training["adam_beta2"] == 0.95
     assert training["deepspeed_version"] == "0.16.2" and training["flash_attention"] is False
     hardware = scenario["hardware"]
-    assert hardware["host"] == "unknown" and hardware["sockets"] == 2 and hardware["cores_per_rank"] == 28
+    assert hardware["host"] == "unknown" and hardware["sockets"] == 2 and hardware["cores_per_rank"] == 56
     assert hardware["numa_bound"] is True and hardware["adam_simd"] == "avx512"
     entry = scenario["strategies"][0]
     assert (entry if isinstance(entry, str) else entry["name"]) == strategy
@@ -210,7 +210,7 @@ def test_nvme_node_log() -> None:
                                        "pipeline_write": True, "block_size": 2 << 20, "queue_depth": 8,
                                        "thread_count": 4}]
     hardware = scenario["hardware"]
-    assert (hardware["numa_bound"], hardware["sockets"], hardware["cores_per_rank"]) == (True, 2, 23)
+    assert (hardware["numa_bound"], hardware["sockets"], hardware["cores_per_rank"]) == (True, 2, 46)
     assert hardware["adam_simd"] == "avx512" and hardware["nvme"] == {"count": 1}
 
 

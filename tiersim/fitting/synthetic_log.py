@@ -80,7 +80,7 @@ def _arguments(config: RunConfig) -> str:
 
 def _bindings(config: RunConfig) -> list[list[str]]:
     """One numactl command per rank: socket s's DRAM node is s, its CXL nodes follow all DRAM
-    nodes; each rank gets ``2 x cores_per_rank`` logical CPUs. Unbound ranks run without numactl."""
+    nodes; each rank gets its ``cores_per_rank`` logical CPUs. Unbound ranks run without numactl."""
     hw = config.hardware
     if not hw.numa_bound:
         return [["python", "-u", "pretrain_gpt.py", f"--local_rank={rank}"] for rank in range(hw.gpus)]
@@ -88,7 +88,7 @@ def _bindings(config: RunConfig) -> list[list[str]]:
     commands = []
     for rank in range(hw.gpus):
         socket = rank // hw.ranks_per_socket
-        cpus = 2 * hw.cores_per_rank
+        cpus = hw.cores_per_rank
         first = rank * cpus
         cores = f"{first}-{first + cpus - 1}"
         if cxl_per_socket:

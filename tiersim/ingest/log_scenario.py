@@ -118,7 +118,7 @@ def _training(log: TrainingLog, data_parallel: int) -> dict[str, Any]:
 def _hardware(log: TrainingLog, ranks: int) -> dict[str, Any]:
     """Ranks; whether numactl bound each to its cores and socket memory; sockets (the DRAM nodes
     ranks bind or interleave from, ``unknown`` where the log does not tell: no numactl, ``all``);
-    logical CPUs per rank (two hardware threads per core assumed: tiersim counts physical cores);
+    the logical CPUs each rank is bound to (``Hardware.rank_cores`` counts the physical cores under them);
     CXL nodes; the SIMD width of CPU Adam."""
     hardware: dict[str, Any] = {"host": UNKNOWN, "gpus": ranks}
     bound = [b.socket_bound for b in log.bindings]
@@ -131,7 +131,7 @@ def _hardware(log: TrainingLog, ranks: int) -> dict[str, Any]:
     hardware["sockets"] = len(homes) if homes and None not in homes else UNKNOWN
     cpus = [len(b.cpus) for b in log.bindings if b.cpus]
     if cpus:
-        hardware["cores_per_rank"] = max(1, cpus[0] // 2)
+        hardware["cores_per_rank"] = cpus[0]
     weighted = [b for b in log.bindings if b.policy == "weighted-interleave"]
     expanders = {node for b in weighted for node in b.nodes[1:]}
     if any(b.all_nodes for b in weighted):
