@@ -13,9 +13,11 @@ import yaml
 from tiersim.config.document import load_scenario
 from tiersim.config.profiles import HostProfile, load_profile_file
 from tiersim.errors import ConfigError
+from tiersim.fitting.replay import log_config, system_node
 from tiersim.fitting.solver import _with_parts, fit_system
 from tiersim.fitting.synthetic_log import write_log
 from tiersim.fitting.system import load_system
+from tiersim.ingest.training_log import read_log
 from tiersim.simulate import simulate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -132,3 +134,38 @@ def test_bad_system_file_is_one_line(tmp_path: Path, changes: dict[str, object],
 def test_more_figures_than_measured_values_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="7 figures need more measured values than the 3"):
         fit_system(load_system(SYSTEM), SEED_LOGS[:1])
+
+
+POLARIS = ROOT / "systems" / "polaris.yaml"
+POLARIS_TRUTH = {"cpu.adam_simd_efficiency": 0.02, "cpu.memcpy_bandwidth_per_core": 9e9,
+                 "gpu.compute_efficiency": 0.7}
+"""A synthetic Polaris: every figure its system file fits, away from the datasheet start."""
+POLARIS_RUNS = (
+    (),
+    ("hardware.gpus=1", "training.data_parallel=1", "training.global_batch=4"),
+    ("model.layers=32", "model.hidden=4096", "model.heads=32", "model.ffn=10880", "hardware.gpus=1",
+     "training.data_parallel=1", "training.global_batch=16"),
+)
+"""The shared Polaris runs' shapes (13B on 4 and 1 GPUs, 7B with 4 micro-steps), from one log excerpt."""
+
+
+def test_fit_recovers_a_synthetic_polaris_from_logs_tiersim_wrote(tmp_path: Path) -> None:
+    """The round trip on a node tiersim writes: unbound ranks, no flash attention, DeepSpeed 0.13."""
+    system = load_system(POLARIS)
+    node = system_node(system)
+    parts = dict(system.parts)
+    for key, value in POLARIS_TRUTH.items():
+        part, figure = key.split(".")
+        parts[part] = dataclasses.replace(parts[part], **{figure: value})
+    excerpt = read_log(LOGS / "polaris-13B-dp4-mb4.log")
+    logs = []
+    for i, overrides in enumerate(POLARIS_RUNS):
+        config = log_config(excerpt, node, overrides)
+        assert not config.hardware.numa_bound and not config.training.flash_attention
+        truth = dataclasses.replace(config, hardware=_with_parts(config.hardware, parts))
+        logs.append(write_log(simulate(truth), tmp_path / f"polaris-{i}.log"))
+    fit = fit_system(system, logs)
+    for f in fit.figures:
+        assert f.value == pytest.approx(POLARIS_TRUTH[f.unknown.key], rel=0.02), f.unknown.key
+        assert f.start != pytest.approx(POLARIS_TRUTH[f.unknown.key], rel=0.05)
+    assert all(abs(r.relative) < 1e-3 for r in fit.residuals)
