@@ -53,11 +53,10 @@ def test_replay_json_has_measured_and_predicted_per_phase(tmp_path: Path) -> Non
         assert record["predicted"]["iteration_s"] == pytest.approx(record["measured"]["iteration_s"], rel=1e-3)
 
 
-def test_replay_on_a_fitted_host_profile_with_set_for_what_logs_cannot_say() -> None:
+def test_replay_on_the_host_profile_fit_wrote_with_its_system_settings() -> None:
     """The study's own logs on the node ``tiersim fit`` wrote from them: within the fit's 5%."""
     logs = [str(SEED_LOGS / f"70B-{name}.log") for name in ("dram", "cxl-interleave-12-5", "nvme")]
-    proc = tiersim("replay", *logs, "--system", str(FITTED), "--set", "strategies.cxl.dram_weight=12",
-                   "--set", "strategies.cxl.cxl_weight=5", "--set", "hardware.dram_capacity=1TiB")
+    proc = tiersim("replay", *logs, "--system", str(FITTED))  # the settings come with the fitted profile
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].split() == ["log", "phase", "measured_s", "predicted_s", "error"]

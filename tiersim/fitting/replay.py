@@ -39,13 +39,17 @@ class Node:
 
 
 def load_node(path: str | Path) -> Node:
-    """A system file or a host profile (``kind: host``) as a node; anything else is a ConfigError."""
+    """A system file or a host profile (``kind: host``) as a node; anything else is a ConfigError.
+    A profile ``tiersim fit`` wrote keeps its system file's settings under ``calibration.settings``."""
     source = str(path)
     data = read_yaml(Path(path))
     if isinstance(data, dict) and data.get("kind") == "host":
         profile = load_profile_file(Path(path))
         assert isinstance(profile, HostProfile)
-        return Node(profile.name, source, profile, {})
+        settings = (profile.calibration or {}).get("settings") or {}
+        if not isinstance(settings, dict):
+            raise ConfigError(source, "calibration.settings", "expected a mapping of scenario field -> value")
+        return Node(profile.name, source, profile, settings)
     return system_node(load_system(path))
 
 

@@ -89,7 +89,8 @@ def _figure_data(f: FittedFigure) -> dict[str, Any]:
 
 def profile_document(fit: FitResult) -> dict[str, Any]:
     """The ``kind: host`` profile of the fitted node: every part inlined, each fitted figure's
-    source saying how it was fitted, the fit itself under ``calibration``."""
+    source saying how it was fitted, the fit itself and the system file's scenario settings
+    (which ``tiersim replay`` applies) under ``calibration``."""
     logs = ", ".join(Path(p).name for p in fit.logs)
     parts: dict[str, Any] = {}
     for part in PART_KINDS:
@@ -111,5 +112,5 @@ def profile_document(fit: FitResult) -> dict[str, Any]:
         "description": fit.system.description,
         **parts,
         "sources": {},
-        "calibration": {"fit": fit_data(fit)},
+        "calibration": {"fit": fit_data(fit), "settings": dict(fit.system.settings)},
     }
