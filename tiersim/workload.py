@@ -43,16 +43,23 @@ class ModelSpec:
     """A decoder-only transformer's shape (scenario section ``model:``)."""
 
     name: str = "custom"
-    layers: int = integer(gt=0)
-    hidden: int = integer(gt=0)
-    heads: int = integer(gt=0)
-    kv_heads: int | None = integer(None, gt=0, doc="None -> = heads (multi-head attention)")
-    ffn: int = integer(gt=0, doc="FFN intermediate size")
-    vocab: int = integer(32000, gt=0)
+    """The model's name, shown in results."""
+    layers: int = integer(gt=0, doc="decoder layers")
+    hidden: int = integer(gt=0, doc="hidden size (elements per token)")
+    heads: int = integer(gt=0, doc="attention heads; hidden must be a multiple of them")
+    kv_heads: int | None = integer(None, gt=0, doc="key/value heads (grouped-query attention), heads must be a "
+                                                   "multiple of them; None -> = heads (multi-head attention)")
+    ffn: int = integer(gt=0, doc="FFN intermediate size (elements)")
+    vocab: int = integer(32000, gt=0, doc="vocabulary (tokens); the embedding and the LM head have vocab x hidden "
+                                          "parameters each")
     activation: Literal["swiglu", "gelu"] = "swiglu"
+    """The FFN: SwiGLU (gate, up, down: ``3*hidden*ffn`` parameters) or GELU (up, down: ``2*hidden*ffn``)."""
     norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
+    """RMSNorm (``hidden`` parameters per norm) or LayerNorm (weight and bias, ``2*hidden``)."""
     bias: bool = False
+    """Every linear layer of the decoder has a bias (the LM head never does)."""
     tied_embeddings: bool = False
+    """The LM head shares the embedding's weights (no separate ``vocab*hidden`` head)."""
 
     @property
     def kv_head_count(self) -> int:
@@ -82,20 +89,30 @@ class ModelSpec:
 class TrainingSpec:
     """Batch, parallelism and ZeRO settings (scenario section ``training:``)."""
 
-    seq_len: int = integer(2048, gt=0)
-    micro_batch: int = integer(1, gt=0)
-    global_batch: int = integer(gt=0, doc="sequences per optimizer step, all ranks")
-    data_parallel: int = integer(1, gt=0)
+    seq_len: int = integer(2048, gt=0, doc="tokens per sequence")
+    micro_batch: int = integer(1, gt=0, doc="sequences per rank and micro-step (DeepSpeed "
+                                           "train_micro_batch_size_per_gpu)")
+    global_batch: int = integer(gt=0, doc="sequences per optimizer step, all ranks (DeepSpeed train_batch_size); "
+                                          "a multiple of micro_batch x data_parallel")
+    data_parallel: int = integer(1, gt=0, doc="data-parallel ranks, one per GPU: equal to hardware.gpus")
     precision: Literal["bf16", "fp16"] = "bf16"
+    """16-bit type of the GPU's parameters, gradients and activations (2 bytes either way)."""
     grad_accum_dtype: Literal["bf16", "fp16", "fp32"] | None = None
-    """dtype of the reduced gradient partitions kept between micro-steps (DeepSpeed
+    """The dtype of the reduced gradient partitions kept between micro-steps (DeepSpeed
     ``data_types.grad_accum_dtype``); None: the 16-bit precision, DeepSpeed's default under ZeRO."""
     activation_checkpointing: bool = True
-    zero_stage: int = integer(3, ge=0, le=3)
-    sub_group_size: int = integer(1_000_000_000, gt=0, doc="elements, DeepSpeed stage3 default 1e9")
-    reduce_bucket_size: int = integer(500_000_000, gt=0, doc="elements")
-    adam_beta1: float = number(0.9, gt=0, le=1)
-    adam_beta2: float = number(0.999, gt=0, le=1)
+    """Each decoder layer keeps only its 16-bit input, and backward recomputes its forward."""
+    zero_stage: int = integer(3, ge=0, le=3, doc="DeepSpeed ZeRO stage: 1 partitions the optimizer state over the "
+                                                 "ranks, 2 also the gradients, 3 also the parameters; 0 none")
+    sub_group_size: int = integer(1_000_000_000, gt=0, doc="elements per optimizer sub-group (DeepSpeed "
+                                                           "sub_group_size, default 1e9); ZeRO-3 adds whole tensor "
+                                                           "partitions to a sub-group until it holds this many")
+    reduce_bucket_size: int = integer(500_000_000, gt=0, doc="elements per gradient reduce bucket (DeepSpeed "
+                                                             "reduce_bucket_size); sizes the bucket's buffers")
+    adam_beta1: float = number(0.9, gt=0, le=1, doc="Adam's first-moment decay, as DeepSpeed configs and "
+                                                    "logs give it; time and memory do not depend on it")
+    adam_beta2: float = number(0.999, gt=0, le=1, doc="Adam's second-moment decay, as DeepSpeed configs and "
+                                                      "logs give it; time and memory do not depend on it")
     flash_attention: bool = True
     """Fused attention (Megatron ``--use-flash-attn``); without it the score matrix is written
     to and read from HBM by the softmax and its dropout."""

@@ -41,22 +41,32 @@ class DeviceCount:
     """A device profile name (None: the host profile's own device) and how many the node has."""
 
     device: str | None = None
-    count: int = integer(1, gt=0)
+    """The device's profile name; None: the host profile's device."""
+    count: int = integer(1, gt=0, doc="devices of that profile in the node")
 
 
 @dataclass(frozen=True)
 class HardwareSpec:
     """Scenario section ``hardware:``; names refer to files in ``device_profiles/``. With a
-    ``host`` profile, the parts it holds (CPU, DRAM, NVMe, GPU link, and where it has them the
-    GPU, the collective fabric and the CXL device) are used unless named here."""
+    ``host`` profile, its CPU and DRAM are used, and the other parts it holds (NVMe, GPU link, and
+    where it has them the GPU, the collective fabric and the CXL device) unless named here."""
 
     gpu: str | None = None
-    gpus: int = integer(1, gt=0)
+    """GPU profile name; None: the host profile's GPU (required without one)."""
+    gpus: int = integer(1, gt=0, doc="GPUs of the node, one data-parallel rank each")
     fabric: str | None = None
+    """Fabric profile name of ZeRO's collectives; None: the host profile's fabric, else the GPU's
+    NVLink (``nvlink_bandwidth``)."""
     host_link: str | None = None
+    """Link profile name of the host<->GPU path; None: the host profile's link, else the GPU
+    profile's ``host_link``."""
     pinned: bool = True
+    """Host buffers are pinned (page-locked): host<->GPU copies run at the link's
+    ``pinned_bandwidth``; false: at the pageable rate."""
     cpu: str = "xeon-8480"
-    sockets: int = integer(1, gt=0)
+    """CPU profile name of one socket; with ``host``, the host profile's CPU is used instead."""
+    sockets: int = integer(1, gt=0, doc="CPU sockets of the node, each with its own DRAM; ranks are "
+                                        "spread evenly over them")
     cores_per_rank: int | None = integer(None, gt=0)
     """Logical CPUs each bound rank holds (``OMP_NUM_THREADS``); None: the node's cores shared
     evenly. Unbound ranks run one thread per physical core of the node instead."""
@@ -67,10 +77,15 @@ class HardwareSpec:
     """The SIMD width DeepSpeed's CPU Adam was built for (its log: "created with AVX2 arithmetic
     capability"); None: the widest the CPU profile has."""
     dram: str = "ddr5-4800-8ch"
-    dram_capacity: int | None = size(None, gt=0, doc="per socket; overrides the profile")
+    """DRAM profile name of one socket; with ``host``, the host profile's DRAM is used instead."""
+    dram_capacity: int | None = size(None, gt=0, doc="DRAM bytes per socket, in place of the profile's capacity")
     cxl: DeviceCount | None = None
+    """The node's CXL memory expanders (profile and count); None: no CXL memory."""
     nvme: DeviceCount | None = None
+    """The node's NVMe drives (profile and count); None: the host profile's drive (one), else none."""
     host: str | None = None
+    """Host profile name (written by ``tiersim calibrate`` or ``tiersim fit``) whose parts are
+    used as the fields above say."""
 
 
 @dataclass(frozen=True)

@@ -29,9 +29,15 @@ DEFAULT_PROFILE_DIR = bundled_dir("device_profiles")
 @dataclass(frozen=True, kw_only=True)
 class _ProfileBase:
     kind: str
+    """Which kind of device the file describes (a key of ``PROFILE_KINDS``), and so which fields
+    it has."""
     name: str
+    """The file name without ``.yaml``; scenarios name the profile by it."""
     description: str
+    """Free text: what the device is."""
     sources: dict[str, str]
+    """Where each figure comes from (figure name -> citation: datasheet, measurement, derivation);
+    every figure the file sets must have one, and only figures may."""
     price_usd: float | None = number(None, ge=0, doc="street price of one unit (USD), for planning")
 
     def validate(self, source: str, path: str) -> None:
@@ -50,9 +56,10 @@ class GPUProfile(_ProfileBase):
     """A GPU: HBM capacity (bytes) and bandwidth (bytes/s), dense bf16 peak (FLOP/s), its SMs and
     the output tile its GEMM kernels compute per SM (``tiersim.strategies.gpu_kernels``)."""
 
-    hbm_capacity: int = size(gt=0)
-    hbm_bandwidth: float = rate()
-    bf16_flops: float = flops()
+    hbm_capacity: int = size(gt=0, doc="HBM bytes of one GPU")
+    hbm_bandwidth: float = rate(doc="peak HBM bandwidth (bytes/s); memory-bound kernels achieve "
+                                    "memory_efficiency of it")
+    bf16_flops: float = flops(doc="dense bf16 tensor-core peak (FLOP/s)")
     sm_count: int = integer(gt=0, doc="streaming multiprocessors; bf16_flops / sm_count is one SM's peak")
     gemm_tile_m: int = integer(gt=0, doc="rows of the output tile one thread block of a large bf16 GEMM computes")
     gemm_tile_n: int = integer(gt=0, doc="columns of that tile")
@@ -64,6 +71,8 @@ class GPUProfile(_ProfileBase):
     nvlink_bandwidth: float = rate(doc="per GPU, per direction, for reduce-scatter/all-gather")
     reserved_memory: int = size(doc="held outside the caching allocator: CUDA context, NCCL buffers, libraries")
     host_link: str = ""
+    """Link profile name of the GPU's host connection, used where ``hardware.host_link`` and the
+    host profile name none."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,10 +81,13 @@ class LinkProfile(_ProfileBase):
     pageable memory run at ``pageable_bandwidth`` where it is measured, else through the
     driver's staging buffer at a rate the host CPU sets (``Hardware.pageable_bandwidth``)."""
 
-    raw_bandwidth: float = rate()
-    pinned_bandwidth: float = rate()
-    pageable_bandwidth: float | None = rate(None)
-    latency: float = duration()
+    raw_bandwidth: float = rate(doc="the link's rate per direction before protocol overhead; for reference: "
+                                    "copies run at pinned_bandwidth or the pageable rate")
+    pinned_bandwidth: float = rate(doc="achieved copy rate per direction between pinned host memory and the GPU")
+    pageable_bandwidth: float | None = rate(None, doc="achieved host->GPU copy rate from pageable memory, where "
+                                                      "measured; None: derived from pinned_bandwidth and the "
+                                                      "CPU's memcpy_bandwidth_per_core")
+    latency: float = duration(doc="fixed cost of one host<->GPU copy (s)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,9 +98,10 @@ class FabricProfile(_ProfileBase):
     one collective call (s). ``via_host_link``: the traffic also crosses each GPU's PCIe link,
     where it shares bandwidth with host<->GPU copies."""
 
-    bus_bandwidth: float = rate()
-    latency: float = duration()
+    bus_bandwidth: float = rate(doc="bus bandwidth of a ring collective per GPU and direction (NCCL busbw)")
+    latency: float = duration(doc="fixed cost of one collective call (s)")
     via_host_link: bool = False
+    """The collectives' traffic also crosses each GPU's host link, sharing it with host<->GPU copies."""
 
 
 SIMD_BITS = {"avx512": 512, "avx2": 256, "scalar": 32}
@@ -118,7 +131,7 @@ class CPUProfile(_ProfileBase):
     counts the profile's widest SIMD width and scales with the lanes of a narrower one.
     """
 
-    cores_per_socket: int = integer(gt=0)
+    cores_per_socket: int = integer(gt=0, doc="physical cores of one socket")
     threads_per_core: int | None = integer(None, gt=0, doc="hardware threads (SMT) per physical core")
     simd: Literal["avx512", "avx2", "scalar"] | None = None
     """The widest SIMD instruction set the cores execute."""
@@ -179,21 +192,23 @@ class CPUProfile(_ProfileBase):
 class DRAMProfile(_ProfileBase):
     """Host DRAM of one socket: capacity (bytes), achievable bandwidth (bytes/s), idle latency (s)."""
 
-    capacity: int = size(gt=0)
-    peak_bandwidth: float = rate()
-    bandwidth: float = rate(doc="achieved (STREAM-like), read+write combined")
-    latency: float = duration()
+    capacity: int = size(gt=0, doc="DRAM bytes of one socket")
+    peak_bandwidth: float = rate(doc="theoretical bandwidth of the socket's channels; for reference: the "
+                                     "simulator uses bandwidth")
+    bandwidth: float = rate(doc="achieved (STREAM-like) by one socket, read+write combined")
+    latency: float = duration(doc="idle load latency (s); for reference, not used by the simulator")
 
 
 @dataclass(frozen=True, kw_only=True)
 class CXLProfile(_ProfileBase):
     """A CXL Type-3 memory expander: link and device bandwidth (bytes/s), added latency (s)."""
 
-    capacity: int = size(gt=0)
-    link_bandwidth: float = rate(doc="per direction")
-    read_bandwidth: float = rate(doc="device, all reads")
-    write_bandwidth: float = rate(doc="device, all writes")
-    added_latency: float = duration(doc="load latency above local DRAM")
+    capacity: int = size(gt=0, doc="bytes of one device")
+    link_bandwidth: float = rate(doc="the device's CXL link, per direction")
+    read_bandwidth: float = rate(doc="the device's media and controller, all reads")
+    write_bandwidth: float = rate(doc="the device's media and controller, all writes")
+    added_latency: float = duration(doc="load latency above local DRAM (s); for reference, not used by the "
+                                        "simulator")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -214,12 +229,13 @@ class NVMeProfile(_ProfileBase):
     as a virtual disk or a drive with one internal queue does). ``tiersim calibrate`` fits them.
     """
 
-    capacity: int = size(gt=0)
-    read_bandwidth: float = rate()
-    write_bandwidth: float = rate()
-    read_latency: float = duration()
-    write_latency: float = duration()
-    aio_thread_bandwidth: float | None = rate(None)
+    capacity: int = size(gt=0, doc="bytes of one drive")
+    read_bandwidth: float = rate(doc="sequential reads of one drive")
+    write_bandwidth: float = rate(doc="sequential writes of one drive")
+    read_latency: float = duration(doc="time a read request takes besides its transfer (s)")
+    write_latency: float = duration(doc="time a write request takes besides its transfer (s)")
+    aio_thread_bandwidth: float | None = rate(None, doc="most bytes/s one aio submission thread drives; "
+                                                        "None: no limit")
     read_queueing: float | None = number(None, ge=0, le=1, doc="transfer serialisation of queued reads, 0..1")
     write_queueing: float | None = number(None, ge=0, le=1, doc="transfer serialisation of queued writes, 0..1")
 
@@ -233,13 +249,21 @@ class HostProfile(_ProfileBase):
     in ``calibration`` (free-form, not used by the simulator)."""
 
     cpu: CPUProfile = None  # type: ignore[assignment]
+    """The node's CPU socket: a ``cpu`` profile mapping."""
     dram: DRAMProfile = None  # type: ignore[assignment]
+    """One socket's DRAM: a ``dram`` profile mapping."""
     nvme: NVMeProfile = None  # type: ignore[assignment]
+    """The node's NVMe drive: an ``nvme`` profile mapping."""
     link: LinkProfile | None = None
+    """The host<->GPU link: a ``link`` profile mapping; None: ``hardware.host_link`` or the GPU's."""
     gpu: GPUProfile | None = None
+    """The GPU: a ``gpu`` profile mapping; None: ``hardware.gpu`` names it."""
     fabric: FabricProfile | None = None
+    """The GPUs' collective path: a ``fabric`` profile mapping; None: ``hardware.fabric`` or NVLink."""
     cxl: CXLProfile | None = None
+    """A CXL memory expander: a ``cxl`` profile mapping, for a ``hardware.cxl`` entry naming no device."""
     calibration: dict[str, object] | None = None
+    """Raw measurements or the fit report, free-form; not read by the simulator."""
 
     def validate(self, source: str, path: str) -> None:
         for part in ("cpu", "dram", "nvme"):

@@ -177,8 +177,10 @@ def _converted_on_host(b: StepBuilder, memory: HostMemory, index: int, kept: str
 class InterleaveOptions:
     """Page weights of the DRAM:CXL weighted interleave (numactl --weighted-interleave)."""
 
-    dram_weight: float = number(12, gt=0)
-    cxl_weight: float = number(5, gt=0)
+    dram_weight: float = number(12, gt=0, doc="DRAM's page weight: dram_weight / (dram_weight + cxl_weight) "
+                                              "of every host allocation is in DRAM")
+    cxl_weight: float = number(5, gt=0, doc="CXL's page weight: cxl_weight / (dram_weight + cxl_weight) of every "
+                                            "host allocation is on the CXL devices")
 
     def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
         return by_fields(self)

@@ -29,12 +29,18 @@ TENSORS_SWAPPED_OUT = 3
 class SwapOptions:
     """DeepSpeed ``offload_optimizer`` (device nvme) and ``aio`` settings."""
 
-    buffer_count: int = integer(4, gt=0, doc="pinned swap buffers, one sub-group tensor each")
-    block_size: int = size(1 << 20, gt=0, doc="aio request size (bytes)")
-    queue_depth: int = integer(8, gt=0)
-    thread_count: int = integer(1, gt=0)
+    buffer_count: int = integer(4, gt=0, doc="pinned swap buffers, one sub-group tensor each, at least 4 (DeepSpeed "
+                                             "offload_optimizer.buffer_count)")
+    block_size: int = size(1 << 20, gt=0, doc="bytes of one aio request (DeepSpeed aio.block_size)")
+    queue_depth: int = integer(8, gt=0, doc="requests in flight on each aio thread (DeepSpeed aio.queue_depth)")
+    thread_count: int = integer(1, gt=0, doc="threads submitting a swap stream's aio requests (DeepSpeed "
+                                            "aio.thread_count)")
     pipeline_read: bool = False
+    """A sub-group's swap-in runs during the previous sub-group's update (it waits only for the
+    update before that); false: after it (DeepSpeed ``offload_optimizer.pipeline_read``)."""
     pipeline_write: bool = False
+    """Swap-outs run in the background: the next sub-group's swap-in and update wait only for
+    free buffers, not for the previous swap-out (DeepSpeed ``offload_optimizer.pipeline_write``)."""
 
     def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
         return by_fields(self)
