@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -82,3 +83,25 @@ def test_a_run_the_node_cannot_hold_is_refused_naming_the_log(tmp_path: Path) ->
     log = _log_on_system(tmp_path, "dram")
     with pytest.raises(ConfigError, match="does not fit on seed-node"):
         replay(log, load_node(SYSTEM), ["hardware.dram_capacity=1GiB"])
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "endless"])
+@pytest.mark.parametrize("command", ["replay", "import-log"])
+def test_a_log_that_is_no_file_is_one_line_not_a_hang(tmp_path: Path, kind: str, command: str) -> None:
+    """A named pipe is refused without waiting for a writer, /dev/zero at the size limit."""
+    path = {"fifo": tmp_path / "pipe.log", "directory": tmp_path, "endless": Path("/dev/zero")}[kind]
+    if kind == "fifo":
+        os.mkfifo(path)
+    args = [command, str(path)] + (["--system", str(SYSTEM)] if command == "replay" else [])
+    proc = tiersim(*args)
+    assert proc.returncode == 2, proc.stderr
+    line = proc.stderr.strip()
+    assert len(line.splitlines()) == 1 and str(path) in line and "Traceback" not in line
+    assert {"fifo": "named pipe", "directory": "is a directory", "endless": "larger than 256 MiB"}[kind] in line
+
+
+def test_a_system_that_is_a_named_pipe_is_one_line(tmp_path: Path) -> None:
+    pipe = tmp_path / "system.yaml"
+    os.mkfifo(pipe)
+    proc = tiersim("replay", str(SEED_LOGS / "70B-dram.log"), "--system", str(pipe))
+    assert proc.returncode == 2 and "named pipe" in proc.stderr and "Traceback" not in proc.stderr

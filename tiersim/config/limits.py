@@ -16,6 +16,8 @@ takes about 10 s and 1 GB; a sweep at the limit about 10 minutes per core.
 from __future__ import annotations
 
 MAX_FILE_BYTES = 4 * 2**20
+MAX_LOG_BYTES = 256 * 2**20
+"""The longest training log read (bytes): a log of 10,000 iterations is about 30 MB."""
 """Bytes of one input file (YAML parses at about 1 MB/s)."""
 MAX_YAML_NODES = 1_000_000
 """Values (mappings, lists and scalars) of one YAML document, aliases expanded."""

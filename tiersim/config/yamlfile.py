@@ -9,6 +9,8 @@ naming the file (and the line where YAML gives one), so a malformed, binary, end
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -21,15 +23,31 @@ _LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 """libyaml's safe loader when PyYAML has it (about three times faster), else PyYAML's own."""
 
 
-def read_text(path: Path) -> str:
-    """The UTF-8 text of a file of at most ``MAX_FILE_BYTES`` (read no further than that)."""
+def read_input(path: Path, limit: int = MAX_FILE_BYTES) -> bytes:
+    """The bytes of an input file of at most ``limit`` bytes (read no further than that). It is
+    opened without blocking, so a named pipe or a socket is refused instead of waited on."""
     try:
-        with open(path, "rb") as handle:
-            raw = handle.read(MAX_FILE_BYTES + 1)
+        handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
         raise ConfigError(str(path), "", f"cannot read file ({exc.strerror or exc})") from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise ConfigError(str(path), "", f"is larger than {MAX_FILE_BYTES // 2**20} MiB, the limit for an input file")
+    mode = os.fstat(handle).st_mode
+    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISDIR(mode):
+        os.close(handle)
+        kind = "is a directory" if stat.S_ISDIR(mode) else "a named pipe or socket, not a regular file"
+        raise ConfigError(str(path), "", f"cannot read file ({kind})")
+    with os.fdopen(handle, "rb") as stream:
+        try:
+            raw = stream.read(limit + 1)
+        except OSError as exc:
+            raise ConfigError(str(path), "", f"cannot read file ({exc.strerror or exc})") from None
+    if len(raw) > limit:
+        raise ConfigError(str(path), "", f"is larger than {limit // 2**20} MiB, the limit for an input file")
+    return raw
+
+
+def read_text(path: Path) -> str:
+    """The UTF-8 text of a file of at most ``MAX_FILE_BYTES`` (``read_input``)."""
+    raw = read_input(path)
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:

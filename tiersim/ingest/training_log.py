@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tiersim.config.deepspeed_version import check_version
+from tiersim.config.limits import MAX_LOG_BYTES
+from tiersim.config.yamlfile import read_input
 from tiersim.errors import ConfigError
 from tiersim.ingest.agreement import check_agreement
 from tiersim.ingest.numactl import RankBinding, parse_binding
@@ -103,10 +105,7 @@ def read_log(path: str | Path) -> TrainingLog:
     """Parse a Megatron-DeepSpeed training log; a truncated, foreign or inconsistent one is a
     ConfigError."""
     source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise ConfigError(source, "", f"cannot read file ({exc.strerror})") from None
+    text = read_input(Path(path), MAX_LOG_BYTES).decode("utf-8", errors="replace")
     reader = _Reader(source, started=_BUILT not in text)
     for line in text.splitlines():
         reader.feed(line)
