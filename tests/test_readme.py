@@ -8,6 +8,10 @@
   of ``tests/fixtures/logs/`` (so the outputs stay out of the checkout); each line must exit 0.
 - The ``yaml`` block is a sweep file: it is run, and it is the bundled sweep it says it is.
 - The ``python`` block runs in that folder too.
+
+The README shows one example per main job (run, plan, sweep, replay a log, read a DeepSpeed
+config, import a log, fit); the rest of the command line, calibration included, is in
+``docs/guide/``, whose blocks ``tests/test_docs.py`` runs.
 """
 
 from __future__ import annotations
@@ -45,8 +49,11 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_the_readme_has_the_blocks_this_test_runs() -> None:
-    assert [lang for lang, _body in BLOCKS] == ["bash", "bash", "yaml", "python", "bash"]
+    assert [lang for lang, _body in BLOCKS] == ["bash"] * 3 + ["yaml"] + ["bash"] * 4 + ["python"]
     assert len(BASH_LINES) >= 15
+    jobs = ["tiersim run ", "tiersim plan ", "tiersim sweep ", "tiersim import-log ", "tiersim fit ", " --ds-config "]
+    assert [job for job in jobs if not any(job in line for line in BASH_LINES)] == []
+    assert "tiersim replay tests/fixtures/logs/polaris-13B-dp4-mb4.log --system systems/polaris.yaml" in BASH_LINES
 
 
 def test_quickstart_second_command_is_what_ci_runs() -> None:
