@@ -14,7 +14,7 @@ and every runs/s, and the best's speed-up over the first row. Target (issue 5): 
 runs/s on 2 cores. ``instructions_per_run.py`` counts instructions instead of seconds.
 ``--dask-workers 1 2 4`` also runs the sweep on a Dask ``LocalCluster`` of that many
 single-threaded worker processes (started before the clock starts, closed after), one table
-row per cluster size (issue 15: the README gives runs/s for 1, 2 and 4 workers).
+row per cluster size (issue 15: docs/performance.md gives runs/s for 1, 2 and 4 workers).
 ``--stub-simulate`` measures what the sweep costs around simulate: every run returns one
 ``Result`` simulated up front (the pool's workers are forked after the stub is in place), so
 the table's seconds are loading and planning the points, the pool, the result rows, the Parquet

@@ -5,7 +5,7 @@ for an error, never a traceback, within ``SECONDS`` each.
 
 Examples per test: ``TIERSIM_FUZZ_EXAMPLES`` (default 60: 720 examples, about 760 inputs, as a
 ``profile`` example feeds two commands). A long run, e.g. ``TIERSIM_FUZZ_EXAMPLES=1000``, is
-reported in the README; ``TIERSIM_FUZZ_REPORT=FILE`` writes the inputs per command and exit
+reported in docs/guide/scenarios.md; ``TIERSIM_FUZZ_REPORT=FILE`` writes the inputs per command and exit
 status there. The task limit is lowered to ``FUZZ_MAX_TASKS`` so that a generated
 scenario at the limit still runs in well under a second (the limit itself is tested in
 ``tests/test_limits.py``).
