@@ -20,7 +20,6 @@ import functools
 import inspect
 import re
 import sys
-import textwrap
 import types
 import typing
 from collections.abc import Callable, Sequence
@@ -156,6 +155,30 @@ def paragraphs(text: str) -> list[str]:
     return [line for part in parts for line in (part, "")]
 
 
+_TOP = Path(__file__).resolve().parent.parent.parent
+"""The folder holding the ``tiersim`` package, whose ``.py`` sources sit beside any compiled module."""
+
+
+def _class_node(klass: type) -> ast.ClassDef:
+    """The class statement of ``klass``, parsed from its module's ``.py`` source (read from the
+    file, not through ``inspect``: a class compiled by mypyc has no source for ``inspect``, and
+    its module's file is the extension)."""
+    path = Path(getattr(sys.modules.get(klass.__module__), "__file__", None) or "")
+    if path.suffix != ".py":  # compiled: the source beside it, by the module's dotted name
+        path = _TOP.joinpath(*klass.__module__.split(".")).with_suffix(".py")
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == klass.__name__:
+            return node
+    raise ValueError(f"no class {klass.__name__} in {path}")
+
+
+def class_doc(cls: type) -> str:
+    """The docstring of ``cls`` as written in its source (a compiled class's ``__doc__`` may be
+    empty, depending on import order)."""
+    return ast.get_docstring(_class_node(cls)) or ""
+
+
 @functools.cache
 def attribute_docs(cls: type) -> dict[str, str]:
     """The docstrings that follow fields in the bodies of ``cls`` and its dataclass bases."""
@@ -163,8 +186,7 @@ def attribute_docs(cls: type) -> dict[str, str]:
     for klass in reversed(cls.__mro__):
         if not dataclasses.is_dataclass(klass):
             continue
-        (node,) = ast.parse(textwrap.dedent(inspect.getsource(klass))).body
-        assert isinstance(node, ast.ClassDef)
+        node = _class_node(klass)
         for stmt, after in zip(node.body, node.body[1:]):
             if (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
                     and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
@@ -243,12 +265,12 @@ def fields_page() -> str:
     top = [Row(name, TOP_LEVEL[name][0], "", TOP_LEVEL[name][1], "", TOP_LEVEL[name][2]) for name in SECTIONS]
     lines += ["## Top level", "", *table(top), ""]
     for section, cls in SCENARIO_SECTIONS.items():
-        lines += [f"## {section}", "", *paragraphs(cls.__doc__ or ""), *table(field_rows(cls, section)), ""]
+        lines += [f"## {section}", "", *paragraphs(class_doc(cls)), *table(field_rows(cls, section)), ""]
     lines += [f"## {STRATEGY_SECTION}", "", TOP_LEVEL[STRATEGY_SECTION][2], ""]
     for name, strategy in STRATEGIES.items():
         lines += [f"### {name}", "", sentence(strategy.summary), ""]
         rows = field_rows(strategy.Options, f"{STRATEGY_SECTION}.{name}")
-        lines += [*paragraphs(strategy.Options.__doc__ or ""), *table(rows), ""] if rows else ["No options.", ""]
+        lines += [*paragraphs(class_doc(strategy.Options)), *table(rows), ""] if rows else ["No options.", ""]
     return "\n".join(lines[:-1]) + "\n"
 
 
@@ -269,7 +291,7 @@ def profiles_page() -> str:
     lines += ["## Every kind", "", *table([r for r in field_rows(first, nested=False) if r.path in common]), ""]
     for kind, cls in PROFILE_KINDS.items():
         rows = [row for row in field_rows(cls, nested=False) if row.path not in common]
-        lines += [f"## {kind}", "", *paragraphs(cls.__doc__ or ""), *table(rows), ""]
+        lines += [f"## {kind}", "", *paragraphs(class_doc(cls)), *table(rows), ""]
     return "\n".join(lines[:-1]) + "\n"
 
 
