@@ -146,7 +146,6 @@ class LayerWork:
     params: int
     forward_flops: float
     backward_flops: float
-    recompute_flops: float
     activation_bytes: int
     working_bytes: int
     tensors: tuple[int, ...] = ()
@@ -156,6 +155,11 @@ class LayerWork:
     """The forward's GEMMs and memory-bound bytes (``tiersim.layer_kernels``); a recompute runs it again."""
     backward_kernels: PassKernels = NO_KERNELS
     """The backward's GEMMs and memory-bound bytes."""
+
+    @property
+    def recompute_flops(self) -> float:
+        """FLOPs the backward spends recomputing the forward: all of it when checkpointed."""
+        return self.forward_flops if self.checkpointed else 0.0
 
 
 @dataclass(frozen=True)
@@ -352,7 +356,6 @@ def _decoder_layer(index: int, model: ModelSpec, training: TrainingSpec, lp_byte
         params=sum(tensors),
         forward_flops=forward,
         backward_flops=2.0 * forward,
-        recompute_flops=forward if checkpointing else 0.0,
         activation_bytes=_input_bytes(model, training, lp_bytes) if checkpointing else full,
         working_bytes=full,
         tensors=tensors,
@@ -366,7 +369,7 @@ def _embedding_layer(model: ModelSpec, training: TrainingSpec) -> LayerWork:
     """The embedding lookup: parameters, no FLOPs, no kept activations, a gather of rows."""
     params = _embedding_params(model)
     forward, backward = embedding_passes(model, training)
-    return LayerWork("embedding", params, 0.0, 0.0, 0.0, 0, 0, tensors=(params,), forward_kernels=forward,
+    return LayerWork("embedding", params, 0.0, 0.0, 0, 0, tensors=(params,), forward_kernels=forward,
                      backward_kernels=backward)
 
 
@@ -381,7 +384,6 @@ def _head_layer(model: ModelSpec, training: TrainingSpec, lp_bytes: int) -> Laye
         params=sum(tensors),
         forward_flops=forward,
         backward_flops=2.0 * forward,
-        recompute_flops=0.0,
         activation_bytes=_input_bytes(model, training, lp_bytes),
         working_bytes=tokens * model.vocab * lp_bytes,
         tensors=tensors,
