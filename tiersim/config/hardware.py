@@ -266,20 +266,11 @@ def resolve_hardware(spec: HardwareSpec, source: str, search: tuple[Path, ...] =
     looking ``hardware.host`` up); errors name ``source`` and the ``hardware.*`` field."""
     if host is None and spec.host is not None:
         host = find_profile(spec.host, HostProfile, source, "hardware.host", search)
-    gpu = _part(spec.gpu, GPUProfile, host.gpu if host else None, source, "hardware.gpu", search)
-    if gpu is None:
-        raise ConfigError(source, "hardware.gpu", "required field is missing (the host profile has no GPU)")
-    if host is not None and host.link is not None and spec.host_link is None:
-        link = host.link
-    else:
-        link = find_profile(spec.host_link or gpu.host_link, LinkProfile, source, "hardware.host_link", search)
+    gpu, link = _gpu_and_link(spec, host, source, search)
     fabric = _part(spec.fabric, FabricProfile, host.fabric if host else None, source, "hardware.fabric", search)
     cpu = host.cpu if host else find_profile(spec.cpu, CPUProfile, source, "hardware.cpu", search)
     dram = host.dram if host else find_profile(spec.dram, DRAMProfile, source, "hardware.dram", search)
-    cxl = _device(spec.cxl, CXLProfile, host.cxl if host else None, source, "hardware.cxl.device", search)
-    nvme = _device(spec.nvme, NVMeProfile, host.nvme if host else None, source, "hardware.nvme.device", search)
-    if spec.nvme is None and host is not None:
-        nvme = host.nvme
+    cxl, nvme = _memory_devices(spec, host, source, search)
     cores = spec.cores_per_rank or max(1, cpu.cores_per_socket * spec.sockets // spec.gpus)
     _check_cpu(spec, cpu, cores, source)
     return Hardware(
@@ -300,6 +291,29 @@ def resolve_hardware(spec: HardwareSpec, source: str, search: tuple[Path, ...] =
         nvme=nvme,
         nvme_count=spec.nvme.count if spec.nvme else (1 if nvme is not None else 0),
     )
+
+
+def _gpu_and_link(spec: HardwareSpec, host: HostProfile | None, source: str,
+                  search: tuple[Path, ...]) -> tuple[GPUProfile, LinkProfile]:
+    """The GPU (named, else the host's) and its host link (named, else the host's, else the GPU's)."""
+    gpu = _part(spec.gpu, GPUProfile, host.gpu if host else None, source, "hardware.gpu", search)
+    if gpu is None:
+        raise ConfigError(source, "hardware.gpu", "required field is missing (the host profile has no GPU)")
+    if host is not None and host.link is not None and spec.host_link is None:
+        return gpu, host.link
+    link = find_profile(spec.host_link or gpu.host_link, LinkProfile, source, "hardware.host_link", search)
+    return gpu, link
+
+
+def _memory_devices(spec: HardwareSpec, host: HostProfile | None, source: str,
+                    search: tuple[Path, ...]) -> tuple[CXLProfile | None, NVMeProfile | None]:
+    """The CXL and NVMe devices: those the spec's entries name, else the host profile's (an
+    NVMe drive the spec leaves out is the host's own)."""
+    cxl = _device(spec.cxl, CXLProfile, host.cxl if host else None, source, "hardware.cxl.device", search)
+    nvme = _device(spec.nvme, NVMeProfile, host.nvme if host else None, source, "hardware.nvme.device", search)
+    if spec.nvme is None and host is not None:
+        nvme = host.nvme
+    return cxl, nvme
 
 
 def _check_cpu(spec: HardwareSpec, cpu: CPUProfile, cores: int, source: str) -> None:

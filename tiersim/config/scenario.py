@@ -85,41 +85,16 @@ def scenario_from_dict(
     are looked up once, and ``validated`` each section already validated from an equal mapping
     (``_section``); ``host`` is a host profile object to use for ``hardware.host``. A run over
     the work limit is refused unless ``force``."""
-    for key in data:
-        if key not in SECTIONS:
-            raise ConfigError(source, str(key), f"unknown field (known: {', '.join(SECTIONS)})")
-    for key in ("model", "training", "hardware", "strategies"):
-        if key not in data:
-            raise ConfigError(source, key, "required field is missing")
+    _check_sections(data, source)
     name = data.get("name", Path(source).stem)
     seed = data.get("seed", 0)
     if not isinstance(seed, int) or isinstance(seed, bool) or abs(seed) > MAX_WHOLE:
         raise ConfigError(source, "seed", f"expected an integer of at most 2^53, got {seed!r}")
     model = _section(ModelSpec, data["model"], source, "model", validated)
     hardware_spec = _section(HardwareSpec, data["hardware"], source, "hardware", validated)
-    training_data = dict(data["training"]) if isinstance(data["training"], dict) else data["training"]
-    if isinstance(training_data, dict):
-        training_data.setdefault("data_parallel", hardware_spec.gpus)
-    training = _section(TrainingSpec, training_data, source, "training", validated)
-    if training.data_parallel != hardware_spec.gpus:
-        raise ConfigError(
-            source,
-            "training.data_parallel",
-            f"{training.data_parallel} ranks but hardware.gpus is {hardware_spec.gpus} (one rank per GPU)",
-        )
-    spec_key = (hardware_spec, search)
-    hardware = resolved.get(spec_key) if resolved is not None else None
-    if hardware is None:
-        hardware = resolve_hardware(hardware_spec, source, search, host)
-        if resolved is not None:
-            resolved[spec_key] = hardware
-    entries = _strategy_options(data[STRATEGY_SECTION], source, validated)
-    if strategies:
-        unknown = [s for s in strategies if s not in entries]
-        if unknown:
-            raise ConfigError(source, "strategies",
-                              f"strategy {unknown[0]!r} is not in this scenario (has: {', '.join(entries)})")
-        entries = {name: entries[name] for name in strategies}
+    training = _training(data["training"], hardware_spec.gpus, source, validated)
+    hardware = _hardware(hardware_spec, source, search, host, resolved)
+    entries = _chosen(_strategy_options(data[STRATEGY_SECTION], source, validated), strategies, source)
     configs = [
         RunConfig(str(name), seed, model, training, hardware, strategy, options)
         for strategy, options in entries.items()
@@ -128,6 +103,56 @@ def scenario_from_dict(
         check_run(config, source, force)
         check_bytes(config, source)
     return configs
+
+
+def _check_sections(data: dict[str, Any], source: str) -> None:
+    """Refuse an unknown top-level field or a missing required section."""
+    for key in data:
+        if key not in SECTIONS:
+            raise ConfigError(source, str(key), f"unknown field (known: {', '.join(SECTIONS)})")
+    for key in ("model", "training", "hardware", "strategies"):
+        if key not in data:
+            raise ConfigError(source, key, "required field is missing")
+
+
+def _training(raw: object, gpus: int, source: str, validated: dict[Any, Any] | None) -> TrainingSpec:
+    """The ``training`` section, ``data_parallel`` defaulting to (and required to equal) ``gpus``."""
+    training_data = dict(raw) if isinstance(raw, dict) else raw
+    if isinstance(training_data, dict):
+        training_data.setdefault("data_parallel", gpus)
+    training = _section(TrainingSpec, training_data, source, "training", validated)
+    if training.data_parallel != gpus:
+        raise ConfigError(
+            source,
+            "training.data_parallel",
+            f"{training.data_parallel} ranks but hardware.gpus is {gpus} (one rank per GPU)",
+        )
+    return training
+
+
+def _hardware(
+    spec: HardwareSpec, source: str, search: tuple[Path, ...], host: HostProfile | None,
+    resolved: dict[tuple[HardwareSpec, tuple[Path, ...]], Hardware] | None,
+) -> Hardware:
+    """``resolve_hardware``, through the cache ``resolved`` when one is given."""
+    spec_key = (spec, search)
+    hardware = resolved.get(spec_key) if resolved is not None else None
+    if hardware is None:
+        hardware = resolve_hardware(spec, source, search, host)
+        if resolved is not None:
+            resolved[spec_key] = hardware
+    return hardware
+
+
+def _chosen(entries: dict[str, Any], strategies: Sequence[str], source: str) -> dict[str, Any]:
+    """The entries named in ``strategies``, in that order (all of them when none are named)."""
+    if not strategies:
+        return entries
+    unknown = [s for s in strategies if s not in entries]
+    if unknown:
+        raise ConfigError(source, "strategies",
+                          f"strategy {unknown[0]!r} is not in this scenario (has: {', '.join(entries)})")
+    return {name: entries[name] for name in strategies}
 
 
 def strategy_entries(raw: object, source: str) -> dict[str, dict[str, Any]]:

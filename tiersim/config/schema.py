@@ -107,29 +107,37 @@ def _check_bounds(value: float, meta: typing.Mapping[str, Any], where: Where) ->
 def _convert(tp: Any, value: object, where: Where) -> Any:
     """Convert a YAML value to the annotated type ``tp`` (no unit metadata)."""
     origin = typing.get_origin(tp)
+    if origin is not None:
+        return _convert_generic(origin, typing.get_args(tp), value, where)
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return build(tp, value, where[0], where[1])
+    return _convert_scalar(tp, value, where)
+
+
+def _convert_generic(origin: Any, args: tuple[Any, ...], value: object, where: Where) -> Any:
+    """Convert to a ``Literal``, an optional, a list, a tuple or a dict of the types ``args``."""
     if origin is typing.Literal:
-        choices = typing.get_args(tp)
-        if value not in choices:
-            raise ConfigError(*where, f"must be one of {', '.join(map(str, choices))}; got {value!r}")
+        if value not in args:
+            raise ConfigError(*where, f"must be one of {', '.join(map(str, args))}; got {value!r}")
         return value
     if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
         if value is None:
             return None
-        return _convert(args[0], value, where)
+        return _convert(next(a for a in args if a is not type(None)), value, where)
     if origin in (list, tuple):
         if not isinstance(value, list):
             raise ConfigError(*where, f"expected a list, got {value!r}")
-        (item_tp, *_rest) = typing.get_args(tp)
-        items = [_convert(item_tp, v, (where[0], f"{where[1]}[{i}]")) for i, v in enumerate(value)]
+        items = [_convert(args[0], v, (where[0], f"{where[1]}[{i}]")) for i, v in enumerate(value)]
         return tuple(items) if origin is tuple else items
     if origin is dict:
         if not isinstance(value, dict):
             raise ConfigError(*where, f"expected a mapping, got {value!r}")
-        _key_tp, val_tp = typing.get_args(tp)
-        return {str(k): _convert(val_tp, v, (where[0], f"{where[1]}.{k}")) for k, v in value.items()}
-    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        return build(tp, value, where[0], where[1])
+        return {str(k): _convert(args[1], v, (where[0], f"{where[1]}.{k}")) for k, v in value.items()}
+    raise TypeError(f"schema cannot convert to {origin!r}{list(args)!r}")
+
+
+def _convert_scalar(tp: Any, value: object, where: Where) -> Any:
+    """Convert to ``bool``, ``str``, ``int``, ``float`` or (unchecked) ``Any``."""
     if tp is bool:
         if not isinstance(value, bool):
             raise ConfigError(*where, f"expected true or false, got {value!r}")
@@ -166,31 +174,33 @@ def build(cls: type[T], data: object, source: str, path: str = "") -> T:
     kwargs: dict[str, Any] = {}
     for name, fld in fields.items():
         where = (source, _join(path, name))
-        if name not in data:
-            if fld.default is _MISSING and fld.default_factory is _MISSING:
-                raise ConfigError(*where, "required field is missing")
-            continue
-        raw = data[name]
-        if isinstance(raw, str) and raw == UNKNOWN:
-            raise ConfigError(*where, "left unknown (a training log does not say it): set it in the file, "
-                              "with --set, or from a profile")
-        parser = fld.metadata.get("parser")
-        if parser is not None:
-            if raw is None and _allows_none(hints[name]):
-                kwargs[name] = None
-                continue
-            value = parser(raw, where)
-            _check_bounds(value, fld.metadata, where)
-        else:
-            value = _convert(hints[name], raw, where)
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                _check_bounds(value, fld.metadata, where)
-        kwargs[name] = value
+        if name in data:
+            kwargs[name] = _field_value(fld, hints[name], data[name], where)
+        elif fld.default is _MISSING and fld.default_factory is _MISSING:
+            raise ConfigError(*where, "required field is missing")
     obj = cls(**kwargs)
     check = getattr(obj, "validate", None)
     if callable(check):
         check(source, path)
     return obj
+
+
+def _field_value(fld: dataclasses.Field[Any], hint: Any, raw: object, where: Where) -> Any:
+    """The file value ``raw`` of one field read through its parser or its type, bounds checked."""
+    if isinstance(raw, str) and raw == UNKNOWN:
+        raise ConfigError(*where, "left unknown (a training log does not say it): set it in the file, "
+                          "with --set, or from a profile")
+    parser = fld.metadata.get("parser")
+    if parser is not None:
+        if raw is None and _allows_none(hint):
+            return None
+        value = parser(raw, where)
+        _check_bounds(value, fld.metadata, where)
+        return value
+    value = _convert(hint, raw, where)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        _check_bounds(value, fld.metadata, where)
+    return value
 
 
 def _allows_none(tp: Any) -> bool:

@@ -120,29 +120,44 @@ def _hardware(log: TrainingLog, ranks: int) -> dict[str, Any]:
     ranks bind or interleave from, ``unknown`` where the log does not tell: no numactl, ``all``);
     the logical CPUs each rank is bound to (``Hardware.rank_cores`` counts the physical cores under them);
     CXL nodes; the SIMD width of CPU Adam."""
-    hardware: dict[str, Any] = {"host": UNKNOWN, "gpus": ranks}
-    bound = [b.socket_bound for b in log.bindings]
-    if any(bound) and not all(bound):
-        raise ConfigError(log.path, "numactl", f"ranks {[r for r, b in enumerate(bound) if b]} are bound to their "
-                          f"cores and socket memory and ranks {[r for r, b in enumerate(bound) if not b]} are not: "
-                          "tiersim models all ranks bound or none")
-    hardware["numa_bound"] = all(bound) if bound else UNKNOWN
-    homes = {b.home for b in log.bindings}
-    hardware["sockets"] = len(homes) if homes and None not in homes else UNKNOWN
-    cpus = [len(b.cpus) for b in log.bindings if b.cpus]
-    if cpus:
-        hardware["cores_per_rank"] = cpus[0]
-    weighted = [b for b in log.bindings if b.policy == "weighted-interleave"]
-    expanders = {node for b in weighted for node in b.nodes[1:]}
-    if any(b.all_nodes for b in weighted):
-        hardware["cxl"] = {"count": UNKNOWN}  # "all": the log does not say how many nodes are CXL
-    elif expanders:
-        hardware["cxl"] = {"count": len(expanders)}
+    hardware: dict[str, Any] = {"host": UNKNOWN, "gpus": ranks, **_binding(log)}
+    cxl = _cxl_count(log)
+    if cxl is not None:
+        hardware["cxl"] = {"count": cxl}
     if log.zero_config.get("offload_optimizer.device") == "nvme":
         hardware["nvme"] = {"count": 1}
     if log.adam_simd is not None:
         hardware["adam_simd"] = log.adam_simd
     return hardware
+
+
+def _binding(log: TrainingLog) -> dict[str, Any]:
+    """``numa_bound``, ``sockets`` and (where numactl lists CPUs) ``cores_per_rank`` from the
+    ranks' numactl bindings."""
+    bound = [b.socket_bound for b in log.bindings]
+    if any(bound) and not all(bound):
+        raise ConfigError(log.path, "numactl", f"ranks {[r for r, b in enumerate(bound) if b]} are bound to their "
+                          f"cores and socket memory and ranks {[r for r, b in enumerate(bound) if not b]} are not: "
+                          "tiersim models all ranks bound or none")
+    homes = {b.home for b in log.bindings}
+    fields: dict[str, Any] = {
+        "numa_bound": all(bound) if bound else UNKNOWN,
+        "sockets": len(homes) if homes and None not in homes else UNKNOWN,
+    }
+    cpus = [len(b.cpus) for b in log.bindings if b.cpus]
+    if cpus:
+        fields["cores_per_rank"] = cpus[0]
+    return fields
+
+
+def _cxl_count(log: TrainingLog) -> int | str | None:
+    """CXL nodes the weighted interleaves spread over beyond the first (home) node: ``unknown``
+    where a binding says ``all``, None where no rank interleaves onto one."""
+    weighted = [b for b in log.bindings if b.policy == "weighted-interleave"]
+    if any(b.all_nodes for b in weighted):
+        return UNKNOWN  # "all": the log does not say how many nodes are CXL
+    expanders = {node for b in weighted for node in b.nodes[1:]}
+    return len(expanders) if expanders else None
 
 
 def _strategy(log: TrainingLog) -> dict[str, Any] | str:

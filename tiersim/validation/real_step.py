@@ -120,6 +120,29 @@ def swap_buffer_bytes(subgroup_numels: Sequence[int], swap: SwapConfig) -> int:
     return (swap.buffer_count // len(TENSORS_IN)) * len(TENSORS_IN) * align_up(max(subgroup_numels) * 4)
 
 
+def _buffer_sets(swap: SwapConfig) -> int:
+    """Sub-groups' worth of swap buffers ``swap`` gives, checked against what the swapper needs."""
+    sets = swap.buffer_count // len(TENSORS_IN)
+    if sets < 1:
+        raise ConfigError("<validate>", "swap.buffer_count", f"must be at least {len(TENSORS_IN)}")
+    if (swap.pipeline_read or swap.pipeline_write) and sets < 2:
+        raise ConfigError("<validate>", "swap.buffer_count", "pipelining needs buffers for two sub-groups (8)")
+    if swap.block_size % 4096:
+        raise ConfigError("<validate>", "swap.block_size", "must be a multiple of 4096 bytes")
+    return sets
+
+
+def _swap_buffers(slot: int, sets: int, arena: AlignedBuffer | None) -> list[list[AlignedBuffer | BufferWindow]]:
+    """``sets`` sets of one ``slot``-byte buffer per swapped tensor: new ones, or slots of
+    ``arena`` (memory shared with other users)."""
+    if arena is None:
+        return [[AlignedBuffer(slot) for _ in TENSORS_IN] for _ in range(sets)]
+    return [
+        [arena.window((s * len(TENSORS_IN) + k) * slot, slot) for k in range(len(TENSORS_IN))]
+        for s in range(sets)
+    ]
+
+
 class NVMeAdam:
     """State in files, swapped through ``buffer_count`` swap buffers (see module doc): its own,
     or slots of a shared ``arena``."""
@@ -137,31 +160,16 @@ class NVMeAdam:
         mode: str | None = None,
         arena: AlignedBuffer | None = None,
     ) -> None:
-        sets = swap.buffer_count // len(TENSORS_IN)
-        if sets < 1:
-            raise ConfigError("<validate>", "swap.buffer_count", f"must be at least {len(TENSORS_IN)}")
-        if (swap.pipeline_read or swap.pipeline_write) and sets < 2:
-            raise ConfigError("<validate>", "swap.buffer_count", "pipelining needs buffers for two sub-groups (8)")
-        if swap.block_size % 4096:
-            raise ConfigError("<validate>", "swap.block_size", "must be a multiple of 4096 bytes")
         self.swap = swap
         self.threads = threads
         self.variant = variant
+        self.sets = _buffer_sets(swap)
         self.numels = [p.numel() for p, _ in initial]
         if arena is not None and (need := swap_buffer_bytes(self.numels, swap)) > arena.nbytes:
             raise ValueError(f"the arena has {arena.nbytes} bytes, the swap buffers need {need}")
         self.dir = Path(tempfile.mkdtemp(prefix="tiersim-swap-", dir=nvme_dir))
         self.mode = mode or probe_bypass_mode(self.dir)
-        slot = align_up(max(self.numels) * 4)
-        self.sets = sets
-        self.buffers: list[list[AlignedBuffer | BufferWindow]]
-        if arena is None:
-            self.buffers = [[AlignedBuffer(slot) for _ in TENSORS_IN] for _ in range(sets)]
-        else:  # the swap buffers are slots of memory shared with other users
-            self.buffers = [
-                [arena.window((s * len(TENSORS_IN) + k) * slot, slot) for k in range(len(TENSORS_IN))]
-                for s in range(sets)
-            ]
+        self.buffers = _swap_buffers(align_up(max(self.numels) * 4), self.sets, arena)
         workers = swap.queue_depth * swap.thread_count
         self.read_pool = IOPool(workers, swap.block_size, self.mode, io_cpus(threads))
         self.write_pool = (
@@ -173,20 +181,25 @@ class NVMeAdam:
         self.opt_params: list[torch.nn.Parameter] = []
         self.opts: list[torch.optim.Adam] = []
         self.steps = [torch.zeros((), dtype=torch.float32) for _ in self.numels]
-        init_buf = self.buffers[0]
         for i, (p0, g0) in enumerate(initial):
-            n = p0.numel()
-            files = {name: DirectFile(self.dir / f"sg{i}.{name}", self.mode, create_size=n * 4) for name in TENSORS_IN}
-            self.files.append(files)
-            for name, buf in zip(TENSORS_IN, init_buf):
-                src = {"param": p0, "grad": g0}.get(name)
-                t = buf.tensor(n)
-                t.zero_() if src is None else t.copy_(src)
-            self.write_pool.run("write", self._segments(i, init_buf, TENSORS_IN))
+            self._write_initial(i, p0, g0)
             p = torch.nn.Parameter(torch.empty(0))
             self.opt_params.append(p)
             self.opts.append(make_cpu_adam(p, variant, LR))
         self._tensors = [[buf.tensor(buf.nbytes // 4) for buf in bset] for bset in self.buffers]
+
+    def _write_initial(self, i: int, p0: torch.Tensor, g0: torch.Tensor) -> None:
+        """Create sub-group ``i``'s files and write its parameters, gradients and zeroed moments
+        through the first buffer set."""
+        n = p0.numel()
+        self.files.append(
+            {name: DirectFile(self.dir / f"sg{i}.{name}", self.mode, create_size=n * 4) for name in TENSORS_IN})
+        init_buf = self.buffers[0]
+        for name, buf in zip(TENSORS_IN, init_buf):
+            src = {"param": p0, "grad": g0}.get(name)
+            t = buf.tensor(n)
+            t.zero_() if src is None else t.copy_(src)
+        self.write_pool.run("write", self._segments(i, init_buf, TENSORS_IN))
 
     def _segments(self, i: int, bset: list[AlignedBuffer | BufferWindow], names: Sequence[str]) -> list[Segment]:
         length = align_up(self.numels[i] * 4)

@@ -6,8 +6,12 @@ import json
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from tiersim.analysis.report import TABLE_WIDTH
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 
 @dataclass(frozen=True)
@@ -82,11 +86,22 @@ def render_table(results: Sequence[CaseResult], title: str = "tiersim validate",
     (interquartile range of the samples, % of the median) and, when there is one, the
     ``other`` prediction and its error; then MAPE lines and ``note``."""
     from rich.console import Console
+
+    shown = other if any(r.other_s is not None for r in results) else None
+    console = Console(width=TABLE_WIDTH, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(_case_table(results, title, shown))
+    lines = [console.export_text(), *_mape_lines(results, shown)]
+    if note:
+        lines.append(note)
+    return "\n".join(lines)
+
+
+def _case_table(results: Sequence[CaseResult], title: str, other: str | None) -> Table:
+    """The rich ``Table`` of ``render_table``, with the ``other`` columns when it is named."""
     from rich.table import Table
 
-    both = any(r.other_s is not None for r in results)
     columns = ["case", "strategy", "predicted", "measured", "error %", "spread %"]
-    if both:
+    if other is not None:
         columns += [other, "its error %"]
     table = Table(title=title)
     for col in columns:
@@ -94,23 +109,22 @@ def render_table(results: Sequence[CaseResult], title: str = "tiersim validate",
     for r in results:
         row = [r.case, r.strategy, f"{r.predicted_s * 1e3:.1f} ms", f"{r.measured_s * 1e3:.1f} ms",
                f"{r.error_pct:+.1f}", f"{r.spread_pct:.0f}"]
-        if both:
+        if other is not None:
             err = r.other_error_pct
             row += [f"{r.other_s * 1e3:.1f} ms" if r.other_s is not None else "-",
                     f"{err:+.1f}" if err is not None else "-"]
         table.add_row(*row)
-    console = Console(width=TABLE_WIDTH, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
-    console.print(table)
-    lines = [console.export_text()]
-    for strategy, value in mape_by_strategy(results).items():
-        lines.append(f"MAPE {strategy}: {value:.1f}%")
+    return table
+
+
+def _mape_lines(results: Sequence[CaseResult], other: str | None) -> list[str]:
+    """MAPE per strategy and overall, the worst case and, when ``other`` is named, its MAPE."""
+    lines = [f"MAPE {strategy}: {value:.1f}%" for strategy, value in mape_by_strategy(results).items()]
     lines.append(f"MAPE overall: {mape(results):.1f}%")
     worst = max(results, key=lambda r: abs(r.error_pct), default=None)
     if worst is not None:
         lines.append(f"worst case: {worst.case} ({worst.error_pct:+.1f}%)")
-    if both:
+    if other is not None:
         errors = [abs(e) for e in (r.other_error_pct for r in results) if e is not None]
         lines.append(f"MAPE overall, {other}: {sum(errors) / len(errors):.1f}%")
-    if note:
-        lines.append(note)
-    return "\n".join(lines)
+    return lines
