@@ -108,7 +108,7 @@ def test_rendered_profile_rows() -> None:
     assert gpu["compute_efficiency"][3] == "> 0, ≤ 1"
     assert host["cpu"][:3] == ["`CPUProfile`", "—", "required"]  # validate() requires it
     assert host["gpu"][2] == "`null`"
-    assert cpu["simd"][0] == '`"avx512" \\| "avx2" \\| "scalar" \\| None`'
+    assert cpu["simd"][0] == '`"avx512" \\| "avx2" \\| "sve" \\| "scalar" \\| None`'
 
 
 @pytest.mark.parametrize(("parse", "value", "text"), [

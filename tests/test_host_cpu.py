@@ -22,6 +22,8 @@ SPR_CORE = 16 * 2 * 2.0e9 / 10 * 0.011
 """xeon-8480 Adam params/s per core: 16 fp32 lanes x 2 FMA units x 2.0 GHz / 10 vector ops x 0.011."""
 MILAN_CORE = 8 * 2 * 2.8e9 / 10 * 0.011
 """epyc-7543p: 8 lanes (AVX2) x 2 FMA units x 2.8 GHz / 10 vector ops x 0.011."""
+GRACE_CORE = 4 * 4 * 3.1e9 / 10 * 0.011
+"""grace with an SVE build: 4 fp32 lanes (128-bit SVE) x 4 FMA pipes x 3.1 GHz / 10 vector ops x 0.011."""
 
 
 def hardware(cpu: str = "xeon-8480", **spec: object) -> Hardware:
@@ -61,6 +63,19 @@ def test_simd_width_sets_the_rate_by_its_lanes() -> None:
     assert hardware(gpus=1, adam_simd="avx2").adam_rate == pytest.approx(hardware(gpus=1).adam_rate / 2)
     with pytest.raises(ConfigError, match="hardware.adam_simd: epyc-7543p has no avx512"):
         hardware("epyc-7543p", adam_simd="avx512")
+
+
+def test_grace_runs_sve_or_scalar_builds_and_no_x86_one() -> None:
+    """Grace's four 128-bit pipes: an SVE build runs 4 lanes on each, DeepSpeed's scalar build
+    (0.10-0.16 on Arm) one; an x86 build is refused on Grace, an SVE build on a Xeon."""
+    grace = hardware("grace", gpus=1, dram="grace-lpddr5x-480gb")
+    assert grace.rank_cores == 72 and grace.adam_rate == pytest.approx(72 * GRACE_CORE)
+    scalar = hardware("grace", gpus=1, dram="grace-lpddr5x-480gb", adam_simd="scalar")
+    assert scalar.adam_rate == pytest.approx(72 * GRACE_CORE / 4)
+    with pytest.raises(ConfigError, match="hardware.adam_simd: grace has no avx2"):
+        hardware("grace", adam_simd="avx2")
+    with pytest.raises(ConfigError, match="hardware.adam_simd: xeon-8480 has no sve"):
+        hardware(adam_simd="sve")
 
 
 def test_a_fitted_rate_per_core_overrides_and_scales_by_lanes() -> None:

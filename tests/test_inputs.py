@@ -89,7 +89,7 @@ def test_profiles_name_unknown_lists_every_known_name() -> None:
         assert name in line
     one_line_exit_2(
         tiersim("profiles", "h900", "--kind", "gpu"),
-        "unknown gpu profile 'h900' (known: a100-80gb, a100-sxm4-40gb, h100-pcie, h100-sxm",
+        "unknown gpu profile 'h900' (known: a100-80gb, a100-sxm4-40gb, b200, gb200, gh200, h100-pcie, h100-sxm",
     )
 
 

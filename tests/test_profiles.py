@@ -23,15 +23,17 @@ from tiersim.config.profiles import (
 from tiersim.errors import ConfigError
 
 EXPECTED = {
-    "gpu": {"a100-80gb", "h100-sxm", "h100-pcie", "h200"},
+    "gpu": {"a100-80gb", "h100-sxm", "h100-pcie", "h200", "h200-nvl", "b200", "gb200", "gh200", "mi300x"},
     "fabric": {"pcie-p2p-gen5"},
     "host": {"seed-node"},
-    "link": {"pcie-gen4-x16", "pcie-gen5-x16"},
-    "cpu": {"xeon-8480", "epyc-9654", "xeon-8380", "epyc-7543p"},
-    "dram": {"ddr4-3200-8ch", "ddr5-4800-8ch", "ddr5-4800-12ch"},
-    "cxl": {"micron-cz120", "samsung-cmm-d", "cxl-gen5-x16-whatif"},
-    "nvme": {"samsung-pm9a3", "micron-7450", "micron-9550", "kioxia-cm7", "seed-nvme-pool"},
+    "link": {"pcie-gen4-x16", "pcie-gen5-x16", "nvlink-c2c", "nvlink-c2c-gb200"},
+    "cpu": {"xeon-8480", "epyc-9654", "xeon-8380", "epyc-7543p", "xeon-6980p", "epyc-9755", "grace"},
+    "dram": {"ddr4-3200-8ch", "ddr5-4800-8ch", "ddr5-4800-12ch", "ddr5-6000-12ch", "ddr5-6400-12ch",
+             "grace-lpddr5x-480gb"},
+    "cxl": {"micron-cz120", "samsung-cmm-d", "skhynix-cmm-ddr5", "cxl-gen5-x16-whatif"},
+    "nvme": {"samsung-pm9a3", "micron-7450", "micron-9550", "kioxia-cm7", "samsung-pm1743", "seed-nvme-pool"},
 }
+X86_CPUS = sorted(EXPECTED["cpu"] - {"grace"})
 DRIVES = sorted(EXPECTED["nvme"] - {"seed-nvme-pool"})
 """Single NVMe drives (the seed pool stripes several)."""
 BUNDLED_FILES = sorted(DEFAULT_PROFILE_DIR.glob("*.yaml"))
@@ -112,6 +114,24 @@ def test_link_values() -> None:
         assert 1e-6 <= link.latency <= 20e-6
 
 
+def test_superchip_parts() -> None:
+    """GH200 and GB200 reach Grace's LPDDR5X over NVLink-C2C (450 GB/s a direction per
+    superchip, shared by GB200's two GPUs), not PCIe; MI300X counts compute units as SMs."""
+    c2c, gb200_c2c = _find("nvlink-c2c", "link"), _find("nvlink-c2c-gb200", "link")
+    assert c2c.raw_bandwidth == pytest.approx(450e9) and gb200_c2c.raw_bandwidth == pytest.approx(225e9)
+    assert c2c.pinned_bandwidth / c2c.raw_bandwidth == pytest.approx(
+        gb200_c2c.pinned_bandwidth / gb200_c2c.raw_bandwidth, abs=0.01)
+    assert _find("gh200", "gpu").host_link == "nvlink-c2c" and _find("gb200", "gpu").host_link == "nvlink-c2c-gb200"
+    assert {_find(name, "gpu").host_link for name in ("b200", "h200-nvl", "mi300x")} == {"pcie-gen5-x16"}
+    grace = _find("grace", "cpu")
+    assert grace.cores_per_socket == 72 and grace.threads_per_core == 1 and grace.simd == "sve"
+    assert grace.simd_lanes() == 16 and grace.simd_lanes("scalar") == 4  # 4 pipes of 128 bits
+    lpddr = _find("grace-lpddr5x-480gb", "dram")
+    assert lpddr.capacity == 480e9 and lpddr.peak_bandwidth == pytest.approx(360e9)
+    mi300x = _find("mi300x", "gpu")
+    assert mi300x.sm_count == 304 and mi300x.bf16_flops == pytest.approx(1307.4e12)
+
+
 def test_cpu_and_dram_values() -> None:
     assert _find("xeon-8480", "cpu").cores_per_socket == 56
     assert _find("epyc-9654", "cpu").cores_per_socket == 96
@@ -121,8 +141,10 @@ def test_cpu_and_dram_values() -> None:
         cpu = _find(name, "cpu")
         assert cpu.adam_params_per_core is None  # from the SIMD figures
         assert 1e7 <= cpu.adam_core_rate() <= 1e9
-        assert cpu.threads_per_core == 2 and cpu.fma_units == 2
         assert 5e9 <= cpu.memcpy_bandwidth_per_core <= 30e9
+    for name in X86_CPUS:
+        cpu = _find(name, "cpu")
+        assert cpu.threads_per_core == 2 and cpu.fma_units == 2
     ddr5 = _find("ddr5-4800-8ch", "dram")
     assert ddr5.peak_bandwidth == pytest.approx(307.2e9)
     assert ddr5.capacity == 512 * 2**30
@@ -140,8 +162,8 @@ def test_cxl_values(name: str) -> None:
     assert cxl.write_bandwidth <= cxl.read_bandwidth <= cxl.link_bandwidth
     assert 100e-9 <= cxl.added_latency <= 400e-9
     if name != "cxl-gen5-x16-whatif":
-        assert cxl.link_bandwidth == pytest.approx(32e9)
-        assert cxl.capacity == 256_000_000_000
+        assert cxl.link_bandwidth == pytest.approx(32e9)  # PCIe 5.0 x8
+        assert cxl.capacity == {"skhynix-cmm-ddr5": 96_000_000_000}.get(name, 256_000_000_000)
     else:
         assert "hypothetical" in cxl.description.lower()
 

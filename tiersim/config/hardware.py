@@ -11,10 +11,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import TypeVar
 
 from tiersim.config.profiles import (
-    SIMD_BITS,
+    SIMD_RUNS,
     CPUProfile,
     CXLProfile,
     DRAMProfile,
@@ -24,6 +24,7 @@ from tiersim.config.profiles import (
     LinkProfile,
     NVMeProfile,
     Profile,
+    SimdName,
     find_profile,
 )
 from tiersim.config.schema import integer, size
@@ -73,9 +74,10 @@ class HardwareSpec:
     numa_bound: bool = True
     """Each rank bound by numactl to its own cores and socket memory; False: unbound ranks
     that the OS scheduler places over the node's sockets."""
-    adam_simd: Literal["avx512", "avx2", "scalar"] | None = None
+    adam_simd: SimdName | None = None
     """The SIMD width DeepSpeed's CPU Adam was built for (its log: "created with AVX2 arithmetic
-    capability"); None: the widest the CPU profile has."""
+    capability"); None: the widest the CPU profile has. On Arm (``sve``) DeepSpeed 0.10-0.16
+    builds the scalar loop: say ``scalar`` for those versions."""
     dram: str = "ddr5-4800-8ch"
     """DRAM profile name of one socket; with ``host``, the host profile's DRAM is used instead."""
     dram_capacity: int | None = size(None, gt=0, doc="DRAM bytes per socket, in place of the profile's capacity")
@@ -329,8 +331,7 @@ def _check_cpu(spec: HardwareSpec, cpu: CPUProfile, cores: int, source: str) -> 
             f"{cores} logical CPUs for each of {ranks_per_socket} ranks per socket exceeds "
             f"{cpu.cores_per_socket} cores (x{threads} hardware threads) of {cpu.name}",
         )
-    widths = list(SIMD_BITS)
-    if spec.adam_simd and cpu.simd and widths.index(spec.adam_simd) < widths.index(cpu.simd):
+    if spec.adam_simd and cpu.simd and spec.adam_simd not in SIMD_RUNS[cpu.simd]:
         raise ConfigError(source, "hardware.adam_simd", f"{cpu.name} has no {spec.adam_simd} (its widest: {cpu.simd})")
 
 

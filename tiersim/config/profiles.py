@@ -77,7 +77,8 @@ class GPUProfile(_ProfileBase):
 
 @dataclass(frozen=True, kw_only=True)
 class LinkProfile(_ProfileBase):
-    """A host<->GPU link, per direction (bytes/s), with a per-transfer latency (s). Copies from
+    """A host<->GPU link, per direction (bytes/s), with a per-transfer latency (s): PCIe, or a
+    superchip's NVLink-C2C (a GPU profile's ``host_link`` names any link profile). Copies from
     pageable memory run at ``pageable_bandwidth`` where it is measured, else through the
     driver's staging buffer at a rate the host CPU sets (``Hardware.pageable_bandwidth``)."""
 
@@ -104,10 +105,22 @@ class FabricProfile(_ProfileBase):
     """The collectives' traffic also crosses each GPU's host link, sharing it with host<->GPU copies."""
 
 
-SIMD_BITS = {"avx512": 512, "avx2": 256, "scalar": 32}
+SimdName = Literal["avx512", "avx2", "sve", "scalar"]
+"""A SIMD instruction set a CPU executes and DeepSpeed's CPU Adam may be built for."""
+SIMD_BITS: dict[str, int] = {"avx512": 512, "avx2": 256, "sve": 128, "scalar": 32}
 """Vector width of each SIMD instruction set DeepSpeed's CPU Adam is built for (bits); fp32
 lanes are bits / 32 (``csrc/includes/simd.h`` at v0.13.3: ``SIMD_WIDTH`` 16 for ``__AVX512__``,
-8 for ``__AVX256__``; without either, the scalar loop of ``cpu_adam_impl.cpp``)."""
+8 for ``__AVX256__``; without either, the scalar loop of ``cpu_adam_impl.cpp``). ``sve``: Arm
+SVE at the 128-bit vector length of Neoverse V2 (NVIDIA Grace), 4 fp32 lanes; DeepSpeed 0.10 to
+0.16 has no Arm SIMD path (its builds there are ``scalar``), a later one a vector-length-agnostic
+SVE kernel (deepspeedai/DeepSpeed pull request 8365)."""
+SIMD_RUNS: dict[str, tuple[str, ...]] = {
+    "avx512": ("avx512", "avx2", "scalar"),
+    "avx2": ("avx2", "scalar"),
+    "sve": ("sve", "scalar"),
+    "scalar": ("scalar",),
+}
+"""The builds a CPU whose widest instruction set is the key can run (x86 and Arm apart)."""
 ADAM_VECTOR_OPS = 10
 """Floating-point vector instructions per vector of parameters in DeepSpeed's CPU Adam (AdamW,
 weight decay > 0), ``Step_AVX`` in ``csrc/includes/cpu_adam.h`` at v0.13.3: 3 ``simd_mul``
@@ -133,7 +146,7 @@ class CPUProfile(_ProfileBase):
 
     cores_per_socket: int = integer(gt=0, doc="physical cores of one socket")
     threads_per_core: int | None = integer(None, gt=0, doc="hardware threads (SMT) per physical core")
-    simd: Literal["avx512", "avx2", "scalar"] | None = None
+    simd: SimdName | None = None
     """The widest SIMD instruction set the cores execute."""
     simd_datapath_bits: int | None = integer(None, gt=0, doc="width of each FMA unit's datapath (bits)")
     fma_units: int | None = integer(None, gt=0, doc="fp32 FMA units (pipes) per physical core")
