@@ -2,9 +2,9 @@
 
 Everything else about the package is in pyproject.toml. ``TIERSIM_PURE_PYTHON=1 pip install .``
 builds none; a build that fails (no C compiler) installs the sources alone, which give the same
-results more slowly. The build records the hash of every source it compiled in
-``tiersim/_native.json``, so that an extension is never used beside a source edited since.
-mypyc runs in ``build_ext`` only (the other setup commands pip runs see a placeholder).
+results more slowly. The build records the hash, size and modification time of every source it
+compiled in ``tiersim/_native.json``, so that an extension is never used beside a source edited
+since (``tiersim/_native.py``). mypyc runs in ``build_ext`` only (the other setup commands pip runs see a placeholder).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ _spec.loader.exec_module(native)
 
 class BuildNative(build_ext):
     """build_ext that compiles ``COMPILED`` with mypyc and writes ``tiersim/_native.json`` (the
-    hash of each source, taken before compiling) beside the extensions."""
+    hash, size and time of each source, taken before compiling) beside the extensions."""
 
     def finalize_options(self) -> None:
         from mypyc.build import mypycify

@@ -62,10 +62,30 @@ def test_an_edited_source_or_the_switch_means_the_sources() -> None:
     """A module whose source changed since the build, a missing manifest or ``TIERSIM_PURE_PYTHON``
     each mean every compiled module is imported from its source."""
     now = _native.manifest()
-    edited = {**now, "tiersim.engine.graph": "0" * 64}
+    edited = {**now, "tiersim.engine.graph": {**now["tiersim.engine.graph"], "sha256": "0" * 64, "mtime_ns": 0}}
     assert not _native.usable(edited, {})
     assert not _native.usable(None, {})
     assert not _native.usable(now, {_native.PURE_ENV: "1"})
+
+
+def test_a_source_is_hashed_only_when_its_size_or_time_changed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The import-time check: a source with its recorded size and modification time is taken
+    unread; one with another time is hashed (a touched copy passes, an edit does not); a manifest
+    of an older build (a bare hash per module) passes none."""
+    module = "tiersim.engine.graph"
+    entry = _native.manifest()[module]
+    assert set(entry) == {"sha256", "size", "mtime_ns"} and entry["size"] > 0
+    touched = {**entry, "mtime_ns": entry["mtime_ns"] - 1}
+    edited = {**touched, "sha256": "0" * 64}
+    assert _native.unchanged(module, touched) and not _native.unchanged(module, edited)
+    assert not _native.unchanged(module, {**entry, "size": entry["size"] + 1, "mtime_ns": 0})
+    assert not _native.unchanged(module, entry["sha256"])
+
+    def no_hashing(path: Path) -> str:
+        raise AssertionError(f"hashed {path}")
+
+    monkeypatch.setattr(_native, "digest", no_hashing)
+    assert _native.unchanged(module, entry)
 
 
 def test_results_and_configs_cross_processes() -> None:
