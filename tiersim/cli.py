@@ -1,7 +1,7 @@
 """The ``tiersim`` command line: one subcommand per module in ``tiersim.commands``.
 
-Every command module exposes ``register(subparsers)``, which adds its parser and sets
-``func=handler`` where ``handler(args) -> int`` is the exit status. Bad input (a
+Every command module exposes ``register(parser)``, which adds its arguments to its parser and
+sets ``func=handler`` where ``handler(args) -> int`` is the exit status. Bad input (a
 ``ConfigError``) becomes one line on stderr and exit status 2, a broken invariant of the model
 (a ``ModelError``, any other ``TiersimError``) one line and exit status 1, never a traceback.
 """
@@ -19,24 +19,37 @@ from collections.abc import Iterator, Sequence
 from tiersim._version import __version__
 from tiersim.errors import ConfigError, TiersimError
 
-COMMAND_MODULES = ("run", "profiles", "import-log", "replay", "fit", "calibrate", "validate", "reproduce", "sweep",
-                   "plan", "compare")
+COMMANDS = {
+    "run": "simulate a scenario under its strategies",
+    "profiles": "list or show device profiles",
+    "import-log": "read DeepSpeed training logs into scenarios and measurements",
+    "replay": "predict measured training runs and show the error per phase",
+    "fit": "fit a node's unknown figures to DeepSpeed training logs",
+    "calibrate": "measure this host (memory copy, CPU Adam, file I/O, PCIe) and write a host profile",
+    "validate": "time the real offloaded optimizer step per strategy and compare with the simulator",
+    "reproduce": "reproduce a bundled study (seed, whatif)",
+    "sweep": "run a scenario over a grid or list of factor values",
+    "plan": "largest model, fastest sizing or cheapest hardware",
+    "compare": "compare two sweep result tables (parquet)",
+}
+"""Each subcommand and its one line in ``tiersim --help``. Its module, ``tiersim.commands.NAME``
+(``-`` as ``_``), is imported only when the command is named: start-up stays light."""
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The top-level parser with every available subcommand registered."""
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The top-level parser. Given the command line ``argv``, only the command it names gets its
+    arguments (the others are listed by name and summary alone); without one, every command does."""
     parser = argparse.ArgumentParser(prog="tiersim", description="Simulate memory tiers for transformer training.")
     parser.add_argument("--version", action="version", version=f"tiersim {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(f"tiersim.commands.{name.replace('-', '_')}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"tiersim.commands.{name.replace('-', '_')}":
-                continue
-            raise
-        module.register(subparsers)
-    for command in subparsers.choices.values():
+    named = None if argv is None else next((arg for arg in argv if not arg.startswith("-")), "")
+    for name, summary in COMMANDS.items():
+        if named is not None and name != named:
+            subparsers.add_parser(name, help=summary)
+            continue
+        module = importlib.import_module(f"tiersim.commands.{name.replace('-', '_')}")
+        command = subparsers.add_parser(name, help=summary, description=module.__doc__)
+        module.register(command)
         command.add_argument("--profile-path", action="append", default=[], metavar="DIR",
                              help="also look for device profiles in DIR (repeatable; before $TIERSIM_PROFILE_PATH, "
                                   "./device_profiles and the bundled ones)")
@@ -71,8 +84,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: parse, dispatch, and turn bad input into one line and exit 2 (a model
     error: one line and exit 1)."""
     warnings.showwarning = _warning_line
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(argv).parse_args(argv)
     try:
         with _profile_path(args.profile_path):
             return int(args.func(args))

@@ -12,15 +12,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from tiersim.config.scenario import RunConfig
 from tiersim.engine import TaskGraph
 from tiersim.engine.runner import EngineRun, TaskRecord
 from tiersim.strategies.base import Unfit
 from tiersim.strategies.estimator import zero3_estimate
+
+if TYPE_CHECKING:  # pandas is imported where a DataFrame is first built: a run that prints needs none
+    import pandas as pd
 
 PHASES = ("forward", "backward", "optimizer_step")
 UTILISATION_COLUMNS = ["resource", "kind", "phase", "busy_s", "utilisation", "units_moved"]
@@ -78,6 +79,8 @@ class Result:
     def placement(self) -> pd.DataFrame:
         """Bytes of each tensor group on each tier (hbm per GPU, host tiers per node): allocated
         (``bytes``) and held by the process (``reserved_bytes``)."""
+        import pandas as pd
+
         return pd.DataFrame(self.placement_items, columns=["tier", "what", "bytes", "reserved_bytes"])
 
     @cached_property
@@ -97,6 +100,8 @@ class Result:
     @cached_property
     def utilisation(self) -> pd.DataFrame:
         """Per stream and link, over the iteration and per phase (see ``utilisation_rows``)."""
+        import pandas as pd
+
         return pd.DataFrame(self._utilisation, columns=UTILISATION_COLUMNS)
 
     @cached_property
@@ -141,6 +146,8 @@ class Result:
 
 def trace_frame(records: list[TaskRecord]) -> pd.DataFrame:
     """The engine's task records as a DataFrame, ordered by start time."""
+    import pandas as pd
+
     frame = pd.DataFrame.from_records(
         [(r.name, r.stream, r.phase, r.category, r.ready, r.start, r.end, r.size) for r in records],
         columns=["name", "stream", "phase", "category", "ready", "start", "end", "size"],

@@ -21,11 +21,12 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import TypeAlias
-
-import plotly.graph_objects as go
+from typing import TYPE_CHECKING, TypeAlias
 
 from tiersim.errors import ConfigError
+
+if TYPE_CHECKING:  # plotly is imported where a page is written: the commands' parsers need none
+    import plotly.graph_objects as go
 
 HTML_FORMATS = ("html",)
 STATIC_FORMATS = ("png", "svg", "pdf")
@@ -156,11 +157,11 @@ def write_html(path: str | Path, parts: Sequence[PagePart], title: str, plotlyjs
     include: bool | str = True if plotlyjs == "inline" else plotlyjs  # plotly's include_plotlyjs
     body = [f"<h1>{html.escape(title)}</h1>"]
     for part in parts:
-        if isinstance(part, go.Figure):
+        if isinstance(part, str):
+            body.append(part)
+        else:
             body.append(part.to_html(full_html=False, include_plotlyjs=include))
             include = False
-        else:
-            body.append(part)
     page = (
         "<!DOCTYPE html><html><head><meta charset='utf-8'>"
         f"<title>{html.escape(title)}</title></head><body style='font-family: sans-serif'>\n"

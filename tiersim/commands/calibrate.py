@@ -24,13 +24,10 @@ def default_out() -> Path:
     return Path("device_profiles") / f"host-{socket.gethostname()}.yaml"
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "calibrate",
-        help="measure this host (memory copy, CPU Adam, file I/O, PCIe) and write a host profile",
-        description="Single-resource micro-benchmarks, fitted with scipy.optimize into a `kind: host` "
-        "profile that `tiersim run` can use; raw measurements and residuals are kept in it.",
-    )
+def register(p: argparse.ArgumentParser) -> None:
+    """Add ``calibrate``'s arguments to its parser."""
+    p.description = ("Single-resource micro-benchmarks, fitted with scipy.optimize into a `kind: host` "
+                     "profile that `tiersim run` can use; raw measurements and residuals are kept in it.")
     p.add_argument("--out", type=Path, default=None, help="profile file (default device_profiles/host-HOSTNAME.yaml)")
     p.add_argument("--quick", action="store_true", help="fewer sizes and repeats (under about a minute)")
     p.add_argument(

@@ -29,10 +29,9 @@ from tiersim.jsonout import plain, plain_records
 METRICS = ("fits", "iteration_time_s", "forward_s", "backward_s", "optimizer_step_s")
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``compare`` to the CLI."""
-    parser = subparsers.add_parser("compare", help="compare two sweep result tables (parquet)",
-                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def register(parser: argparse.ArgumentParser) -> None:
+    """Add ``compare``'s arguments to its parser."""
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("a", type=Path, help="first results.parquet (the baseline)")
     parser.add_argument("b", type=Path, help="second results.parquet")
     parser.add_argument("--on", action="append", default=[], metavar="COLUMN",

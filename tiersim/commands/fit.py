@@ -19,10 +19,8 @@ from tiersim.fitting.solver import fit_system
 from tiersim.fitting.system import load_system
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``fit`` to the CLI."""
-    parser = subparsers.add_parser("fit", help="fit a node's unknown figures to DeepSpeed training logs",
-                                   description=__doc__)
+def register(parser: argparse.ArgumentParser) -> None:
+    """Add ``fit``'s arguments to its parser."""
     parser.add_argument("system", help="system YAML: the node's parts, settings and the figures to fit")
     parser.add_argument("--log", action="append", default=[], required=True, metavar="LOG", dest="logs",
                         help="a Megatron-DeepSpeed training log (repeatable)")

@@ -32,10 +32,8 @@ _HEADER = """\
 """
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``import-log`` to the CLI."""
-    parser = subparsers.add_parser("import-log", help="read DeepSpeed training logs into scenarios and measurements",
-                                   description=__doc__)
+def register(parser: argparse.ArgumentParser) -> None:
+    """Add ``import-log``'s arguments to its parser."""
     parser.add_argument("logs", nargs="+", metavar="LOG", help="Megatron-DeepSpeed training log")
     parser.add_argument("--out", type=Path, metavar="DIR",
                         help="write DIR/NAME.yaml (scenario) and DIR/NAME.measured.csv per log")

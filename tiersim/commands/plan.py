@@ -45,10 +45,9 @@ MODEL_COLUMNS = [("rank", "rank"), ("strategy", "strategy"), ("model", "model"),
                  ("next_binding", "next step binding constraint")]
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``plan`` to the CLI."""
-    parser = subparsers.add_parser("plan", help="largest model, fastest sizing or cheapest hardware",
-                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def register(parser: argparse.ArgumentParser) -> None:
+    """Add ``plan``'s arguments to its parser."""
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("scenario", help="scenario YAML file (or the name of a bundled one)")
     parser.add_argument("--objective", choices=plan.OBJECTIVES, required=True)
     add_strategy(parser)

@@ -15,9 +15,8 @@ from tiersim.config.schema import to_plain
 _META = ("kind", "name", "description", "sources")
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``profiles`` to the CLI."""
-    parser = subparsers.add_parser("profiles", help="list or show device profiles", description=__doc__)
+def register(parser: argparse.ArgumentParser) -> None:
+    """Add ``profiles``'s arguments to its parser."""
     parser.add_argument("name", nargs="?", help="show this profile (name or path)")
     parser.add_argument("--kind", choices=sorted(PROFILE_KINDS), help="only profiles of this kind")
     add_format(parser, "table", "json")

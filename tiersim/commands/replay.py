@@ -20,10 +20,9 @@ from tiersim.commands.options import add_format, add_overrides
 from tiersim.fitting.replay import PHASES, Replay, load_node, replay
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``replay`` to the CLI."""
-    parser = subparsers.add_parser("replay", help="predict measured training runs and show the error per phase",
-                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def register(parser: argparse.ArgumentParser) -> None:
+    """Add ``replay``'s arguments to its parser."""
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("logs", nargs="+", metavar="LOG", help="Megatron-DeepSpeed training log")
     parser.add_argument("--system", required=True, metavar="SYSTEM",
                         help="the node: a system YAML (systems/*.yaml) or a host profile written by tiersim fit")

@@ -34,10 +34,9 @@ from tiersim.errors import ConfigError
 from tiersim.jsonout import plain_records
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``reproduce`` to the CLI."""
-    parser = subparsers.add_parser("reproduce", help="reproduce a bundled study (seed, whatif)",
-                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def register(parser: argparse.ArgumentParser) -> None:
+    """Add ``reproduce``'s arguments to its parser."""
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("study", choices=sorted(STUDIES), help="which study")
     parser.add_argument("--out", type=Path, default=Path("out"), metavar="DIR",
                         help="where to write <study>.html and <study>.csv (default: out/)")

@@ -18,10 +18,8 @@ from tiersim.results import Result
 from tiersim.simulate import simulate
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``run`` to the CLI."""
-    parser = subparsers.add_parser("run", help="simulate a scenario under its strategies",
-                                   description=__doc__)
+def register(parser: argparse.ArgumentParser) -> None:
+    """Add ``run``'s arguments to its parser."""
     parser.add_argument("scenario", help="scenario YAML file (or the name of a bundled one, e.g. quickstart)")
     add_strategy(parser)
     add_overrides(parser)

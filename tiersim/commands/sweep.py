@@ -24,10 +24,9 @@ from tiersim.jsonout import plain, plain_records
 TABLE_ROWS = 40
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``sweep`` to the CLI."""
-    parser = subparsers.add_parser("sweep", help="run a scenario over a grid or list of factor values",
-                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def register(parser: argparse.ArgumentParser) -> None:
+    """Add ``sweep``'s arguments to its parser."""
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("sweep_file", metavar="SWEEP.yaml",
                         help="sweep file: base scenario plus grid or points (or the name of a bundled one)")
     parser.add_argument("--jobs", "-j", type=int, default=None, metavar="N",

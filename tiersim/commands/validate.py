@@ -10,13 +10,10 @@ from tiersim.commands.options import add_format
 from tiersim.errors import ConfigError
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "validate",
-        help="time the real offloaded optimizer step per strategy and compare with the simulator",
-        description="Runs the real optimizer step (DRAM CPU Adam, NVMe swapping; with CUDA also the PCIe "
-        "and all-GPU paths) over model sizes not used by calibration and reports prediction errors.",
-    )
+def register(p: argparse.ArgumentParser) -> None:
+    """Add ``validate``'s arguments to its parser."""
+    p.description = ("Runs the real optimizer step (DRAM CPU Adam, NVMe swapping; with CUDA also the PCIe "
+                     "and all-GPU paths) over model sizes not used by calibration and reports prediction errors.")
     p.add_argument("--profile", type=Path, default=None,
                    help="host profile (default: newest device_profiles/host-*.yaml; a quick calibration if none)")
     p.add_argument("--quick", action="store_true", help="fewer, smaller cases (under two minutes on 2 cores)")

@@ -22,12 +22,12 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from tiersim.engine.graph import Task
 from tiersim.engine.spans import Intervals, Spans, Window, merged, union
 
 if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
+
     from tiersim.engine.runner import Run
 
 _OVERLOAD = 1e-12
@@ -167,6 +167,8 @@ def _check_load(link: str, flows: list[tuple[Intervals, float]], events: list[tu
     """``NotQuiet`` if at some moment the deferred ``flows`` on ``link`` (intervals and loads,
     at their own bounds) and the event run's flows then (from, to, load) could take more than
     its ``capacity`` (units/s)."""
+    import numpy as np  # here, not at import: a run that defers nothing (most) needs none
+
     listed = [(a, b, load) for intervals, load in flows for a, b in intervals.listed()]
     ours = np.array(listed, dtype=float).reshape(-1, 3).T
     theirs = np.array(events, dtype=float).reshape(-1, 3).T
@@ -184,6 +186,8 @@ def _check_load(link: str, flows: list[tuple[Intervals, float]], events: list[tu
 
 def _edges(before: int, count: int, after: int) -> np.ndarray:
     """+1 for ``count`` starts then -1 for their ends, ``before`` zeros ahead and ``after`` behind."""
+    import numpy as np
+
     return np.concatenate([np.zeros(before, dtype=np.int64), np.ones(count, dtype=np.int64),
                            np.full(count, -1, dtype=np.int64), np.zeros(after, dtype=np.int64)])
 
