@@ -123,13 +123,7 @@ def fit_queue_model(
     """Fit ``latency``, ``bandwidth`` (and, with ``fit_queueing``, ``queueing`` in [0, 1]) of
     ``queue_throughput`` to measured points, minimising the log ratio (relative error) from a
     few starts, since the min() makes it piecewise."""
-    b = np.asarray(block_sizes, dtype=float)
-    n = np.asarray(outstanding, dtype=float)
-    thr = np.asarray(throughputs, dtype=float)
-    if not (b.shape == n.shape == thr.shape) or len(b) < 2:
-        raise ValueError("need equal-length arrays of at least 2 points")
-    if np.any(b <= 0) or np.any(n <= 0) or np.any(thr <= 0):
-        raise ValueError("block sizes, request counts and throughputs must be positive")
+    b, n, thr = _measured_points(block_sizes, outstanding, throughputs)
 
     def resid(p: np.ndarray) -> np.ndarray:
         lat, bw = np.exp(p[:2])
@@ -137,20 +131,44 @@ def fit_queue_model(
         return np.log(queue_throughput(b, n, lat, bw, q) / thr)
 
     bw0 = float(np.max(thr))
-    lat_guesses = np.maximum(n * b / thr - b / bw0, 0.0)
-    lat0 = float(np.median(lat_guesses[lat_guesses > 0])) if np.any(lat_guesses > 0) else 1e-4
     lo = [np.log(1e-9), np.log(bw0 * 0.1)] + ([0.0] if fit_queueing else [])
     hi = [np.log(1.0), np.log(bw0 * 100.0)] + ([1.0] if fit_queueing else [])
-    best = None
-    for lat_s in (lat0, lat0 * 0.3, lat0 * 3.0, 1e-5, 1e-3):
-        for bw_s in (bw0, bw0 * 1.2, bw0 * 2.0):
-            for q_s in ((0.0, 0.5, 1.0) if fit_queueing else (None,)):
-                p0 = [np.log(min(max(lat_s, 1e-9), 0.5)), np.log(bw_s)] + ([q_s] if fit_queueing else [])
-                sol = least_squares(resid, np.array(p0), bounds=(lo, hi), method="trf", xtol=1e-14, ftol=1e-14)
-                if best is None or sol.cost < best.cost:
-                    best = sol
-    assert best is not None
+    best = min(
+        (least_squares(resid, p0, bounds=(lo, hi), method="trf", xtol=1e-14, ftol=1e-14)
+         for p0 in _queue_starts(b, n, thr, fit_queueing)),
+        key=lambda sol: sol.cost,
+    )
     lat, bw = (float(v) for v in np.exp(best.x[:2]))
     q = float(best.x[2]) if fit_queueing else 0.0
     model = queue_throughput(b, n, lat, bw, q)
     return QueueFit(lat, bw, [float(r) for r in (model - thr) / thr], q)
+
+
+def _measured_points(
+    block_sizes: Sequence[float], outstanding: Sequence[float], throughputs: Sequence[float],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The measured points as arrays, checked: equal lengths, at least 2, all positive."""
+    b = np.asarray(block_sizes, dtype=float)
+    n = np.asarray(outstanding, dtype=float)
+    thr = np.asarray(throughputs, dtype=float)
+    if not (b.shape == n.shape == thr.shape) or len(b) < 2:
+        raise ValueError("need equal-length arrays of at least 2 points")
+    if np.any(b <= 0) or np.any(n <= 0) or np.any(thr <= 0):
+        raise ValueError("block sizes, request counts and throughputs must be positive")
+    return b, n, thr
+
+
+def _queue_starts(b: np.ndarray, n: np.ndarray, thr: np.ndarray, fit_queueing: bool) -> list[np.ndarray]:
+    """Starting points of the fit (log latency, log bandwidth[, queueing]): latencies around
+    the median one the points imply at the peak throughput (s), bandwidths at and above that
+    peak (bytes/s), queueing 0, 1/2 and 1."""
+    bw0 = float(np.max(thr))
+    lat_guesses = np.maximum(n * b / thr - b / bw0, 0.0)
+    lat0 = float(np.median(lat_guesses[lat_guesses > 0])) if np.any(lat_guesses > 0) else 1e-4
+    queueings = [[0.0], [0.5], [1.0]] if fit_queueing else [[]]
+    return [
+        np.array([np.log(min(max(lat_s, 1e-9), 0.5)), np.log(bw_s), *q_s])
+        for lat_s in (lat0, lat0 * 0.3, lat0 * 3.0, 1e-5, 1e-3)
+        for bw_s in (bw0, bw0 * 1.2, bw0 * 2.0)
+        for q_s in queueings
+    ]

@@ -177,15 +177,49 @@ def cpu_adam(
     sample of each per round, so a slow spell of a shared host lands on every point alike;
     the variants one after the other, since foreach's full-size temporaries (mmap/munmap per
     step) slow down the fused steps timed next to them."""
+    records: list[Record] = []
+    opts = _cpu_adam_optimizers(numels, variants, records)
+    # Grouped by thread count (switching torch's thread pool has a transient cost), numels
+    # interleaved inside each group; one untimed step after each switch.
+    grid = [
+        (numel, variant, t) for t in threads for variant in variants for numel in numels if (numel, variant) in opts
+    ]
+    samples = _cpu_adam_rounds(opts, grid, variants, threads, max(repeats, 1), on_point)
+    records.extend(_median_record({"variant": v, "numel": n, "threads": t}, samples[(n, v, t)]) for n, v, t in grid)
+    return records
+
+
+def _cpu_adam_rounds(
+    opts: dict[tuple[int, str], torch.optim.Adam], grid: list[tuple[int, str, int]], variants: Sequence[str],
+    threads: Sequence[int], rounds: int, on_point: OnPoint,
+) -> dict[tuple[int, str, int], list[float]]:
+    """Seconds per step of each (numel, variant, threads) of ``grid``, one sample per round
+    after a warm-up round; one variant's rounds after the other's (foreach's temporaries
+    disturb fused). ``on_point`` is told of each point in the last round."""
+    samples: dict[tuple[int, str, int], list[float]] = {key: [] for key in grid}
+    for variant in variants:
+        for r in range(rounds + 1):  # round 0 is a warm-up
+            for t in threads:
+                points = [key for key in grid if key[1] == variant and key[2] == t]
+                secs = _time_cpu_adam_steps(opts, [(numel, variant) for numel, _v, _t in points], t,
+                                            on_point if r == rounds else None)
+                if r:
+                    for key, sample in zip(points, secs):
+                        samples[key].append(sample)
+    return samples
+
+
+def _cpu_adam_optimizers(
+    numels: Sequence[int], variants: Sequence[str], records: list[Record],
+) -> dict[tuple[int, str], torch.optim.Adam]:
+    """{(numel, variant): an Adam over a fresh fp32 parameter of ``numel`` params, stepped
+    once (state created)}; a variant that fails (fused may be missing) appends an error record."""
     import torch
 
-    records: list[Record] = []
-    opts: dict[tuple[int, str], object] = {}
-    keep = []
+    opts: dict[tuple[int, str], torch.optim.Adam] = {}
     for numel in numels:
         param = torch.nn.Parameter(torch.randn(numel))
         param.grad = torch.randn(numel) * 1e-3
-        keep.append(param)
         for variant in variants:
             try:
                 opt = make_cpu_adam(param, variant)
@@ -194,35 +228,28 @@ def cpu_adam(
                 records.append({"variant": variant, "numel": numel, "error": str(exc)})
                 continue
             opts[(numel, variant)] = opt
-    # Grouped by thread count (switching torch's thread pool has a transient cost), numels
-    # interleaved inside each group; one untimed step after each switch.
-    grid = [
-        (numel, variant, t) for t in threads for variant in variants for numel in numels if (numel, variant) in opts
-    ]
-    samples: dict[tuple[int, str, int], list[float]] = {key: [] for key in grid}
-    rounds = max(repeats, 1)
-    for variant in variants:  # one variant's rounds after the other's (foreach's temporaries disturb fused)
-        for r in range(rounds + 1):  # round 0 is a warm-up
-            for t in threads:
-                with compute_threads(t):
-                    points = [key for key in grid if key[1] == variant and key[2] == t]
-                    if points:
-                        opts[(points[0][0], variant)].step()  # type: ignore[attr-defined]
-                    for numel, _v, _t in points:
-                        step = opts[(numel, variant)].step  # type: ignore[attr-defined]
-                        inner = max(1, (1 << 25) // numel)  # samples of at least ~20 ms
-                        secs, _ = median_time(step, 1, warmup=0, inner=inner)
-                        if r:
-                            samples[(numel, variant, t)].append(secs)
-                        if r == rounds:
-                            _tick(on_point)
-    for numel, variant, t in grid:
-        got = samples[(numel, variant, t)]
-        records.append(
-            {"variant": variant, "numel": numel, "threads": t, "seconds": statistics.median(got), "samples": got}
-        )
-    del opts, keep
-    return records
+    return opts
+
+
+def _time_cpu_adam_steps(
+    opts: dict[tuple[int, str], torch.optim.Adam], points: list[tuple[int, str]], threads: int, on_point: OnPoint,
+) -> list[float]:
+    """Seconds per step of each (numel, variant) of ``points`` on ``threads`` threads, after
+    one untimed step; ``on_point`` is told of each."""
+    with compute_threads(threads):
+        if points:
+            opts[points[0]].step()
+        secs = []
+        for numel, variant in points:
+            inner = max(1, (1 << 25) // numel)  # samples of at least ~20 ms
+            secs.append(median_time(opts[(numel, variant)].step, 1, warmup=0, inner=inner)[0])
+            _tick(on_point)
+    return secs
+
+
+def _median_record(fields: Record, samples: list[float]) -> Record:
+    """A record of ``fields`` with the median of the ``samples`` (s) as its ``seconds``."""
+    return {**fields, "seconds": statistics.median(samples), "samples": samples}
 
 
 def cpu_adam_overhead(
@@ -309,76 +336,88 @@ def file_io(
     mode = mode or probe_bypass_mode(directory)
     files = max(int(files), 1)
     per_file = align_up(max(file_size // files, 1), max(max(block_sizes), ALIGN))
+    layout = _IOFiles(directory, mode, files, per_file, max(workers), max(block_sizes))
+    grid = [(op, block, n) for op in ops for block in block_sizes for n in workers]
+    try:
+        layout.fresh(0)
+        samples = _file_io_rounds(layout, grid, ops, max(repeats, 1), on_point)
+    finally:
+        layout.close()
     size = per_file * files
-    buf: AlignedBuffer | None = None
-    handles: list[DirectFile] = []
-    seg: list[Segment] = []
+    return mode, [
+        _median_record({"op": op, "block_size": block, "workers": n, "bytes": size, "files": files},
+                       samples[(op, block, n)])
+        for op, block, n in grid
+    ]
 
-    def fresh_files(round_: int) -> None:
+
+class _IOFiles:
+    """The files ``file_io`` transfers to and from: ``files`` files of ``per_file`` bytes in
+    ``directory``, and one buffer (``segments``: one transfer covering them all)."""
+
+    def __init__(self, directory: Path, mode: str, files: int, per_file: int, workers: int, block: int) -> None:
+        self.directory, self.mode, self.files, self.per_file = directory, mode, files, per_file
+        self.workers, self.block = workers, block
+        self.buf: AlignedBuffer | None = None
+        self.handles: list[DirectFile] = []
+        self.segments: list[Segment] = []
+
+    def fresh(self, round_: int) -> None:
         """A new set of files (new block placement) and a new buffer (new memory placement:
         on a virtual machine the rate the disk fills a buffer at depends on where its memory
         landed), laid out on the device untimed."""
-        nonlocal seg, buf
-        for h in handles:
-            h.unlink()
-        seg = []
-        if buf is not None:
-            buf.close()
-        buf = AlignedBuffer(size)
+        self.close()
+        size = self.per_file * self.files
+        buf = self.buf = AlignedBuffer(size)
         buf.mm.write(os.urandom(min(size, 1 << 20)) * (size // min(size, 1 << 20)))
-        handles[:] = [
-            DirectFile(directory / f"tiersim-calibrate-{os.getpid()}-{round_}-{k}.bin", mode, create_size=per_file)
-            for k in range(files)
+        self.handles = [
+            DirectFile(self.directory / f"tiersim-calibrate-{os.getpid()}-{round_}-{k}.bin", self.mode,
+                       create_size=self.per_file)
+            for k in range(self.files)
         ]
-        seg = [Segment(h.fd, buf.view, k * per_file, 0, per_file) for k, h in enumerate(handles)]
-        with IOPool(max(workers), max(block_sizes), mode, io_cpus()) as pool:
-            pool.run("write", seg)
-            if mode != "O_DIRECT":
-                for h in handles:
+        self.segments = [Segment(h.fd, buf.view, k * self.per_file, 0, self.per_file)
+                         for k, h in enumerate(self.handles)]
+        with IOPool(self.workers, self.block, self.mode, io_cpus()) as pool:
+            pool.run("write", self.segments)
+            if self.mode != "O_DIRECT":
+                for h in self.handles:
                     os.fsync(h.fd)
 
-    records: list[Record] = []
-    try:
-        fresh_files(0)
-        grid = [(op, block, n) for op in ops for block in block_sizes for n in workers]
-        pools = {(block, n): IOPool(n, block, mode, io_cpus()) for _op, block, n in grid}
-        try:
-            for op in ops:  # warm-up pass of each op
-                pools[(max(block_sizes), max(workers))].run(op, seg)
-            samples: dict[tuple[str, int, int], list[float]] = {key: [] for key in grid}
-            rounds = max(repeats, 1)
-            for r in range(rounds):
-                if r:
-                    fresh_files(r)  # every round samples other placements
-                for op, block, n in grid:
-                    t0 = time.perf_counter()
-                    pools[(block, n)].run(op, seg)
-                    samples[(op, block, n)].append(time.perf_counter() - t0)
-                    if r == rounds - 1:
-                        _tick(on_point)
-        finally:
-            for pool in pools.values():
-                pool.close()
-        for op, block, n in grid:
-            got = samples[(op, block, n)]
-            records.append(
-                {
-                    "op": op,
-                    "block_size": block,
-                    "workers": n,
-                    "bytes": size,
-                    "files": files,
-                    "seconds": statistics.median(got),
-                    "samples": got,
-                }
-            )
-    finally:
-        for h in handles:
+    def close(self) -> None:
+        """Delete the files and free the buffer."""
+        for h in self.handles:
             h.unlink()
-        del seg
-        if buf is not None:
-            buf.close()
-    return mode, records
+        self.handles = []
+        self.segments = []
+        if self.buf is not None:
+            self.buf.close()
+            self.buf = None
+
+
+def _file_io_rounds(
+    layout: _IOFiles, grid: list[tuple[str, int, int]], ops: Sequence[str], rounds: int, on_point: OnPoint,
+) -> dict[tuple[str, int, int], list[float]]:
+    """Seconds of each (op, block size, requests) of ``grid`` over the whole ``layout``, one
+    sample per round, each round on fresh files, after one untimed pass of each op;
+    ``on_point`` is told of each point in the last round."""
+    pools = {(block, n): IOPool(n, block, layout.mode, io_cpus()) for _op, block, n in grid}
+    try:
+        for op in ops:  # warm-up pass of each op
+            pools[(layout.block, layout.workers)].run(op, layout.segments)
+        samples: dict[tuple[str, int, int], list[float]] = {key: [] for key in grid}
+        for r in range(rounds):
+            if r:
+                layout.fresh(r)  # every round samples other placements
+            for op, block, n in grid:
+                t0 = time.perf_counter()
+                pools[(block, n)].run(op, layout.segments)
+                samples[(op, block, n)].append(time.perf_counter() - t0)
+                if r == rounds - 1:
+                    _tick(on_point)
+    finally:
+        for pool in pools.values():
+            pool.close()
+    return samples
 
 
 def request_latency(

@@ -259,31 +259,13 @@ def _measure_cpu_adam(plan: CalibrationPlan, tick: Tick) -> _Part:
     adam = microbench.cpu_adam(plan.adam_numels, plan.adam_threads, plan.adam_variants, plan.adam_repeats,
                                tick("CPU Adam"))
     overhead = microbench.cpu_adam_overhead(plan.adam_threads, plan.adam_variants, on_point=tick("Adam overhead"))
-    adam_fits: dict[str, dict[int, fit.LinearFit]] = {}
-    for variant in plan.adam_variants:
-        for t in plan.adam_threads:
-            pts = [r for r in adam if r.get("variant") == variant and r.get("threads") == t]
-            over = [r["seconds"] for r in overhead if r.get("variant") == variant and r.get("threads") == t]
-            if len(pts) >= 2 and over:
-                # per-call overhead measured on a tiny tensor; the rate fitted with it fixed
-                adam_fits.setdefault(variant, {})[t] = fit.fit_rate_given_intercept(
-                    [r["numel"] for r in pts], [r["seconds"] for r in pts], float(over[0])
-                )
-    if not adam_fits:
-        raise RuntimeError("no CPU Adam variant could be measured")
+    adam_fits = _fit_cpu_adam(plan, adam, overhead)
     top = max(plan.adam_threads)
     variant = max(adam_fits, key=lambda v: adam_fits[v].get(top, next(iter(adam_fits[v].values()))).rate)
     one = min(adam_fits[variant])
     chosen = adam_fits[variant]
-    cpu: dict[str, Any] = {
-        "adam_params_per_core": chosen[one].rate / one,
-        "adam_step_overhead": chosen[one].intercept,
-    }
-    measured_threads = sorted(chosen)
-    if measured_threads == list(range(1, len(measured_threads) + 1)) and len(measured_threads) > 1:
-        cpu["adam_params_per_s"] = [chosen[t].rate for t in measured_threads]
     return _Part(
-        figures={"cpu": cpu},
+        figures={"cpu": _cpu_adam_figures(chosen)},
         methods={"cpu": {
             "adam_params_per_core": f"torch.optim.Adam({variant}=True) step over one fp32 tensor of "
             f"{', '.join(str(n) for n in plan.adam_numels)} params with {one} torch thread(s); "
@@ -306,6 +288,39 @@ def _measure_cpu_adam(plan: CalibrationPlan, tick: Tick) -> _Part:
     )
 
 
+def _fit_cpu_adam(plan: CalibrationPlan, adam: list[dict[str, Any]],
+                  overhead: list[dict[str, Any]]) -> dict[str, dict[int, fit.LinearFit]]:
+    """{variant: {threads: fit}} for each (variant, threads) with two sizes and an overhead
+    measured: the per-call overhead measured on a tiny tensor (s), the rate fitted with it fixed."""
+    adam_fits: dict[str, dict[int, fit.LinearFit]] = {}
+    for variant in plan.adam_variants:
+        for t in plan.adam_threads:
+            pts = [r for r in adam if r.get("variant") == variant and r.get("threads") == t]
+            over = [r["seconds"] for r in overhead if r.get("variant") == variant and r.get("threads") == t]
+            if len(pts) >= 2 and over:
+                adam_fits.setdefault(variant, {})[t] = fit.fit_rate_given_intercept(
+                    [r["numel"] for r in pts], [r["seconds"] for r in pts], float(over[0])
+                )
+    if not adam_fits:
+        raise RuntimeError("no CPU Adam variant could be measured")
+    return adam_fits
+
+
+def _cpu_adam_figures(chosen: dict[int, fit.LinearFit]) -> dict[str, Any]:
+    """The profile's Adam figures from the chosen variant's fits by thread count: params/s per
+    core and the step overhead (s) at the fewest threads, and params/s at 1..N threads when
+    every count from 1 was measured."""
+    one = min(chosen)
+    cpu: dict[str, Any] = {
+        "adam_params_per_core": chosen[one].rate / one,
+        "adam_step_overhead": chosen[one].intercept,
+    }
+    measured_threads = sorted(chosen)
+    if measured_threads == list(range(1, len(measured_threads) + 1)) and len(measured_threads) > 1:
+        cpu["adam_params_per_s"] = [chosen[t].rate for t in measured_threads]
+    return cpu
+
+
 def _measure_file_io(plan: CalibrationPlan, nvme_dir: Path, tick: Tick) -> tuple[str, _Part]:
     """File I/O in ``nvme_dir``, page cache bypassed: throughput against (block size, outstanding
     requests) fitted by the queue model, and the latency of single requests. Also returns the
@@ -319,12 +334,7 @@ def _measure_file_io(plan: CalibrationPlan, nvme_dir: Path, tick: Tick) -> tuple
         plan.io_repeats,
         tick("file I/O"),
     )
-    io_fits = {}
-    for op in ("read", "write"):
-        pts = [r for r in io if r["op"] == op]
-        io_fits[op] = fit.fit_queue_model(
-            [r["block_size"] for r in pts], [r["workers"] for r in pts], [r["bytes"] / r["seconds"] for r in pts]
-        )
+    io_fits = {op: _fit_file_io([r for r in io if r["op"] == op]) for op in ("read", "write")}
     req_lat = [
         microbench.request_latency(nvme_dir, op, mode, on_point=tick("file latency")) for op in ("read", "write")
     ]
@@ -340,20 +350,7 @@ def _measure_file_io(plan: CalibrationPlan, nvme_dir: Path, tick: Tick) -> tuple
                 "write_queueing": io_fits["write"].queueing,
             }
         },
-        methods={
-            "nvme": {
-                "capacity": f"shutil.disk_usage({nvme_dir}).total",
-                **{
-                    f"{op}_{what}": f"{op}s of a {plan.io_file_size / MB:g} MB file in {nvme_dir} ({mode}) "
-                    "at block sizes "
-                    f"{[b // KiB for b in plan.io_block_sizes]} KiB and {list(plan.io_workers)} outstanding requests "
-                    f"(worker threads issuing preadv/pwritev), {plan.io_repeats} interleaved rounds, medians; "
-                    "least-squares fit of min(B, N*b/(L + b/B*(1 + q*(N-1)))) for B, L and q in [0, 1]"
-                    for op in ("read", "write")
-                    for what in ("bandwidth", "latency", "queueing")
-                },
-            }
-        },
+        methods={"nvme": _file_io_methods(plan, nvme_dir, mode)},
         records={
             "file_io": {
                 "fits": {op: _fit_dict(f) for op, f in io_fits.items()},
@@ -369,17 +366,33 @@ def _measure_file_io(plan: CalibrationPlan, nvme_dir: Path, tick: Tick) -> tuple
     )
 
 
+def _fit_file_io(points: list[dict[str, Any]]) -> fit.QueueFit:
+    """The queue model fitted to one direction's points: throughput (bytes/s) against block
+    size (bytes) and outstanding requests."""
+    return fit.fit_queue_model(
+        [r["block_size"] for r in points], [r["workers"] for r in points], [r["bytes"] / r["seconds"] for r in points]
+    )
+
+
+def _file_io_methods(plan: CalibrationPlan, nvme_dir: Path, mode: str) -> dict[str, str]:
+    """How each NVMe figure of the profile was measured, in words."""
+    method = {"capacity": f"shutil.disk_usage({nvme_dir}).total"}
+    for op in ("read", "write"):
+        for what in ("bandwidth", "latency", "queueing"):
+            method[f"{op}_{what}"] = (
+                f"{op}s of a {plan.io_file_size / MB:g} MB file in {nvme_dir} ({mode}) at block sizes "
+                f"{[b // KiB for b in plan.io_block_sizes]} KiB and {list(plan.io_workers)} outstanding requests "
+                f"(worker threads issuing preadv/pwritev), {plan.io_repeats} interleaved rounds, medians; "
+                "least-squares fit of min(B, N*b/(L + b/B*(1 + q*(N-1)))) for B, L and q in [0, 1]"
+            )
+    return method
+
+
 def _measure_link(plan: CalibrationPlan, tick: Tick) -> _Part:
     """The host<->GPU link (time = latency + size / bandwidth per direction, pinned or pageable)
     and GPU Adam (time = overhead + numel / rate); CUDA must be present."""
     copies = microbench.cuda_copy(plan.cuda_sizes, plan.repeats, tick("PCIe copy"))
-    link_fits = {}
-    for direction in ("h2d", "d2h"):
-        for pinned in (True, False):
-            pts = [r for r in copies if r["direction"] == direction and r["pinned"] == pinned]
-            link_fits[(direction, pinned)] = fit.fit_latency_bandwidth(
-                [r["size"] for r in pts], [r["seconds"] for r in pts]
-            )
+    link_fits = _fit_link(copies)
     gpu = microbench.gpu_adam(plan.gpu_adam_numels, plan.repeats, tick("GPU Adam"))
     gpu_fit = fit.fit_overhead_rate([r["numel"] for r in gpu], [r["seconds"] for r in gpu])
     link = {
@@ -403,3 +416,15 @@ def _measure_link(plan: CalibrationPlan, tick: Tick) -> _Part:
             }
         },
     )
+
+
+def _fit_link(copies: list[dict[str, Any]]) -> dict[tuple[str, bool], fit.LinearFit]:
+    """time = latency + size / bandwidth fitted for each (direction, pinned) of the copies."""
+    link_fits = {}
+    for direction in ("h2d", "d2h"):
+        for pinned in (True, False):
+            pts = [r for r in copies if r["direction"] == direction and r["pinned"] == pinned]
+            link_fits[(direction, pinned)] = fit.fit_latency_bandwidth(
+                [r["size"] for r in pts], [r["seconds"] for r in pts]
+            )
+    return link_fits

@@ -131,18 +131,7 @@ class PlannedRun:
 def load_sweep(spec: str | Path | Mapping[str, Any], overrides: Sequence[str] = (), force: bool = False) -> Sweep:
     """Read and check a sweep file (or mapping); ``overrides`` are ``--set`` style KEY=VALUE.
     More than ``MAX_SWEEP_RUNS`` runs is refused before any point is made, unless ``force``."""
-    from tiersim.config.yamlfile import read_yaml
-
-    data: dict[str, Any]
-    if isinstance(spec, Mapping):
-        source, data, here = "<sweep>", dict(spec), Path.cwd()
-    else:
-        path = Path(spec)
-        source, here = str(path), path.parent
-        read = read_yaml(path)
-        if not isinstance(read, dict):
-            raise ConfigError(source, "", "a sweep file must be a mapping with 'base' and 'grid' or 'points'")
-        data = read
+    source, data, here = _sweep_mapping(spec)
     for key in data:
         if key not in SWEEP_KEYS:
             raise ConfigError(source, str(key), f"unknown field (known: {', '.join(SWEEP_KEYS)})")
@@ -150,26 +139,7 @@ def load_sweep(spec: str | Path | Mapping[str, Any], overrides: Sequence[str] = 
         raise ConfigError(source, "base", "required field is missing (the scenario file to sweep over)")
     base = _read_base(data["base"], source, here)
     settings = _settings(data.get("set"), source, "set") + _settings(list(overrides), SET.source, None)
-    if ("grid" in data) == ("points" in data):
-        raise ConfigError(source, "grid", "give exactly one of 'grid' (a cartesian product) or 'points' (a list)")
-    kind = "grid" if "grid" in data else "points"
-    if kind == "grid":
-        axes = _grid_axes(data["grid"], source)
-        factors = [key for key, _values in axes]
-        count = math.prod(len(values) for _key, values in axes)
-    else:
-        points = _list_points(data["points"], source)
-        factors = []
-        for point in points:
-            factors.extend(k for k in point if k not in factors)
-        count = len(points)
-    per_point = 1 if STRATEGY_FACTOR in factors else max(1, _strategy_count(base.data))
-    if count * per_point > MAX_SWEEP_RUNS and not force:
-        raise ConfigError(source, kind, f"{count:,} points x {per_point} strategies = {count * per_point:,} runs; "
-                                        f"the limit is {MAX_SWEEP_RUNS:,} runs per sweep ({FORCE_HINT})")
-    if kind == "grid":
-        keys = [key for key, _values in axes]
-        points = [dict(zip(keys, combo)) for combo in itertools.product(*(values for _key, values in axes))]
+    kind, points, factors = _design(data, source, base, force)
     for setting in settings:
         if setting.origin == SET and setting.key in factors:
             raise ConfigError(SET.source, setting.key, "is a factor of this sweep; change its values in the sweep file")
@@ -179,6 +149,50 @@ def load_sweep(spec: str | Path | Mapping[str, Any], overrides: Sequence[str] = 
     description = data.get("description") or ""
     document, pending = _with_settings(base, settings)
     return Sweep(str(name), source, document, settings, kind, points, factors, str(description), pending)
+
+
+def _sweep_mapping(spec: str | Path | Mapping[str, Any]) -> tuple[str, dict[str, Any], Path]:
+    """The sweep's source name, its mapping, and the folder its relative paths start from."""
+    from tiersim.config.yamlfile import read_yaml
+
+    if isinstance(spec, Mapping):
+        return "<sweep>", dict(spec), Path.cwd()
+    path = Path(spec)
+    read = read_yaml(path)
+    if not isinstance(read, dict):
+        raise ConfigError(str(path), "", "a sweep file must be a mapping with 'base' and 'grid' or 'points'")
+    return str(path), read, path.parent
+
+
+def _design(
+    data: dict[str, Any], source: str, base: ScenarioDocument, force: bool,
+) -> tuple[str, list[dict[str, Any]], list[str]]:
+    """The sweep's kind (``grid`` or ``points``), its points and its factors (the keys the
+    points set, in order); a grid's points are made only once their count is allowed."""
+    if ("grid" in data) == ("points" in data):
+        raise ConfigError(source, "grid", "give exactly one of 'grid' (a cartesian product) or 'points' (a list)")
+    if "grid" in data:
+        axes = _grid_axes(data["grid"], source)
+        factors = [key for key, _values in axes]
+        _check_run_count(math.prod(len(values) for _key, values in axes), factors, base, "grid", source, force)
+        combos = itertools.product(*(values for _key, values in axes))
+        return "grid", [dict(zip(factors, combo)) for combo in combos], factors
+    points = _list_points(data["points"], source)
+    factors = []
+    for point in points:
+        factors.extend(k for k in point if k not in factors)
+    _check_run_count(len(points), factors, base, "points", source, force)
+    return "points", points, factors
+
+
+def _check_run_count(count: int, factors: list[str], base: ScenarioDocument, kind: str, source: str,
+                     force: bool) -> None:
+    """Refuse ``count`` points (times the base's strategies, unless a factor picks the strategy)
+    over ``MAX_SWEEP_RUNS`` runs, unless ``force``."""
+    per_point = 1 if STRATEGY_FACTOR in factors else max(1, _strategy_count(base.data))
+    if count * per_point > MAX_SWEEP_RUNS and not force:
+        raise ConfigError(source, kind, f"{count:,} points x {per_point} strategies = {count * per_point:,} runs; "
+                                        f"the limit is {MAX_SWEEP_RUNS:,} runs per sweep ({FORCE_HINT})")
 
 
 def _with_settings(base: ScenarioDocument, settings: list[Setting]) -> tuple[ScenarioDocument, tuple[Setting, ...]]:

@@ -370,10 +370,8 @@ def run_sweep(
     In phases: plan, open the store (the rows ``out`` already holds), choose a backend and
     execute the rest, consolidate the rows into one table (and ``results.parquet``)."""
     started = time.perf_counter()
-    if jobs is not None and (not isinstance(jobs, int) or jobs < 1):
-        raise ConfigError(API, "jobs", f"must be a whole number of at least 1, got {jobs!r}")
-    if chunk_size is not None and (not isinstance(chunk_size, int) or chunk_size < 1):
-        raise ConfigError(API, "chunk_size", f"must be a whole number of at least 1, got {chunk_size!r}")
+    _check_positive("jobs", jobs)
+    _check_positive("chunk_size", chunk_size)
     sweep = load_sweep(spec, overrides, force)
     workers = 1 if scheduler is None and jobs == 1 else (jobs or default_jobs())
     # A local pool is started first and plans the points too (each worker holds the sweep).
@@ -393,24 +391,21 @@ def run_sweep(
     final, results_path = store.consolidate(overrides)
     frame = final.to_pandas()
     failed = int(frame["error"].notna().sum()) if "error" in frame.columns else 0
-    where = (
-        f"on Dask scheduler {scheduler}"
-        if scheduler is not None
-        else ("in-process" if workers == 1 else f"on {workers} worker processes")
-    )
-    return SweepOutcome(
-        frame,
-        len(runs),
-        resumed,
-        store.computed,
-        time.perf_counter() - started,
-        results_path,
-        sweep,
-        workers,
-        where,
-        runs,
-        failed,
-    )
+    return SweepOutcome(frame, len(runs), resumed, store.computed, time.perf_counter() - started, results_path,
+                        sweep, workers, _where(scheduler, workers), runs, failed)
+
+
+def _check_positive(name: str, value: object) -> None:
+    """Refuse an argument ``name`` that is given (not None) but is not a whole number >= 1."""
+    if value is not None and (not isinstance(value, int) or value < 1):
+        raise ConfigError(API, name, f"must be a whole number of at least 1, got {value!r}")
+
+
+def _where(scheduler: Any, workers: int) -> str:
+    """Where the runs ran, in words."""
+    if scheduler is not None:
+        return f"on Dask scheduler {scheduler}"
+    return "in-process" if workers == 1 else f"on {workers} worker processes"
 
 
 def _plan(sweep: Sweep, force: bool, progress: bool, notice: Callable[[str], None] | None,
