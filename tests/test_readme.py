@@ -49,7 +49,7 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_the_readme_has_the_blocks_this_test_runs() -> None:
-    assert [lang for lang, _body in BLOCKS] == ["bash"] * 3 + ["yaml"] + ["bash"] * 4 + ["python"]
+    assert [lang for lang, _body in BLOCKS] == ["bash"] * 4 + ["yaml"] + ["bash"] * 4 + ["python"]
     assert len(BASH_LINES) >= 15
     jobs = ["tiersim run ", "tiersim plan ", "tiersim sweep ", "tiersim import-log ", "tiersim fit ", " --ds-config "]
     assert [job for job in jobs if not any(job in line for line in BASH_LINES)] == []
