@@ -173,67 +173,51 @@ def utilisation_rows(run: EngineRun, spans: dict[str, float], only: str | None =
     busy seconds, utilisation and units moved (bytes; link units for a link), from the run's
     time integrals (``tiersim.engine.accounts``), which need no trace. A link's utilisation is
     the units its flows used over capacity x time."""
+    phases = [p for p in PHASES if only is None or p == only]
+    return _stream_rows(run, spans, phases, only) + _link_rows(run, spans, phases, only)
+
+
+def _stream_rows(run: EngineRun, spans: dict[str, float], phases: list[str], only: str | None) -> list[dict[str, Any]]:
+    """``utilisation_rows`` of the streams: busy over the span's length; bytes moved."""
     acc = run.accounts
     busy, moved = acc.busy, acc.moved
-    phases = [p for p in PHASES if only is None or p == only]
-    if only is None:
-        streams = sorted(acc.stream_busy)
-    else:
-        streams = sorted(s for s in acc.stream_busy if (s, only) in busy)
+    streams = sorted(acc.stream_busy if only is None else (s for s in acc.stream_busy if (s, only) in busy))
     rows: list[dict[str, Any]] = []
     for stream in streams:
         if only is None:
             seconds = acc.stream_busy[stream]
-            rows.append(
-                {
-                    "resource": stream,
-                    "kind": "stream",
-                    "phase": "iteration",
-                    "busy_s": seconds,
-                    "utilisation": _ratio(seconds, run.makespan),
-                    "units_moved": acc.stream_bytes[stream],
-                }
-            )
+            rows.append(_usage(stream, "stream", "iteration", seconds, _ratio(seconds, run.makespan),
+                               acc.stream_bytes[stream]))
         for phase in phases:
             if (stream, phase) in busy:
                 seconds = busy[(stream, phase)]
-                rows.append(
-                    {
-                        "resource": stream,
-                        "kind": "stream",
-                        "phase": phase,
-                        "busy_s": seconds,
-                        "utilisation": _ratio(seconds, spans[phase]),
-                        "units_moved": moved.get((stream, phase), 0.0),
-                    }
-                )
+                rows.append(_usage(stream, "stream", phase, seconds, _ratio(seconds, spans[phase]),
+                                   moved.get((stream, phase), 0.0)))
+    return rows
+
+
+def _link_rows(run: EngineRun, spans: dict[str, float], phases: list[str], only: str | None) -> list[dict[str, Any]]:
+    """``utilisation_rows`` of the links: units used over capacity x the span's length."""
+    busy, moved = run.accounts.busy, run.accounts.moved
+    rows: list[dict[str, Any]] = []
     for link, capacity in run.link_capacity.items():
         if only is None:
             units_moved = run.link_units_moved[link]
-            rows.append(
-                {
-                    "resource": link,
-                    "kind": "link",
-                    "phase": "iteration",
-                    "busy_s": run.link_busy[link],
-                    "utilisation": _ratio(units_moved, capacity * run.makespan),
-                    "units_moved": units_moved,
-                }
-            )
+            rows.append(_usage(link, "link", "iteration", run.link_busy[link],
+                               _ratio(units_moved, capacity * run.makespan), units_moved))
         for phase in phases:
             if (link, phase) in busy:
                 units_used = moved.get((link, phase), 0.0)
-                rows.append(
-                    {
-                        "resource": link,
-                        "kind": "link",
-                        "phase": phase,
-                        "busy_s": busy[(link, phase)],
-                        "utilisation": _ratio(units_used, capacity * spans[phase]),
-                        "units_moved": units_used,
-                    }
-                )
+                rows.append(_usage(link, "link", phase, busy[(link, phase)],
+                                   _ratio(units_used, capacity * spans[phase]), units_used))
     return rows
+
+
+def _usage(resource: str, kind: str, phase: str, busy_s: float, utilisation: float,
+           units_moved: float) -> dict[str, Any]:
+    """One row of ``utilisation_rows`` (``UTILISATION_COLUMNS``)."""
+    return {"resource": resource, "kind": kind, "phase": phase, "busy_s": busy_s, "utilisation": utilisation,
+            "units_moved": units_moved}
 
 
 def _ratio(part: float, whole: float) -> float:

@@ -76,30 +76,7 @@ def critical_path(result: Result) -> pd.DataFrame:
     records = {row.name: row for row in result.trace.itertuples(index=False)}
     if set(records) != set(tasks):
         raise ConfigError("explain", result.strategy, "trace does not match the task graph")
-    previous: dict[str, str | None] = {}
-    for stream_tasks in graph.streams().values():
-        prior = None
-        for task in stream_tasks:
-            previous[task.name] = prior
-            prior = task.name
-    current: str | None = max(records.values(), key=lambda r: (r.end, -r.start)).name
-    chain: list[tuple[str, str]] = []
-    while current is not None:
-        rec = records[current]
-        before = previous[current]
-        before_end = records[before].end if before is not None else None
-        deps = tasks[current].deps
-        latest_dep = max(deps, key=lambda d: records[d].end) if deps else None
-        if before is not None and before_end is not None and before_end >= rec.ready:
-            chain.append((current, "stream"))
-            current = before
-        elif latest_dep is not None:
-            chain.append((current, "dep"))
-            current = latest_dep
-        else:
-            chain.append((current, "start"))
-            current = None
-    chain.reverse()
+    chain = _walk_back(records, tasks, _stream_predecessors(graph))
     rows = []
     for name, via in chain:
         rec = records[name]
@@ -109,6 +86,41 @@ def critical_path(result: Result) -> pd.DataFrame:
             "via": via, "start": rec.start, "end": rec.end, "seconds": rec.end - rec.start,
         })
     return pd.DataFrame(rows, columns=SEGMENT_COLUMNS)
+
+
+def _stream_predecessors(graph: TaskGraph) -> dict[str, str | None]:
+    """{task: the task before it on its stream (None for the first)}."""
+    previous: dict[str, str | None] = {}
+    for stream_tasks in graph.streams().values():
+        prior = None
+        for task in stream_tasks:
+            previous[task.name] = prior
+            prior = task.name
+    return previous
+
+
+def _walk_back(records: dict[str, Any], tasks: dict[str, Task],
+               previous: dict[str, str | None]) -> list[tuple[str, str]]:
+    """The critical path, first to last, as (task, via): from the task that ends last, each
+    step back to the stream predecessor when it ended at or after the task was ready, else to
+    the latest-ending dependency, until a task that waited for neither."""
+    current: str | None = max(records.values(), key=lambda r: (r.end, -r.start)).name
+    chain: list[tuple[str, str]] = []
+    while current is not None:
+        rec = records[current]
+        before = previous[current]
+        deps = tasks[current].deps
+        if before is not None and records[before].end >= rec.ready:
+            chain.append((current, "stream"))
+            current = before
+        elif deps:
+            chain.append((current, "dep"))
+            current = max(deps, key=lambda d: records[d].end)
+        else:
+            chain.append((current, "start"))
+            current = None
+    chain.reverse()
+    return chain
 
 
 def path_breakdown(path: pd.DataFrame, windows: list[tuple[str, float, float]]) -> pd.DataFrame:

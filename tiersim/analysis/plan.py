@@ -476,32 +476,44 @@ def plan_largest_model(scenario: Scenario, strategies: Sequence[str] = (), scale
         raise ConfigError(API, "max_layers", f"expected a positive layer count, got {max_layers}")
     names = list(strategies) or scenario.strategies()
     scenario.configs(strategies=names)
-    base = scenario.document.get("model")
-    rows = []
-    for name in names:
-        if scale == "layers":
-            layers, result, nxt = largest_layers(scenario, name, max_layers)
-            label = f"{layers + 1} layers" if nxt is not None and layers is not None else (
-                "1 layer" if layers is None else None)
-            rows.append(_model_row(name, str(base.get("name", "custom")), result,
-                                   {"layers": layers, "hidden": base["hidden"]}, nxt, label, lifetime_years))
-        else:
-            results = [_simulate_model(scenario, name, {k: v for k, v in rung.items() if k != "name"}
-                                       | {"name": f"ladder-{rung['name']}"}) for rung in LADDER]
-            fitting = [i for i, r in enumerate(results) if r.fits]
-            best = fitting[-1] if fitting else None
-            nxt_i = (best + 1 if best is not None else 0)
-            nxt = results[nxt_i] if nxt_i < len(results) else None
-            rung = LADDER[best] if best is not None else None
-            rows.append(_model_row(
-                name, rung["name"] if rung else "-", results[best] if best is not None else None,
-                {"layers": rung["layers"] if rung else None, "hidden": rung["hidden"] if rung else None},
-                nxt, LADDER[nxt_i]["name"] if nxt is not None else None, lifetime_years))
+    if scale == "layers":
+        rows = [_largest_by_layers(scenario, name, max_layers, lifetime_years) for name in names]
+    else:
+        rows = [_largest_on_ladder(scenario, name, lifetime_years) for name in names]
     frame = pd.DataFrame(rows)
     frame["_size"] = frame["params_b"].map(lambda v: -1.0 if v is None or pd.isna(v) else v)
     frame = frame.sort_values("_size", ascending=False, kind="stable").drop(columns="_size").reset_index(drop=True)
     frame.insert(0, "rank", range(1, len(frame) + 1))
     return frame
+
+
+def _largest_by_layers(scenario: Scenario, strategy: str, max_layers: int, lifetime_years: float) -> dict[str, Any]:
+    """The row of ``strategy``'s deepest model of the scenario's width that fits."""
+    base = scenario.document.get("model")
+    layers, result, nxt = largest_layers(scenario, strategy, max_layers)
+    label = f"{layers + 1} layers" if nxt is not None and layers is not None else (
+        "1 layer" if layers is None else None)
+    return _model_row(strategy, str(base.get("name", "custom")), result,
+                      {"layers": layers, "hidden": base["hidden"]}, nxt, label, lifetime_years)
+
+
+def _largest_on_ladder(scenario: Scenario, strategy: str, lifetime_years: float) -> dict[str, Any]:
+    """The row of ``strategy``'s largest rung of ``LADDER`` that fits."""
+    results = [_simulate_model(scenario, strategy, _ladder_fields(rung)) for rung in LADDER]
+    fitting = [i for i, r in enumerate(results) if r.fits]
+    if not fitting:
+        return _model_row(strategy, "-", None, {"layers": None, "hidden": None}, results[0], LADDER[0]["name"],
+                          lifetime_years)
+    best = fitting[-1]
+    rung = LADDER[best]
+    nxt = results[best + 1] if best + 1 < len(results) else None
+    return _model_row(strategy, rung["name"], results[best], {"layers": rung["layers"], "hidden": rung["hidden"]},
+                      nxt, LADDER[best + 1]["name"] if nxt is not None else None, lifetime_years)
+
+
+def _ladder_fields(rung: dict[str, Any]) -> dict[str, Any]:
+    """The model fields of a rung of ``LADDER``, named ``ladder-NAME``."""
+    return {k: v for k, v in rung.items() if k != "name"} | {"name": f"ladder-{rung['name']}"}
 
 
 def memory_by_model_size(scenario: Scenario, frame: pd.DataFrame, scale: str = "layers",
@@ -514,26 +526,37 @@ def memory_by_model_size(scenario: Scenario, frame: pd.DataFrame, scale: str = "
     GPU, host tiers per node): strategy, layers, params_b, fits, tier, need_bytes, capacity_bytes.
     """
     if scale == "ladder":
-        shapes = [{k: v for k, v in rung.items() if k != "name"} | {"name": f"ladder-{rung['name']}"}
-                  for rung in LADDER]
+        shapes = [_ladder_fields(rung) for rung in LADDER]
     else:
-        depths = [int(v) for v in frame["layers"] if not pd.isna(v)]
-        top = max([d + 1 for d in depths] + [int(scenario.document.get("model.layers"))])
-        grid = {max(1, round(1 + i * (1.25 * top - 1) / (points - 1))) for i in range(points)}
-        grid |= {d for d in depths} | {d + 1 for d in depths}
-        shapes = [{"layers": d} for d in sorted(grid)]
+        shapes = [{"layers": d} for d in _depths(scenario, frame, points)]
     rows = []
     for strategy in frame["strategy"]:
         for fields in shapes:
-            result = _simulate_model(scenario, str(strategy), fields)
-            for tier in TIERS:
-                need, capacity = result.reserved_bytes.get(tier, 0), result.capacity_bytes.get(tier, 0)
-                if need > 0 and capacity > 0:
-                    rows.append({"strategy": strategy, "layers": result.config.model.layers,
-                                 "params_b": parameter_count(result.config.model) / 1e9, "fits": result.fits,
-                                 "tier": tier, "need_bytes": need, "capacity_bytes": capacity})
+            rows += _tier_rows(strategy, _simulate_model(scenario, str(strategy), fields))
     return pd.DataFrame(rows, columns=["strategy", "layers", "params_b", "fits", "tier", "need_bytes",
                                        "capacity_bytes"])
+
+
+def _depths(scenario: Scenario, frame: pd.DataFrame, points: int) -> list[int]:
+    """``points`` layer counts from 1 to 1.25 x the deepest next step (or the scenario's depth),
+    with each strategy's largest and next depth, in order."""
+    depths = [int(v) for v in frame["layers"] if not pd.isna(v)]
+    top = max([d + 1 for d in depths] + [int(scenario.document.get("model.layers"))])
+    grid = {max(1, round(1 + i * (1.25 * top - 1) / (points - 1))) for i in range(points)}
+    grid |= {d for d in depths} | {d + 1 for d in depths}
+    return sorted(grid)
+
+
+def _tier_rows(strategy: Any, result: Result) -> list[dict[str, Any]]:
+    """One ``memory_by_model_size`` row per tier the run holds bytes on (and that has some)."""
+    rows = []
+    for tier in TIERS:
+        need, capacity = result.reserved_bytes.get(tier, 0), result.capacity_bytes.get(tier, 0)
+        if need > 0 and capacity > 0:
+            rows.append({"strategy": strategy, "layers": result.config.model.layers,
+                         "params_b": parameter_count(result.config.model) / 1e9, "fits": result.fits,
+                         "tier": tier, "need_bytes": need, "capacity_bytes": capacity})
+    return rows
 
 
 def parse_list(text: str, option: str, kind: type = float) -> list[Any]:

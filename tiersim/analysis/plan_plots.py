@@ -132,53 +132,9 @@ def largest_model_figure(memory: pd.DataFrame, frame: pd.DataFrame, title: str) 
     for col, strategy in enumerate(strategies, start=1):
         part = memory[memory["strategy"] == strategy]
         for tier, rows in part.groupby("tier", sort=False):
-            rows = rows.sort_values("params_b")
-            colour = TIER_COLOURS.get(str(tier), "#333333")
-            fig.add_trace(
-                go.Scatter(
-                    x=rows["params_b"],
-                    y=rows["need_bytes"] / 1e9,
-                    mode="lines+markers",
-                    name=str(tier),
-                    legendgroup=str(tier),
-                    showlegend=tier not in shown,
-                    line={"color": colour},
-                    hovertemplate=f"{strategy}: {tier} holds %{{y:.4g}} GB at %{{x:.4g}} B params<extra></extra>",
-                ),
-                row=1,
-                col=col,
-            )
-            shown.add(str(tier))
-            capacity = float(rows["capacity_bytes"].iloc[0]) / 1e9
-            fig.add_hline(y=capacity, line_dash="dash", line_color=colour, row=1, col=col)
-            fig.add_annotation(
-                text=f"{tier} capacity {capacity:,.0f} GB",
-                x=0,
-                xref="x domain",
-                xanchor="left",
-                y=math.log10(capacity),
-                yanchor="bottom",
-                showarrow=False,  # log axis: log10
-                font={"size": 10, "color": colour},
-                row=1,
-                col=col,
-            )
+            _add_tier(fig, str(strategy), str(tier), rows.sort_values("params_b"), col, shown)
         if strategy in best.index and not _missing(best.loc[strategy, "params_b"]):
-            size = float(best.loc[strategy, "params_b"])
-            tier = best.loc[strategy].get("next_binding_tier")
-            bound = f"; next step: {tier} full" if not _missing(tier) else ""
-            fig.add_vline(
-                x=size,
-                line_dash="dot",
-                line_color="#333333",
-                row=1,
-                col=col,
-                annotation_text=f"largest fit {size:.1f} B{bound}",
-                annotation_position="bottom right",
-                annotation_font={"size": 10},
-                annotation_yref="y domain",
-                annotation_y=0,
-            )
+            _mark_largest_fit(fig, best.loc[strategy], col)
         fig.update_xaxes(
             title_text="model size (B parameters)", range=[0, 1.05 * float(part["params_b"].max())], row=1, col=col
         )
@@ -193,3 +149,58 @@ def largest_model_figure(memory: pd.DataFrame, frame: pd.DataFrame, title: str) 
         margin={"l": 80, "r": 20, "t": 80, "b": 60},
     )
     return fig
+
+
+def _add_tier(fig: go.Figure, strategy: str, tier: str, rows: pd.DataFrame, col: int, shown: set[str]) -> None:
+    """One tier's bytes held (GB) against model size in panel ``col``, and its capacity as a
+    dashed line of its colour; its legend entry only where ``shown`` does not yet hold it."""
+    colour = TIER_COLOURS.get(tier, "#333333")
+    fig.add_trace(
+        go.Scatter(
+            x=rows["params_b"],
+            y=rows["need_bytes"] / 1e9,
+            mode="lines+markers",
+            name=tier,
+            legendgroup=tier,
+            showlegend=tier not in shown,
+            line={"color": colour},
+            hovertemplate=f"{strategy}: {tier} holds %{{y:.4g}} GB at %{{x:.4g}} B params<extra></extra>",
+        ),
+        row=1,
+        col=col,
+    )
+    shown.add(tier)
+    capacity = float(rows["capacity_bytes"].iloc[0]) / 1e9
+    fig.add_hline(y=capacity, line_dash="dash", line_color=colour, row=1, col=col)
+    fig.add_annotation(
+        text=f"{tier} capacity {capacity:,.0f} GB",
+        x=0,
+        xref="x domain",
+        xanchor="left",
+        y=math.log10(capacity),
+        yanchor="bottom",
+        showarrow=False,  # log axis: log10
+        font={"size": 10, "color": colour},
+        row=1,
+        col=col,
+    )
+
+
+def _mark_largest_fit(fig: go.Figure, best: pd.Series, col: int) -> None:
+    """A dotted line in panel ``col`` at the largest model that fits (B params), naming the
+    tier that stops the next step where the answer ``best`` gives one."""
+    size = float(best["params_b"])
+    tier = best.get("next_binding_tier")
+    bound = f"; next step: {tier} full" if not _missing(tier) else ""
+    fig.add_vline(
+        x=size,
+        line_dash="dot",
+        line_color="#333333",
+        row=1,
+        col=col,
+        annotation_text=f"largest fit {size:.1f} B{bound}",
+        annotation_position="bottom right",
+        annotation_font={"size": 10},
+        annotation_yref="y domain",
+        annotation_y=0,
+    )

@@ -226,69 +226,87 @@ def stack_figures(figures: Sequence[go.Figure], title: str | None = None, width:
                       margin={"l": max(int(f.layout.margin.l or 80) for f in figures), "r": 220, "t": top, "b": 10},
                       title=title)
     paper = total - top - 10  # px of paper, top to bottom
-
-    def frac(px_from_top: float) -> float:
-        return 1.0 - (px_from_top - top) / paper
-
     y0 = float(top)
     axes = 0
     shown: set[str] = set()
-    for k, fig in enumerate(figures, start=1):
-        margin = fig.layout.margin
-        lo, hi = frac(y0 + heights[k - 1] - (margin.b if margin.b is not None else 60)), \
-            frac(y0 + (margin.t if margin.t is not None else 60))
+    for k, (fig, height) in enumerate(zip(figures, heights), start=1):
+        lo, hi = _plot_span(fig, y0 - top, height, paper)
         layout = fig.layout.to_plotly_json()
-        count = 0
-        for key, axis in layout.items():
-            if not key.startswith(("xaxis", "yaxis")):
-                continue
-            number = int(key[5:] or 1)
-            count = max(count, number)
-            axis = dict(axis)
-            for ref in ("anchor", "matches", "overlaying", "scaleanchor"):
-                if ref in axis:
-                    axis[ref] = _axis_ref(axis[ref], axes)
-            if key.startswith("yaxis"):
-                a, b = axis.get("domain", (0.0, 1.0))
-                axis["domain"] = (lo + a * (hi - lo), lo + b * (hi - lo))
-            else:
-                axis.setdefault("anchor", f"y{number + axes}")
-            out.layout[f"{key[:5]}{number + axes}"] = axis
+        count = _copy_axes(out, layout, axes, lo, hi)
         legend = f"legend{k}" if k > 1 else "legend"
-        legend_used = False
-        for trace in fig.data:
-            copy = go.Figure(trace).data[0]
-            copy.update(xaxis=_axis_ref(trace.xaxis or "x", axes), yaxis=_axis_ref(trace.yaxis or "y", axes),
-                        legend=legend, legendgroup=trace.legendgroup or trace.name)
-            first = trace.name not in shown and trace.showlegend is not False
-            copy.showlegend = first
-            if first:
-                shown.add(trace.name)
-                legend_used = True
-            out.add_trace(copy)
-        if legend_used:
+        if _copy_traces(out, fig, axes, legend, shown):
             out.layout[legend] = {"y": hi, "yanchor": "top", "x": 1.02, "xanchor": "left",
                                   "title": {"text": fig.layout.legend.title.text or ""}}
         for shape in layout.get("shapes", ()):
-            shape = dict(shape)
-            for ref in ("xref", "yref"):
-                shape[ref] = _axis_ref(shape.get(ref, ref[0]), axes)
-            if shape["yref"] == "paper":
-                shape["y0"], shape["y1"] = (lo + v * (hi - lo) for v in (shape["y0"], shape["y1"]))
-            out.add_shape(shape)
+            out.add_shape(_on_panel(shape, axes, lo, hi, {"y0": 0.0, "y1": 1.0}))
         for note in layout.get("annotations", ()):
-            note = dict(note)
-            for ref in ("xref", "yref"):
-                note[ref] = _axis_ref(note.get(ref, ref[0]), axes)
-            if note["yref"] == "paper":
-                note["y"] = lo + note.get("y", 0.5) * (hi - lo)
-            out.add_annotation(note)
+            out.add_annotation(_on_panel(note, axes, lo, hi, {"y": 0.5}))
         if fig.layout.title.text:
             out.add_annotation(text=f"<b>{html.escape(fig.layout.title.text)}</b>", xref="paper", yref="paper", x=0,
                                y=hi, yanchor="bottom", xanchor="left", showarrow=False, font={"size": 14}, yshift=6)
         axes += count or 1
-        y0 += heights[k - 1] + gap
+        y0 += height + gap
     return out
+
+
+def _plot_span(fig: go.Figure, y0: float, height: float, paper: float) -> tuple[float, float]:
+    """The paper fractions (bottom, top) of a panel's plot area, the panel ``height`` px tall
+    starting ``y0`` px from the top of ``paper`` px, less its margins (60 px when unset)."""
+    margin = fig.layout.margin
+    bottom = y0 + height - (margin.b if margin.b is not None else 60)
+    top = y0 + (margin.t if margin.t is not None else 60)
+    return 1.0 - bottom / paper, 1.0 - top / paper
+
+
+def _copy_axes(out: go.Figure, layout: dict[str, Any], axes: int, lo: float, hi: float) -> int:
+    """Copy a panel's axes into ``out``, numbered after the ``axes`` already there, its y
+    domains scaled into [``lo``, ``hi``] of the paper; returns the panel's number of axes."""
+    count = 0
+    for key, axis in layout.items():
+        if not key.startswith(("xaxis", "yaxis")):
+            continue
+        number = int(key[5:] or 1)
+        count = max(count, number)
+        axis = dict(axis)
+        for ref in ("anchor", "matches", "overlaying", "scaleanchor"):
+            if ref in axis:
+                axis[ref] = _axis_ref(axis[ref], axes)
+        if key.startswith("yaxis"):
+            a, b = axis.get("domain", (0.0, 1.0))
+            axis["domain"] = (lo + a * (hi - lo), lo + b * (hi - lo))
+        else:
+            axis.setdefault("anchor", f"y{number + axes}")
+        out.layout[f"{key[:5]}{number + axes}"] = axis
+    return count
+
+
+def _copy_traces(out: go.Figure, fig: go.Figure, axes: int, legend: str, shown: set[str]) -> bool:
+    """Copy a panel's traces into ``out`` on its moved axes and in its ``legend``, a name's
+    entry shown only the first time (``shown`` holds the names shown); whether any was."""
+    legend_used = False
+    for trace in fig.data:
+        copy = go.Figure(trace).data[0]
+        copy.update(xaxis=_axis_ref(trace.xaxis or "x", axes), yaxis=_axis_ref(trace.yaxis or "y", axes),
+                    legend=legend, legendgroup=trace.legendgroup or trace.name)
+        first = trace.name not in shown and trace.showlegend is not False
+        copy.showlegend = first
+        if first:
+            shown.add(trace.name)
+            legend_used = True
+        out.add_trace(copy)
+    return legend_used
+
+
+def _on_panel(item: dict[str, Any], axes: int, lo: float, hi: float, ys: dict[str, float]) -> dict[str, Any]:
+    """A copy of a shape or annotation on its panel's moved axes; placed on the paper, its
+    ``ys`` (with their defaults) are scaled into [``lo``, ``hi``]."""
+    item = dict(item)
+    for ref in ("xref", "yref"):
+        item[ref] = _axis_ref(item.get(ref, ref[0]), axes)
+    if item["yref"] == "paper":
+        for key, default in ys.items():
+            item[key] = lo + item.get(key, default) * (hi - lo)
+    return item
 
 
 def report_parts(results: Sequence[Result], source: str = API) -> list[str | go.Figure]:

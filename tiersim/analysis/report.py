@@ -27,34 +27,50 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], width: i
     otherwise its headers wrap (after a space, dot, underscore or slash), then, if need be,
     those columns move and the widest column is narrowed and its cells wrap too."""
     cells = [[str(h) for h in headers]] + [["" if v is None else str(v) for v in row] for row in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    kept, shown, below = _columns(cells, width)
+    indent = " " * (shown[0] + 2 if shown else 0)
+    lines = _row_lines(cells[0], kept, shown)
+    lines.append("  ".join("-" * w for w in shown))
+    for row in cells[1:]:
+        lines += _row_lines(row, kept, shown)
+        lines += [textwrap.fill(f"{cells[0][i]}: {row[i]}", width, initial_indent=indent,
+                                subsequent_indent=indent + "  ")
+                  for i in sorted(below) if row[i] not in ("", "-")]
+    return "\n".join(lines)
+
+
+def _columns(cells: list[list[str]], width: int) -> tuple[list[int], list[int], list[int]]:
+    """How ``format_table`` lays out ``cells`` (the header row first): the columns kept in the
+    row, their widths, and the columns moved under each row."""
+    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
     floors = [max([len(row[i]) for row in cells[1:]] + [len(p) for p in _pieces(cells[0][i])])
-              for i in range(len(headers))]
-    movable = [i for i in reversed(range(1, len(widths)))
-               if i == len(widths) - 1 or (widths[i] > _TEXT and any(" " in row[i] for row in cells[1:]))]
+              for i in range(len(widths))]
+    movable = _movable(cells, widths)
     below = _moved(widths, movable, width)
     if _total(widths, below) > width:
         below = [] if _total(floors, []) <= width else _moved(floors, movable, width)
     kept = [i for i in range(len(widths)) if i not in below]
-    shown = [widths[i] for i in kept]
-    floor = [floors[i] for i in kept]
-    shown = _capped(shown, floor, width)  # wrap headers first
+    shown = _capped([widths[i] for i in kept], [floors[i] for i in kept], width)  # wrap headers first
     shown = _capped(shown, [_NARROWEST] * len(shown), width)  # then cells
-    indent = " " * (shown[0] + 2 if shown else 0)
+    return kept, shown, below
+
+
+def _movable(cells: list[list[str]], widths: Sequence[int]) -> list[int]:
+    """The columns that may go under their rows, rightmost first: the last, and text columns
+    (cells with spaces) wider than ``_TEXT``; never the first."""
+    last = len(widths) - 1
+    return [i for i in range(last, 0, -1)
+            if i == last or (widths[i] > _TEXT and any(" " in row[i] for row in cells[1:]))]
+
+
+def _row_lines(row: Sequence[str], kept: Sequence[int], shown: Sequence[int]) -> list[str]:
+    """The lines of one row: its ``kept`` cells wrapped to the ``shown`` widths, side by side."""
+    wrapped = [_wrap(row[i], w) for i, w in zip(kept, shown)]
     lines = []
-    for n, row in enumerate(cells):
-        wrapped = [_wrap(row[i], w) for i, w in zip(kept, shown)]
-        for depth in range(max(len(parts) for parts in wrapped)):
-            parts = [p[depth] if depth < len(p) else "" for p in wrapped]
-            lines.append("  ".join(c.ljust(w) for c, w in zip(parts, shown)).rstrip())
-        if n == 0:
-            lines.append("  ".join("-" * w for w in shown))
-            continue
-        for i in sorted(below):
-            if row[i] not in ("", "-"):
-                lines.append(textwrap.fill(f"{cells[0][i]}: {row[i]}", width, initial_indent=indent,
-                                           subsequent_indent=indent + "  "))
-    return "\n".join(lines)
+    for depth in range(max(len(parts) for parts in wrapped)):
+        parts = [p[depth] if depth < len(p) else "" for p in wrapped]
+        lines.append("  ".join(c.ljust(w) for c, w in zip(parts, shown)).rstrip())
+    return lines
 
 
 def _capped(widths: list[int], floors: Sequence[int], width: int) -> list[int]:

@@ -108,25 +108,26 @@ def speedup_table(df: pd.DataFrame) -> pd.DataFrame:
     ``cxl_closer_to_dram`` is whether t_cxl - t_dram < t_nvme - t_cxl; ``ordering`` lists the
     strategies that fit from fastest to slowest.
     """
-    out = []
-    for model, group in df.groupby("model", sort=False):
-        times = {r.strategy: (r.iteration_s if r.fits else None) for r in group.itertuples()}
-        dram, cxl, nvme = times.get("dram"), times.get("cxl"), times.get("nvme")
-        fitting = sorted((t, s) for s, t in times.items() if t is not None)
-        row = {
-            "model": model,
-            "dram_s": dram,
-            "cxl_s": cxl,
-            "nvme_s": nvme,
-            "cxl_vs_nvme_speedup": nvme / cxl if cxl and nvme else None,
-            "cxl_vs_nvme_reduction_pct": 100.0 * (1 - cxl / nvme) if cxl and nvme else None,
-            "cxl_vs_dram_slowdown_pct": 100.0 * (cxl / dram - 1) if cxl and dram else None,
-            "ordering": " < ".join(s for _, s in fitting),
-            "cxl_closer_to_dram": (cxl - dram < nvme - cxl) if dram is not None and cxl is not None and nvme is not None
-            else None,
-        }
-        out.append(row)
-    return pd.DataFrame(out)
+    return pd.DataFrame([_speedup_row(model, group) for model, group in df.groupby("model", sort=False)])
+
+
+def _speedup_row(model: object, group: pd.DataFrame) -> dict[str, object]:
+    """One model's row of ``speedup_table`` from its rows of the study (times in s)."""
+    times = {r.strategy: (r.iteration_s if r.fits else None) for r in group.itertuples()}
+    dram, cxl, nvme = times.get("dram"), times.get("cxl"), times.get("nvme")
+    fitting = sorted((t, s) for s, t in times.items() if t is not None)
+    return {
+        "model": model,
+        "dram_s": dram,
+        "cxl_s": cxl,
+        "nvme_s": nvme,
+        "cxl_vs_nvme_speedup": nvme / cxl if cxl and nvme else None,
+        "cxl_vs_nvme_reduction_pct": 100.0 * (1 - cxl / nvme) if cxl and nvme else None,
+        "cxl_vs_dram_slowdown_pct": 100.0 * (cxl / dram - 1) if cxl and dram else None,
+        "ordering": " < ".join(s for _, s in fitting),
+        "cxl_closer_to_dram": (cxl - dram < nvme - cxl) if dram is not None and cxl is not None and nvme is not None
+        else None,
+    }
 
 
 def _fmt(value: object, digits: int = 4) -> str:
@@ -235,42 +236,52 @@ def phase_figure(df: pd.DataFrame, measured: pd.DataFrame | None = None,
     """Stacked forward/backward/step bars: one panel per strategy (each with its own seconds
     axis), one bar per model; with ``measured`` (``MEASURED_COLUMNS``), a hatched ``measured``
     bar stands beside the predicted (``tiersim``) one of each model and strategy it has values for."""
-    import plotly.graph_objects as go
     from plotly.subplots import make_subplots
-
-    from tiersim.analysis.plots import PHASE_COLOURS
 
     data = df[df["fits"].astype(bool)]
     strategies = [s for s in STRATEGY_ORDER if s in set(data["strategy"])]
     strategies += sorted(set(data["strategy"]) - set(strategies))
-    seen: dict[tuple[str, str, str], float] = {}
-    if measured is not None:
-        missing = [c for c in MEASURED_COLUMNS if c not in measured.columns]
-        if missing:
-            raise ValueError(f"measured values need columns {MEASURED_COLUMNS}; missing {missing}")
-        seen = {(str(r.model), str(r.strategy), str(r.phase)): float(r.seconds) for r in measured.itertuples()
-                if r.phase in PHASE_COLUMNS}
+    seen = _measured_phases(measured) if measured is not None else {}
     fig = make_subplots(rows=1, cols=max(len(strategies), 1), subplot_titles=strategies, horizontal_spacing=0.06)
     for col, strategy in enumerate(strategies, start=1):
-        part = data[data["strategy"] == strategy]
-        models = list(part["model"])
-        marked = [m for m in models if all((m, strategy, p) in seen for p in PHASE_COLUMNS)]
-        for phase, column in PHASE_COLUMNS.items():
-            label = _PHASE_LABELS[phase]
-            kinds = [("tiersim", models, list(part[column]))]
-            if marked:
-                kinds.append(("measured", marked, [seen[(m, strategy, phase)] for m in marked]))
-            for kind, names, values in kinds:
-                hatched = kind == "measured"
-                fig.add_trace(go.Bar(
-                    name=f"{label} ({kind})" if seen else label, y=values,
-                    x=[names, [kind] * len(names)] if seen else names,
-                    marker={"color": PHASE_COLOURS[phase], "pattern": {"shape": "/" if hatched else ""}},
-                    legendgroup=f"{phase} {kind}", showlegend=col == 1,
-                    hovertemplate=f"{strategy} %{{x}}<br>{label} ({kind}): %{{y:.3g}} s<extra></extra>",
-                ), row=1, col=col)
+        _add_phase_bars(fig, data[data["strategy"] == strategy], strategy, col, seen)
         fig.update_yaxes(title_text="seconds per iteration" if col == 1 else None, row=1, col=col)
         fig.update_xaxes(title_text="model", tickangle=0, tickfont={"size": 10}, row=1, col=col)
     fig.update_layout(barmode="stack", title=title, legend_title="phase", height=520,
                       width=max(700, 420 * len(strategies)))
     return fig
+
+
+def _measured_phases(measured: pd.DataFrame) -> dict[tuple[str, str, str], float]:
+    """{(model, strategy, phase): seconds} of the measured values (``MEASURED_COLUMNS``)."""
+    missing = [c for c in MEASURED_COLUMNS if c not in measured.columns]
+    if missing:
+        raise ValueError(f"measured values need columns {MEASURED_COLUMNS}; missing {missing}")
+    return {(str(r.model), str(r.strategy), str(r.phase)): float(r.seconds) for r in measured.itertuples()
+            if r.phase in PHASE_COLUMNS}
+
+
+def _add_phase_bars(fig: go.Figure, part: pd.DataFrame, strategy: str, col: int,
+                    seen: dict[tuple[str, str, str], float]) -> None:
+    """Panel ``col``: a strategy's stacked phase bars per model (its rows ``part``) and, where
+    ``seen`` has every phase of a model, a hatched measured bar beside it."""
+    import plotly.graph_objects as go
+
+    from tiersim.analysis.plots import PHASE_COLOURS
+
+    models = list(part["model"])
+    marked = [m for m in models if all((m, strategy, p) in seen for p in PHASE_COLUMNS)]
+    for phase, column in PHASE_COLUMNS.items():
+        label = _PHASE_LABELS[phase]
+        kinds = [("tiersim", models, list(part[column]))]
+        if marked:
+            kinds.append(("measured", marked, [seen[(m, strategy, phase)] for m in marked]))
+        for kind, names, values in kinds:
+            hatched = kind == "measured"
+            fig.add_trace(go.Bar(
+                name=f"{label} ({kind})" if seen else label, y=values,
+                x=[names, [kind] * len(names)] if seen else names,
+                marker={"color": PHASE_COLOURS[phase], "pattern": {"shape": "/" if hatched else ""}},
+                legendgroup=f"{phase} {kind}", showlegend=col == 1,
+                hovertemplate=f"{strategy} %{{x}}<br>{label} ({kind}): %{{y:.3g}} s<extra></extra>",
+            ), row=1, col=col)

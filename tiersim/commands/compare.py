@@ -62,15 +62,7 @@ def factor_columns(frame: pd.DataFrame) -> list[str]:
 def compare_frames(a: pd.DataFrame, b: pd.DataFrame, on: Sequence[str] = (), names: tuple[str, str] = ("A", "B"),
                    ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Matched rows (keys, A and B metrics, delta and ratio) and a summary dict."""
-    if on:
-        keys = list(on)
-        for label, frame in zip(names, (a, b)):
-            missing = [k for k in keys if k not in frame.columns]
-            if missing:
-                raise ConfigError(label, "--on", f"column {missing[0]!r} is not in this file")
-    else:
-        shared = [c for c in factor_columns(a) if c in set(factor_columns(b))]
-        keys = shared + ["strategy"]
+    keys = _match_keys(a, b, on, names)
     only_a = [c for c in factor_columns(a) if c not in keys]
     only_b = [c for c in factor_columns(b) if c not in keys]
     metrics = [m for m in METRICS if m in a.columns and m in b.columns]
@@ -80,29 +72,61 @@ def compare_frames(a: pd.DataFrame, b: pd.DataFrame, on: Sequence[str] = (), nam
     right["_b"] = True
     merged = left.merge(right, on=keys, how="outer", suffixes=(f" {names[0]}", f" {names[1]}"))
     both = merged[merged["_a"].eq(True) & merged["_b"].eq(True)].copy()
-    ta, tb = f"iteration_time_s {names[0]}", f"iteration_time_s {names[1]}"
-    fa, fb = f"fits {names[0]}", f"fits {names[1]}"
-    both_fit = both[fa].fillna(False).astype(bool) & both[fb].fillna(False).astype(bool)
-    both["delta_s"] = [tb_ - ta_ if ok else None for ok, ta_, tb_ in zip(both_fit, both[ta], both[tb])]
-    both["ratio"] = [tb_ / ta_ if ok and ta_ else None for ok, ta_, tb_ in zip(both_fit, both[ta], both[tb])]
+    fits_a, fits_b = _add_changes(both, names)
+    summary = {"keys": keys, "only_in_a_factors": only_a, "only_in_b_factors": only_b,
+               **_counts(merged, both, fits_a, fits_b)}
+    columns = keys + only_a + only_b + _metric_columns(metrics, names)
+    both = both[[c for c in columns if c in both.columns]].reset_index(drop=True)
+    return both, summary
+
+
+def _add_changes(both: pd.DataFrame, names: tuple[str, str]) -> tuple[pd.Series, pd.Series]:
+    """Add ``delta_s`` (B - A, s) and ``ratio`` (B / A) of the iteration times where both runs
+    fit (None elsewhere) to the matched rows; returns whether each file's run fits."""
+    fits_a, fits_b = (both[f"fits {n}"].fillna(False).astype(bool) for n in names)
+    ta, tb = (both[f"iteration_time_s {n}"] for n in names)
+    both_fit = fits_a & fits_b
+    both["delta_s"] = [tb_ - ta_ if ok else None for ok, ta_, tb_ in zip(both_fit, ta, tb)]
+    both["ratio"] = [tb_ / ta_ if ok and ta_ else None for ok, ta_, tb_ in zip(both_fit, ta, tb)]
+    return fits_a, fits_b
+
+
+def _counts(merged: pd.DataFrame, both: pd.DataFrame, fits_a: pd.Series, fits_b: pd.Series) -> dict[str, Any]:
+    """The summary's counts: rows matched, in one file only, fitting in both, changing fit;
+    and the geometric mean of B / A where both fit (None without one)."""
     ratios = [r for r in both["ratio"] if r is not None and r > 0]
-    summary = {
-        "keys": keys,
-        "only_in_a_factors": only_a,
-        "only_in_b_factors": only_b,
+    return {
         "matched_rows": int(len(both)),
         "only_in_a_rows": int((merged["_a"].eq(True) & ~merged["_b"].eq(True)).sum()),
         "only_in_b_rows": int((merged["_b"].eq(True) & ~merged["_a"].eq(True)).sum()),
-        "both_fit": int(both_fit.sum()),
-        "fits_changed": int((both[fa].fillna(False).astype(bool) != both[fb].fillna(False).astype(bool)).sum()),
+        "both_fit": int((fits_a & fits_b).sum()),
+        "fits_changed": int((fits_a != fits_b).sum()),
         "geomean_ratio": math.exp(sum(math.log(r) for r in ratios) / len(ratios)) if ratios else None,
     }
-    columns = keys + only_a + only_b + [fa, fb, ta, tb, "delta_s", "ratio"]
+
+
+def _match_keys(a: pd.DataFrame, b: pd.DataFrame, on: Sequence[str], names: tuple[str, str]) -> list[str]:
+    """The columns rows are matched on: ``on`` (each in both files), else the factor columns
+    both files share and ``strategy``."""
+    if not on:
+        return [c for c in factor_columns(a) if c in set(factor_columns(b))] + ["strategy"]
+    for label, frame in zip(names, (a, b)):
+        missing = [k for k in on if k not in frame.columns]
+        if missing:
+            raise ConfigError(label, "--on", f"column {missing[0]!r} is not in this file")
+    return list(on)
+
+
+def _metric_columns(metrics: Sequence[str], names: tuple[str, str]) -> list[str]:
+    """The compared columns after the keys and factors: fits and iteration time of each file,
+    delta and ratio, then each phase both files have, A's then B's."""
+    first, second = names
+    columns = [f"fits {first}", f"fits {second}", f"iteration_time_s {first}", f"iteration_time_s {second}",
+               "delta_s", "ratio"]
     for phase in ("forward_s", "backward_s", "optimizer_step_s"):
         if phase in metrics:
-            columns += [f"{phase} {names[0]}", f"{phase} {names[1]}"]
-    both = both[[c for c in columns if c in both.columns]].reset_index(drop=True)
-    return both, summary
+            columns += [f"{phase} {first}", f"{phase} {second}"]
+    return columns
 
 
 def compare_command(args: argparse.Namespace) -> int:

@@ -16,10 +16,14 @@ import json
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tiersim.analysis.report import format_table, seconds
 from tiersim.commands.options import add_format, add_overrides, flags
 from tiersim.jsonout import plain, plain_records
+
+if TYPE_CHECKING:
+    from tiersim.sweeping.runner import SweepOutcome
 
 TABLE_ROWS = 40
 
@@ -58,19 +62,37 @@ def register(parser: argparse.ArgumentParser) -> None:
 def sweep_command(args: argparse.Namespace) -> int:
     """Plan (validating every point), run, store, print a summary."""
     from tiersim.config.bundled import resolve
-    from tiersim.errors import ConfigError
     from tiersim.sweeping.points import load_sweep
-    from tiersim.sweeping.runner import SweepAborted, SweepInterrupted, run_sweep
-    from tiersim.sweeping.store import FolderInUse
 
     args.sweep_file = resolve(args.sweep_file, "sweeps")
     out = args.out
     if out is None:
         out = Path("out") / f"sweep-{load_sweep(args.sweep_file, args.overrides, args.force).name}"
+    outcome = _run(args, out)
+    if isinstance(outcome, int):
+        return outcome
+    _print_outcome(outcome, args.format)
+    if outcome.failed:
+        print(
+            f"tiersim: {outcome.failed} of {outcome.total} runs failed (their error column says why); "
+            f"--resume reruns them",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+def _run(args: argparse.Namespace, out: Path) -> SweepOutcome | int:
+    """``run_sweep`` as the options say, storing in ``out``; or, when the sweep stopped, the
+    exit status, having said how to continue it (a folder another sweep holds is an error)."""
+    from tiersim.errors import ConfigError
+    from tiersim.sweeping.runner import SweepAborted, SweepInterrupted, run_sweep
+    from tiersim.sweeping.store import FolderInUse
+
     progress = not args.quiet and sys.stderr.isatty()
     with flags(jobs="--jobs", chunk_size="--chunk-size", scheduler="--scheduler", out="--out"):
         try:
-            outcome = run_sweep(
+            return run_sweep(
                 args.sweep_file,
                 jobs=args.jobs,
                 scheduler=args.scheduler,
@@ -104,15 +126,20 @@ def sweep_command(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 1
+
+
+def _print_outcome(outcome: SweepOutcome, form: str) -> None:
+    """The rows in ``form`` (csv, json, none, table) and a line saying what ran (on stderr
+    beside csv and none)."""
     frame = outcome.frame
     line = (
         f"sweep: {outcome.sweep.name}: {outcome.total} runs ({outcome.resumed} resumed, "
         f"{outcome.computed} computed {outcome.where}) in {outcome.seconds:.1f} s -> {outcome.results}"
     )
-    if args.format == "csv":
+    if form == "csv":
         print(frame.to_csv(index=False), end="")
         print(line, file=sys.stderr)
-    elif args.format == "json":
+    elif form == "json":
         print(
             json.dumps(
                 {
@@ -125,39 +152,38 @@ def sweep_command(args: argparse.Namespace) -> int:
                 indent=2,
             )
         )
-    elif args.format == "none":
+    elif form == "none":
         print(line, file=sys.stderr)
     else:
         print(line)
-        factors = [k for k in outcome.sweep.factors if k in frame.columns and k != "strategy"]
-        headers = ["point", "strategy", *factors, "fits", "iteration_s", "bottleneck / reason"]
-        rows = []
-        for rec in frame.head(TABLE_ROWS).to_dict(orient="records"):
-            error = plain(rec.get("error"))
-            fits = bool(plain(rec.get("fits")))
-            verdict = "ERROR" if error else "yes" if fits else "NO"
-            why = error or (rec.get("bottleneck") if fits else rec.get("reason"))
-            rows.append(
-                [
-                    rec["point"],
-                    rec["strategy"],
-                    *[_cell(rec[k]) for k in factors],
-                    verdict,
-                    seconds(plain(rec.get("iteration_time_s"))),
-                    why,
-                ]
-            )
-        print(format_table(headers, rows))
+        print(_rows_table(outcome))
         if len(frame) > TABLE_ROWS:
             print(f"... {len(frame) - TABLE_ROWS} more rows in {outcome.results}")
-    if outcome.failed:
-        print(
-            f"tiersim: {outcome.failed} of {outcome.total} runs failed (their error column says why); "
-            f"--resume reruns them",
-            file=sys.stderr,
+
+
+def _rows_table(outcome: SweepOutcome) -> str:
+    """The first ``TABLE_ROWS`` rows as a table: point, strategy, factors, fits, iteration
+    time (s), and the bottleneck, the reason it does not fit, or the error."""
+    frame = outcome.frame
+    factors = [k for k in outcome.sweep.factors if k in frame.columns and k != "strategy"]
+    headers = ["point", "strategy", *factors, "fits", "iteration_s", "bottleneck / reason"]
+    rows = []
+    for rec in frame.head(TABLE_ROWS).to_dict(orient="records"):
+        error = plain(rec.get("error"))
+        fits = bool(plain(rec.get("fits")))
+        verdict = "ERROR" if error else "yes" if fits else "NO"
+        why = error or (rec.get("bottleneck") if fits else rec.get("reason"))
+        rows.append(
+            [
+                rec["point"],
+                rec["strategy"],
+                *[_cell(rec[k]) for k in factors],
+                verdict,
+                seconds(plain(rec.get("iteration_time_s"))),
+                why,
+            ]
         )
-        return 1
-    return 0
+    return format_table(headers, rows)
 
 
 def _again(args: argparse.Namespace, out: Path) -> str:
