@@ -31,7 +31,8 @@ EXPECTED = {
     "dram": {"ddr4-3200-8ch", "ddr5-4800-8ch", "ddr5-4800-12ch", "ddr5-6000-12ch", "ddr5-6400-12ch",
              "grace-lpddr5x-480gb"},
     "cxl": {"micron-cz120", "samsung-cmm-d", "skhynix-cmm-ddr5", "cxl-gen5-x16-whatif"},
-    "nvme": {"samsung-pm9a3", "micron-7450", "micron-9550", "kioxia-cm7", "samsung-pm1743", "seed-nvme-pool"},
+    "nvme": {"samsung-pm9a3", "micron-7450", "micron-9550", "kioxia-cm7", "samsung-pm1743", "solidigm-d7-ps1010",
+             "seed-nvme-pool"},
 }
 X86_CPUS = sorted(EXPECTED["cpu"] - {"grace"})
 DRIVES = sorted(EXPECTED["nvme"] - {"seed-nvme-pool"})
