@@ -1,6 +1,6 @@
 """Whether the 70B NVMe backward's copy and write streams are a max-plus recursion.
 
-The fast-forward (``tiersim.engine.session``) cannot skip the 70B NVMe backward: its D2H,
+The fast-forward (``tiersim.fastforward``) cannot skip the 70B NVMe backward: its D2H,
 H2D and NVMe-write streams fall behind the compute in queues that grow (docs/design/fast-forward.md).
 A design that would skip it takes those streams out of the event run and computes their
 tasks as start = the later of the stream's previous end and the dependencies' ends, end =

@@ -1,4 +1,4 @@
-"""Deferred tasks (tiersim.engine.deferred): timed by recursion, they give the full simulation's
+"""Deferred tasks (tiersim.fastforward.deferred): timed by recursion, they give the full simulation's
 results, and a run whose deferred flows could have been slowed is run again without deferring."""
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tiersim.engine import EngineRun, Task
-from tiersim.engine.deferred import NotQuiet, settle
-from tiersim.engine.session import Session, run_schedule, runs_of
+from tiersim.engine.schedule import Session
+from tiersim.fastforward.deferred import DeferredFlowContended, credit_deferred
+from tiersim.fastforward.session import FastForwardSession, run_schedule
 
 REL = 1e-9
 
@@ -21,7 +22,7 @@ def copies_behind_compute(layers: int, compute_s: float, copy_bytes: float, writ
     queues grow); a marker after everything, as the optimizer step's begin waits."""
     def schedule(session: Session) -> None:
         session.add(Task("begin", "gpu", "forward", "marker"))
-        session.defer(frozenset({"d2h", "io"}))
+        session.background_copies(frozenset({"d2h", "io"}))
         last = "begin"
         for i in range(layers):
             last = session.add(Task(f"c{i}", "gpu", "backward", "compute", compute_s, deps=(last,)))
@@ -29,7 +30,7 @@ def copies_behind_compute(layers: int, compute_s: float, copy_bytes: float, writ
                                     (("pcie", 1.0), ("dram", 1.0)), deps=(last,)))
             session.add(Task(f"w{i}", "io", "backward", "nvme_write", 1e-4, copy_bytes,
                              ((writer, 1.0), ("dram", 1.0)), deps=(copy,)))
-        session.defer(frozenset())
+        session.background_copies(frozenset())
         session.add(Task("step", "gpu", "optimizer_step", "marker", deps=(f"d{layers - 1}", f"w{layers - 1}")))
         session.add(Task("read", "io", "optimizer_step", "nvme_read", 1e-4, copy_bytes, ((writer, 1.0),),
                          deps=("step",)))
@@ -63,7 +64,7 @@ def test_deferred_copies_give_the_full_run(layers: int, compute_s: float, copy_b
 def test_a_deferred_chain_is_latency_plus_bytes_over_bandwidth() -> None:
     """One layer: the copy starts when the compute ends, the write when the copy ends, each its
     latency plus its bytes over its tightest link; the step waits for the write."""
-    session = Session(CAPACITY.__getitem__)
+    session = FastForwardSession(CAPACITY.__getitem__)
     copies_behind_compute(1, 1e-3, 1e8, "nvme")(session)
     run = session.finish()
     copy, write = 1e-5 + 1e8 / 25e9, 1e-4 + 1e8 / 3e9
@@ -82,12 +83,12 @@ def test_a_deferred_flow_on_a_link_that_could_saturate_is_run_again_without_defe
         copies_behind_compute(20, 1e-3, 3e8, "nvme_shared")(session)
         session.add(Task("early_read", "io2", "backward", "nvme_read", 0.0, 3e9, (("nvme_shared", 1.0),),
                          deps=("c5",)))
-    fast_session = Session(CAPACITY.__getitem__)
+    fast_session = FastForwardSession(CAPACITY.__getitem__)
     schedule(fast_session)
-    fast_session.run.extend()  # type: ignore[union-attr]
-    fast_session.run.env.run()  # type: ignore[union-attr]
-    with pytest.raises(NotQuiet):
-        settle(fast_session.run, fast_session.skips)  # type: ignore[arg-type]
+    fast_session.run.extend()
+    fast_session.run.env.run()
+    with pytest.raises(DeferredFlowContended):
+        credit_deferred(fast_session.run, fast_session.deferral)
     fast, full = _both(schedule)
     assert fast.complete  # the full simulation's own run
 
@@ -98,9 +99,9 @@ def repeating_layers(layers: int, compute_s: float, copy_bytes: float) -> Callab
     reduces do) while the deferred copies fall behind."""
     def schedule(session: Session) -> None:
         session.add(Task("begin", "gpu", "forward", "marker"))
-        session.defer(frozenset({"d2h", "io"}))
+        session.background_copies(frozenset({"d2h", "io"}))
         done: list[str] = []
-        for i in session.repeat(runs_of(("layer",) * layers, 1)):
+        for i in session.loop(tuple("first" if i == 0 else "layer" for i in range(layers))):
             after = (done[-1],) if done else ("begin",)
             gather = session.add(Task(f"g{i}", "gather", "backward", "allgather", 1e-5, 2e8, (("fabric", 1.0),),
                                       deps=after))
@@ -111,7 +112,7 @@ def repeating_layers(layers: int, compute_s: float, copy_bytes: float) -> Callab
                                     (("pcie", 1.0), ("dram", 1.0)), deps=(reduce,)))
             session.add(Task(f"w{i}", "io", "backward", "nvme_write", 1e-4, copy_bytes,
                              (("nvme", 1.0), ("dram", 1.0)), deps=(copy,)))
-        session.defer(frozenset())
+        session.background_copies(frozenset())
         tails = tuple(name for stream, name in session.graph.stream_tails().items() if stream in ("gpu", "d2h", "io"))
         session.add(Task("step", "gpu", "optimizer_step", "marker", deps=tails))
         session.add(Task("read", "io", "optimizer_step", "nvme_read", 1e-4, copy_bytes, (("nvme", 1.0),),
@@ -149,19 +150,19 @@ def repeating_steps(steps: int, layers: int, compute_s: float, copy_bytes: float
     copy has ended, so the micro-step loop's states hold no deferred task."""
     def schedule(session: Session) -> None:
         computed = session.add(Task("begin", "gpu", "forward", "marker"))
-        for m in session.repeat(runs_of(("step",) * steps)):
+        for m in session.loop(("step",) * steps):
             session.add(Task(f"m{m}.backward", "gpu", "backward", "marker", deps=(computed,)))
-            session.defer(frozenset({"d2h", "io"}))
-            for i in session.repeat(runs_of(("layer",) * layers)):
+            session.background_copies(frozenset({"d2h", "io"}))
+            for i in session.loop(("layer",) * layers):
                 computed = session.add(Task(f"m{m}.c{i}", "gpu", "backward", "compute", compute_s, deps=(computed,)))
                 copy = session.add(Task(f"m{m}.d{i}", "d2h", "backward", "d2h", 1e-5, copy_bytes,
                                         (("pcie", 1.0), ("dram", 1.0)), deps=(computed,)))
                 session.add(Task(f"m{m}.w{i}", "io", "backward", "nvme_write", 1e-4, copy_bytes,
                                  (("nvme", 1.0), ("dram", 1.0)), deps=(copy,)))
-            session.defer(frozenset())
+            session.background_copies(frozenset())
             computed = session.add(Task(f"m{m + 1}.forward", "gpu", "forward", "marker",
                                         deps=tuple(session.graph.stream_tails().values())))
-            for i in session.repeat(runs_of(("layer",) * layers)):
+            for i in session.loop(("layer",) * layers):
                 computed = session.add(Task(f"m{m + 1}.f{i}", "gpu", "forward", "compute", compute_s,
                                             deps=(computed,)))
     return schedule

@@ -15,7 +15,8 @@ from tiersim.config.profiles import DEFAULT_PROFILE_DIR, load_profile_file
 from tiersim.engine import Task, run_graph
 from tiersim.errors import ConfigError
 from tiersim.strategies import STRATEGIES
-from tiersim.strategies.base import ADAM_READ_BYTES, ADAM_WRITE_BYTES, StepBuilder
+from tiersim.strategies.builder import StepBuilder
+from tiersim.strategies.kinds import ADAM_READ_BYTES, ADAM_WRITE_BYTES
 from tiersim.workload import ModelSpec, SubGroup, TrainingSpec, build_step
 
 SPR_CORE = 16 * 2 * 2.0e9 / 10 * 0.011

@@ -88,3 +88,11 @@ def test_the_model_does_not_import_the_floors_above_it() -> None:
     model = [n for n in MODULES if n.startswith(("tiersim.engine", "tiersim.strategies", "tiersim.workload"))]
     offenders = {n: sorted(t for t in _edges(n, False) if t.startswith(above)) for n in model}
     assert {n: t for n, t in offenders.items() if t} == {}
+
+
+def test_the_engine_and_the_strategies_do_not_import_the_fast_forward() -> None:
+    """The accelerator attaches through the schedule interface (``tiersim.engine.schedule``):
+    the physics and the strategies never name it, even in a function's own imports."""
+    model = [n for n in MODULES if n.startswith(("tiersim.engine", "tiersim.strategies"))]
+    offenders = {n: sorted(t for t in _edges(n, False) if t.startswith("tiersim.fastforward")) for n in model}
+    assert {n: t for n, t in offenders.items() if t} == {}

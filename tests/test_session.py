@@ -22,9 +22,11 @@ from hypothesis import strategies as st
 from tiersim.config.document import load_scenario
 from tiersim.config.scenario import RunConfig
 from tiersim.engine import EngineRun, Task
-from tiersim.engine.deferred import NotQuiet
-from tiersim.engine.session import Session, run_schedule, runs_of
-from tiersim.engine.transient import Unsettled
+from tiersim.engine.schedule import Session
+from tiersim.fastforward.deferred import DeferredFlowContended
+from tiersim.fastforward.loops import runs_of
+from tiersim.fastforward.session import FastForwardSession, run_schedule
+from tiersim.fastforward.transient import GeometricSkipMissed
 from tiersim.results import Result
 from tiersim.simulate import simulate
 from tiersim.strategies import STRATEGIES
@@ -144,7 +146,7 @@ def chain_schedule(n: int, latency: float, size: float) -> object:
     """n copies of one transfer on one stream (each after the last), then a marker."""
     def schedule(session: Session) -> None:
         session.add(Task("begin", "io", "forward", "marker"))
-        for i in session.repeat(runs_of(("copy",) * n)):
+        for i in session.loop(("copy",) * n):
             session.add(Task(f"copy.{i}", "io", "forward", "copy", latency, size, (("link", 1.0),)))
         session.add(Task("end", "io", "backward", "marker"))
     return schedule
@@ -166,7 +168,7 @@ def _fast_and_full(schedule: Callable[[Session], None],
 
 def test_a_chain_of_equal_transfers_is_skipped_and_takes_n_times_one() -> None:
     latency, size, bandwidth, n = 1e-5, 3e8, 25e9, 1000
-    session = Session(lambda name: bandwidth)
+    session = FastForwardSession(lambda name: bandwidth)
     chain_schedule(n, latency, size)(session)  # type: ignore[operator]
     run = session.finish()
     assert session.skipped > n - 10 and len(session.graph.tasks) < 20
@@ -185,7 +187,7 @@ def test_engine_loops_give_the_full_run(n: int, streams: int, shared: bool) -> N
     the last: the fast-forward's makespan and counters are the whole graph's."""
     def schedule(session: Session) -> None:
         previous: list[str] = []
-        for i in session.repeat(runs_of(("x",) * n, 2)):
+        for i in session.loop(tuple(min(i, 2) for i in range(n))):
             deps = (previous[-2],) if i >= 2 else ()
             names = []
             for s in range(streams):
@@ -203,11 +205,11 @@ def entered_schedule(n: int, head_delay: float, head_size: float, self_contained
     end); an iteration waits for the one before only through the streams. The head's first
     compute takes ``head_delay`` s and its last copy moves ``head_size`` bytes."""
     def schedule(session: Session) -> None:
-        for i in session.repeat((("head", 1), ("body", n)), self_contained=self_contained):
+        for i in session.loop_runs((("head", 1), ("body", n)), self_contained=self_contained):
             shapes = [(1e-3, 4e6)] * 6
             if i == 0:
                 shapes[0], shapes[-1] = (head_delay, 4e6), (1e-3, head_size)
-            for j in session.repeat(runs_of(tuple(shapes))):
+            for j in session.loop(tuple(shapes)):
                 delay, size = shapes[j]
                 compute = session.add(Task(f"c{i}.{j}", "gpu", "forward", "compute", delay))
                 session.add(Task(f"x{i}.{j}", "io", "forward", "copy", 1e-5, size, (("link", 1.0),), deps=(compute,)))
@@ -237,14 +239,14 @@ def preceded_schedule(n: int, before_size: float, self_contained: bool) -> Calla
     through the streams."""
     def six(session: Session, name: str, last_size: float) -> None:
         sizes = (4e6,) * 5 + (last_size,)
-        for j in session.repeat(runs_of(sizes)):
+        for j in session.loop(sizes):
             compute = session.add(Task(f"c{name}.{j}", "gpu", "forward", "compute", 1e-3))
             session.add(Task(f"x{name}.{j}", "io", "forward", "copy", 1e-5, sizes[j], (("link", 1.0),),
                              deps=(compute,)))
 
     def schedule(session: Session) -> None:
         six(session, "before", before_size)
-        for i in session.repeat((("body", n),), self_contained=self_contained):
+        for i in session.loop_runs((("body", n),), self_contained=self_contained):
             six(session, str(i), 4e6)
     return schedule
 
@@ -275,7 +277,7 @@ def lagging_copies(n: int, compute: float, size: float, reads: float, writes: fl
     constant ratio per layer. ``last_compute``: the last layer's compute time, if it differs
     (under the same key: a schedule that breaks the ``repeat`` contract)."""
     def schedule(session: Session) -> None:
-        for i in session.repeat(runs_of(("layer",) * n)):
+        for i in session.loop(("layer",) * n):
             seconds = last_compute if last_compute is not None and i == n - 1 else compute
             done = session.add(Task(f"c{i}", "gpu", "backward", "compute", seconds))
             up = session.add(Task(f"u{i}", "h2d", "backward", "copy", latency, size, (("up", 1.0), ("mem", reads)),
@@ -306,7 +308,7 @@ def test_a_settling_lag_is_skipped_in_closed_form() -> None:
     state never repeats to float residue before some 20 layers, but four show the ratio, and
     the rest of the 80 layers but one are skipped in closed form (the last checks it)."""
     schedule = lagging_copies(80, 15e-3, 4e8, 0.6, 0.78)
-    settled, plain = Session(LAGGING_CAPACITY), Session(LAGGING_CAPACITY, geometric=False)
+    settled, plain = FastForwardSession(LAGGING_CAPACITY), FastForwardSession(LAGGING_CAPACITY, geometric=False)
     schedule(settled)
     schedule(plain)
     fast, slow = settled.finish(), plain.finish()
@@ -318,13 +320,13 @@ def test_a_settling_lag_is_skipped_in_closed_form() -> None:
 
 def test_a_skip_over_a_transient_is_checked_by_the_block_after() -> None:
     """A schedule whose last layer computes longer under the same key (breaking the ``repeat``
-    contract) does not land where the closed form says: the session raises ``Unsettled``, and
+    contract) does not land where the closed form says: the session raises ``GeometricSkipMissed``, and
     ``run_schedule`` runs it again without such skips."""
     schedule = lagging_copies(80, 15e-3, 4e8, 0.6, 0.78, last_compute=30e-3)
-    with pytest.raises(Unsettled):
-        schedule(Session(LAGGING_CAPACITY))
+    with pytest.raises(GeometricSkipMissed):
+        schedule(FastForwardSession(LAGGING_CAPACITY))
     again, _ = run_schedule(schedule, LAGGING_CAPACITY)
-    plain = Session(LAGGING_CAPACITY, geometric=False)
+    plain = FastForwardSession(LAGGING_CAPACITY, geometric=False)
     schedule(plain)
     assert again.makespan == plain.finish().makespan
 
@@ -365,7 +367,7 @@ def test_a_pipelined_nvme_step_settles_in_closed_form() -> None:
     assert plan.schedule is not None and plan.capacity_of is not None
     events = {}
     for geometric in (True, False):
-        session = Session(plan.capacity_of, geometric=geometric)
+        session = FastForwardSession(plan.capacity_of, geometric=geometric)
         plan.schedule(session)
         events[geometric] = session.finish().events
     fast = simulate(config)
@@ -375,14 +377,13 @@ def test_a_pipelined_nvme_step_settles_in_closed_form() -> None:
 
 def test_runs_of_finds_runs_and_repeating_patterns() -> None:
     """Equal keys in a row are one run; a pattern of a few keys repeated three times or more is
-    one run of blocks; warmup iterations are each their own."""
+    one run of blocks."""
     assert runs_of(("a", "a", "a", "b")) == (("a", 3, 1), ("b", 1, 1))
-    assert runs_of(tuple("xbcbcbcbcdddd"), 1) == (
-        (("warmup", 0, "x"), 1, 1), (("period", ("b", "c")), 4, 2), ("d", 4, 1))
+    assert runs_of(tuple("xbcbcbcbcdddd")) == (("x", 1, 1), (("period", ("b", "c")), 4, 2), ("d", 4, 1))
     assert runs_of(tuple("aabaabaab")) == ((("period", ("a", "a", "b")), 3, 3),)
     assert runs_of(tuple("abab")) == (("a", 1, 1), ("b", 1, 1), ("a", 1, 1), ("b", 1, 1))  # two blocks: no skip
     keys = tuple("q") + tuple("rst") * 20 + tuple("uu")
-    assert sum(count * width for _key, count, width in runs_of(keys, 1)) == len(keys)
+    assert sum(count * width for _key, count, width in runs_of(keys)) == len(keys)
 
 
 @settings(max_examples=40, deadline=None)
@@ -394,7 +395,7 @@ def test_a_loop_of_repeating_size_patterns_gives_the_full_run(blocks: int, patte
 
     def schedule(session: Session) -> None:
         done: list[str] = []
-        for i in session.repeat(runs_of(sizes, 1)):
+        for i in session.loop(tuple((i == 0, size) for i, size in enumerate(sizes))):
             deps = (done[-1],) if i else ()
             read = session.add(Task(f"r{i}", "read", "step", "copy", 1e-5, 1e8 * sizes[i], (("nvme", 1.0),), deps=deps))
             done.append(session.add(Task(f"u{i}", "cpu", "step", "adam", 1e-3 * sizes[i], deps=(read,))))
@@ -412,7 +413,7 @@ def test_a_late_lazy_task_falls_back_to_the_whole_graph() -> None:
     previous iteration's first task starts would be late, so the run is built whole."""
     def schedule(session: Session) -> None:
         session.add(Task("slow", "a", "forward", "compute", 1.0))
-        for i in session.repeat(runs_of(("x",) * 5)):
+        for i in session.loop(("x",) * 5):
             session.add(Task(f"wait.{i}", "a", "forward", "compute", 0.1, deps=("slow",)))
             session.add(Task(f"free.{i}", f"b{i}", "forward", "compute", 0.1))
     run, graph = run_schedule(schedule, lambda name: 1.0, fast_forward=True)
@@ -424,7 +425,7 @@ def test_a_late_lazy_task_falls_back_to_the_whole_graph() -> None:
 def test_deferred_copies_that_could_be_slowed_are_fast_forwarded_in_the_event_run() -> None:
     """NVMe on 4 GPUs of one socket with 16 drives: the boundary's deferred copies and drive
     writes could together take more than a rank's share of DRAM, so ``settle`` refuses them
-    (``NotQuiet``) and the schedule runs again with them in the event run, still skipping
+    (``DeferredFlowContended``) and the schedule runs again with them in the event run, still skipping
     repeats: the full simulation's results, and the same events from 3 micro-steps to 10^6
     (before, it was simulated whole)."""
     overrides = ["model.layers=6", "hardware.gpus=4", "hardware.sockets=1", "training.zero_stage=1",
@@ -436,8 +437,8 @@ def test_deferred_copies_that_could_be_slowed_are_fast_forwarded_in_the_event_ru
     step = build_step(configs[3].model, configs[3].training)
     plan = STRATEGIES["nvme"](configs[3].options).plan(step, configs[3].hardware)
     assert plan.schedule is not None and plan.capacity_of is not None
-    deferring = Session(plan.capacity_of)
-    with pytest.raises(NotQuiet):
+    deferring = FastForwardSession(plan.capacity_of)
+    with pytest.raises(DeferredFlowContended):
         plan.schedule(deferring)
         deferring.finish()
     fast = {micro: simulate(config) for micro, config in configs.items()}

@@ -1,4 +1,4 @@
-"""Spans in arithmetic progression (tiersim.engine.spans) measure what their intervals, listed one
+"""Spans in arithmetic progression (tiersim.fastforward.spans) measure what their intervals, listed one
 by one, measure: seconds in a window, meeting an interval, and the union of several."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tiersim.engine.spans import Intervals, Spans, merged, union
+from tiersim.fastforward.spans import Intervals, Spans, merged, union
 
 
 @st.composite

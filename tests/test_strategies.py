@@ -19,7 +19,8 @@ from tiersim.config.hardware import Hardware
 from tiersim.config.scenario import RunConfig
 from tiersim.results import Result
 from tiersim.simulate import simulate
-from tiersim.strategies.base import PARTITION_STREAM, Misfit, MissingDevice
+from tiersim.strategies.gradients import PARTITION_STREAM
+from tiersim.strategies.placement import Misfit, MissingDevice
 from tiersim.workload import build_step
 
 QUICKSTART = Path(__file__).resolve().parent.parent / "scenarios" / "quickstart.yaml"
@@ -353,11 +354,10 @@ def test_step_only_utilisation_rows_equal_the_full_table(strategy: str) -> None:
 def test_engine_shortcuts_change_no_strategy_result(strategy: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The quickstart's schedules, with and without the engine's skipped re-allocations."""
     from tiersim.engine import run_graph
-    from tiersim.engine.flows import FlowNetwork
 
     result = simulate(configs("quickstart")[strategy])
     assert result.graph is not None and result.run is not None
-    monkeypatch.setattr(FlowNetwork, "shortcuts", False)
+    monkeypatch.setattr("tiersim.engine.flows.SHORTCUTS", False)
     full = run_graph(result.graph)
     assert full.makespan == pytest.approx(result.run.makespan, rel=1e-9)
     assert [r.end for r in full.records] == pytest.approx([r.end for r in result.run.records], rel=1e-9)

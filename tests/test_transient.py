@@ -1,4 +1,4 @@
-"""Geometric transients in closed form (``tiersim.engine.transient``): values and running totals
+"""Geometric transients in closed form (``tiersim.fastforward.transient``): values and running totals
 that settle by one ratio per period, extrapolated over any number of periods."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from tiersim.engine.transient import RATIO_MAX, advanced, common_ratio
+from tiersim.fastforward.transient import RATIO_MAX, advanced, common_ratio
 
 ratios = st.floats(0.05, 0.99 * RATIO_MAX)
 gaps = st.floats(1e-3, 1e3) | st.floats(-1e3, -1e-3)

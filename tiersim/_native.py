@@ -1,9 +1,9 @@
 """The compiled engine: which modules ``setup.py`` builds with mypyc, and whether they are used.
 
-Installing tiersim (``pip install .`` or ``-e .``) compiles ``COMPILED`` (the engine and the
-strategies, where a run spends its time) with mypyc into C extensions beside their sources, and
-writes ``_native.json``: for each source it compiled, its hash, size (bytes) and modification
-time (ns). The extensions are used only when every one of them was built from the source now
+Installing tiersim (``pip install .`` or ``-e .``) compiles ``COMPILED`` (the engine, the
+fast-forward and the strategies, where a run spends its time) with mypyc into C extensions
+beside their sources, and writes ``_native.json``: for each source it compiled, its hash, size
+(bytes) and modification time (ns). The extensions are used only when every one of them was built from the source now
 beside it, their shared library is there and ``TIERSIM_PURE_PYTHON`` is not set; otherwise all
 of them are imported from their sources (the compiled modules call one another directly, so it
 is all or none): an edited source is never shadowed by an extension built from the old one.
@@ -28,20 +28,31 @@ from typing import Any
 
 COMPILED = (
     "tiersim.engine.accounts",
-    "tiersim.engine.deferred",
     "tiersim.engine.flows",
     "tiersim.engine.graph",
     "tiersim.engine.runner",
-    "tiersim.engine.session",
-    "tiersim.engine.spans",
-    "tiersim.engine.transient",
+    "tiersim.engine.schedule",
+    "tiersim.fastforward.counters",
+    "tiersim.fastforward.deferred",
+    "tiersim.fastforward.deferred_copies",
+    "tiersim.fastforward.loops",
+    "tiersim.fastforward.session",
+    "tiersim.fastforward.shift",
+    "tiersim.fastforward.spans",
+    "tiersim.fastforward.state",
+    "tiersim.fastforward.transient",
     "tiersim.strategies.base",
+    "tiersim.strategies.builder",
     "tiersim.strategies.estimator",
     "tiersim.strategies.footprint",
     "tiersim.strategies.gpu",
+    "tiersim.strategies.gradients",
     "tiersim.strategies.host",
+    "tiersim.strategies.iteration",
+    "tiersim.strategies.kinds",
     "tiersim.strategies.memory",
     "tiersim.strategies.nvme",
+    "tiersim.strategies.placement",
     "tiersim.strategies.swap",
 )
 """The modules mypyc compiles (package ``__init__`` files stay Python)."""

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 from tiersim.config.scenario import RunConfig
 from tiersim.engine import TaskGraph
 from tiersim.engine.runner import EngineRun, TaskRecord
-from tiersim.strategies.base import Unfit
 from tiersim.strategies.estimator import zero3_estimate
+from tiersim.strategies.placement import Unfit
 
 if TYPE_CHECKING:  # pandas is imported where a DataFrame is first built: a run that prints needs none
     import pandas as pd

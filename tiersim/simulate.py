@@ -7,7 +7,8 @@ import functools
 from tiersim.config.hardware import TIERS
 from tiersim.config.scenario import RunConfig
 from tiersim.config.worksize import too_many_tasks
-from tiersim.engine.session import TaskLimit, run_schedule
+from tiersim.engine.schedule import TaskLimit
+from tiersim.fastforward import run_schedule
 from tiersim.results import PHASES, Result
 from tiersim.strategies import STRATEGIES
 from tiersim.workload import build_step
@@ -17,7 +18,7 @@ def simulate(config: RunConfig, trace: bool = False, fast_forward: bool = True,
              max_tasks: int | None = None) -> Result:
     """Build the workload, let the strategy place and schedule it, run the engine, summarise.
 
-    The engine fast-forwards over repeating stretches of the step (``tiersim.engine.session``)
+    The engine fast-forwards over repeating stretches of the step (``tiersim.fastforward``)
     unless ``fast_forward`` is False or ``trace`` asks for the per-task trace at once; a
     fast-forwarded result simulates the step again in full the first time its ``trace`` (or
     ``run``) is read. A run that builds more than ``max_tasks`` tasks (None: no limit; the

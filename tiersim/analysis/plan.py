@@ -57,7 +57,7 @@ from tiersim.config.scenario import RunConfig
 from tiersim.errors import API, ConfigError
 from tiersim.results import PHASES, Result
 from tiersim.simulate import simulate
-from tiersim.strategies.base import Misfit
+from tiersim.strategies.placement import Misfit
 from tiersim.workload import parameter_count
 
 GIB = 2**30

@@ -6,8 +6,8 @@ link, the seconds a flow is on it and the link units its flows use; over the who
 stream's busy seconds and bytes and the seconds in which no compute task runs (time is s,
 sizes bytes). A flow's bytes count in the phase in which they move: at a phase change every
 active flow is brought to that moment (``flush``). Every total is a plain number in a dict,
-so a fast-forward over ``m`` identical periods adds ``m`` times one period's increase
-(``advance``). Busy seconds and units moved are kept per phase, by resource (``busy_in``,
+so a fast-forward over ``m`` identical periods can add ``m`` times one period's increase
+(``totals`` copies them). Busy seconds and units moved are kept per phase, by resource (``busy_in``,
 ``moved_in``); ``busy`` and ``moved`` give them by (resource, phase).
 """
 
@@ -15,8 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
-
-from tiersim.engine.transient import advanced
 
 if TYPE_CHECKING:  # pragma: no cover
     from tiersim.engine.flows import Flow
@@ -152,45 +150,12 @@ class Accounts:
                 "stream_busy": dict(self.stream_busy), "stream_bytes": dict(self.stream_bytes),
                 "exposed": self.exposed}
 
-    def advance(self, earlier: Totals, before: Totals, after: Totals, times: int, ratio: float) -> None:
-        """Add to every accumulator what ``times`` more periods add: periods like the one from
-        ``before`` to ``after`` (``ratio`` 0), or settling by ``ratio`` from the three
-        consecutive ``totals`` (``tiersim.engine.transient.advanced``)."""
-        self.exposed += advanced(earlier["exposed"], before["exposed"], after["exposed"], times, ratio, True)
-        for name, target in (("spans", self.spans), ("stream_busy", self.stream_busy),
-                             ("stream_bytes", self.stream_bytes)):
-            advance_each(target, earlier[name], before[name], after[name], times, ratio)
-        for name, nested in (("busy_in", self.busy_in), ("moved_in", self.moved_in)):
-            for phase, values in after[name].items():
-                advance_each(nested.setdefault(phase, {}), earlier[name].get(phase, {}), before[name].get(phase, {}),
-                             values, times, ratio)
-
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Accounts) and self.totals() == other.totals()
 
     __hash__ = None  # type: ignore[assignment]
 
-    def shift(self, seconds: float) -> None:
-        """Move every start time held by ``seconds`` (a fast-forward)."""
-        for resource in self.since:
-            self.since[resource] += seconds
-        self.phase_since += seconds
-        self.idle_since += seconds
-
 
 def _by_key(by_phase: dict[str, dict[str, float]]) -> dict[tuple[str, str], float]:
     """Phase -> resource -> value as (resource, phase) -> value."""
     return {(resource, phase): value for phase, values in by_phase.items() for resource, value in values.items()}
-
-
-def advance_each(target: dict[str, float], earlier: dict[str, float], before: dict[str, float],
-                 after: dict[str, float], times: int, ratio: float) -> None:
-    """Add to each of ``target``'s running totals what ``times`` more periods add (``advanced``),
-    from its values at three consecutive period boundaries (0 where missing)."""
-    if not ratio:  # ``advanced`` of a repeat, inline (a skip advances every total this way)
-        for key, value in after.items():
-            target[key] = target.get(key, 0.0) + times * (value - before.get(key, 0.0))
-        return
-    for key, value in after.items():
-        target[key] = target.get(key, 0.0) + advanced(earlier.get(key, 0.0), before.get(key, 0.0), value, times,
-                                                      ratio, True)

@@ -20,7 +20,7 @@ from collections.abc import Callable
 import simpy
 from simpy.events import Timeout
 
-from tiersim.engine.accounts import Accounts, advance_each
+from tiersim.engine.accounts import Accounts
 from tiersim.engine.graph import Usage
 from tiersim.errors import ModelError
 
@@ -37,6 +37,20 @@ serves it: the flow ends on that timer, not on one of its own."""
 
 SHORTCUTS = True
 """Whether a network skips the re-allocations that provably change nothing (``FlowNetwork``)."""
+
+
+class FlowSpan:
+    """A stretch of a flow recorded while the network records (``FlowNetwork.recorded``):
+    ``since`` to ``until`` (s), its usage, its own bound (bytes/s) and its stream."""
+
+    __slots__ = ("bound", "since", "stream", "until", "usage")
+
+    def __init__(self, since: float, until: float, usage: Usage, bound: float, stream: str) -> None:
+        self.since = since
+        self.until = until
+        self.usage = usage
+        self.bound = bound
+        self.stream = stream
 
 
 def _closed(keys: list[int], now: float) -> None:
@@ -182,16 +196,17 @@ class FlowNetwork:
         """Link units per second the active flows use now."""
         self.timers = 0
         """Timers armed and not taken back: each fires once (the network's events)."""
-        self._armed: list[float] = []
-        self._busy_since: dict[str, float] = {}
+        self.armed: list[float] = []
+        """When the pending timers fire (s; a heap)."""
+        self.busy_since: dict[str, float] = {}
+        """Links busy now -> when their busy stretch began (s)."""
         self.busy: dict[str, float] = {name: 0.0 for name in capacity}
         self.moved: dict[str, float] = {name: 0.0 for name in capacity}
-        self.pieces: list[tuple[float, float, Usage, float, str]] | None = None
-        """Once a caller sets it to a list (``Session.defer``): every flow that ends from then
-        on, in pieces split where a fast-forward took a state: from, to (s), its usage, its own
-        bound (bytes/s) and its stream."""
-        self.pieces_since = math.inf
-        """When ``pieces`` began (s)."""
+        self.recorded: list[FlowSpan] | None = None
+        """Once a caller sets it to a list: every flow that ends from then on, in spans split at
+        each ``flush_busy``."""
+        self.recorded_since = math.inf
+        """When ``recorded`` began (s)."""
 
     def add_link(self, name: str, capacity: float) -> None:
         """A link of ``capacity`` units/s joins the network (idle)."""
@@ -219,12 +234,12 @@ class FlowNetwork:
                 if load[link] + rate * units > capacity[link] * (1 + _REL_TOL):
                     fits = False
             else:
-                self._busy_since[link] = now
+                self.busy_since[link] = now
                 if self.accounts is not None:
                     self.accounts.link_busy(link, now)
             others.append(flow)
         self.flows[flow] = None
-        armed = self._armed
+        armed = self.armed
         if shared and not (fits and self.shortcuts):
             component = self._component([link for link, _ in usage])
             self._reallocate(component, now)
@@ -248,47 +263,20 @@ class FlowNetwork:
             raise ModelError("closing a flow network with active flows")
         self.done = _closed
 
-    def shift(self, seconds: float) -> None:
-        """Move every time the network holds ``seconds`` later (a fast-forward; the caller
-        moves the environment's clock and queue)."""
-        for flow in self.flows:
-            flow.last += seconds
-            flow.finish_at += seconds
-            flow.began += seconds
-        self._armed = [due + seconds for due in self._armed]  # still a heap
-        for link in self._busy_since:
-            self._busy_since[link] += seconds
-
-    @property
-    def armed(self) -> list[float]:
-        """When the pending timers fire (s; a heap)."""
-        return self._armed
-
     def flush_busy(self, now: float) -> None:
         """Count every busy link's stretch up to ``now`` in ``busy``."""
-        for link, since in self._busy_since.items():
+        for link, since in self.busy_since.items():
             self.busy[link] += now - since
-            self._busy_since[link] = now
-        if self.pieces is not None:
+            self.busy_since[link] = now
+        if self.recorded is not None:
             for flow in self.flows:
-                self.pieces.append((flow.began, now, flow.usage, flow.bound, flow.stream))
+                self.recorded.append(FlowSpan(flow.began, now, flow.usage, flow.bound, flow.stream))
                 flow.began = now
 
     def totals(self) -> dict[str, dict[str, float]]:
         """Copies of the counters a fast-forward scales (after ``flush_busy``): busy seconds
         and units moved per link."""
         return {"busy": dict(self.busy), "moved": dict(self.moved)}
-
-    def advance(self, earlier: dict[str, dict[str, float]], before: dict[str, dict[str, float]],
-                after: dict[str, dict[str, float]], times: int, ratio: float) -> None:
-        """Add what ``times`` more periods add to the counters, from three consecutive ``totals``
-        (``Accounts.advance``)."""
-        for name, target in (("busy", self.busy), ("moved", self.moved)):
-            advance_each(target, earlier[name], before[name], after[name], times, ratio)
-
-    def rearm(self, timers: list[float]) -> None:
-        """The pending timers now fire at ``timers`` (s, in order; a fast-forward set them)."""
-        self._armed = list(timers)
 
     def _component(self, links: list[str] | set[str]) -> list[Flow]:
         """The active flows that share a link with ``links``, transitively."""
@@ -327,7 +315,7 @@ class FlowNetwork:
 
     def _arm_at(self, due: float, now: float) -> None:
         """Arm a timer for ``due`` unless one at or before it is already pending."""
-        armed = self._armed
+        armed = self.armed
         if armed and armed[0] <= due * _ARM_SLACK:
             return
         heapq.heappush(armed, due)
@@ -339,7 +327,7 @@ class FlowNetwork:
         due at them (``_on_timer``'s test): a re-allocation slowed the flows they were armed for,
         and they would fire for nothing. The earliest of the network's timers in the event queue
         is the earliest armed one."""
-        armed, flows, queue, on_timer = self._armed, self.flows, self.env._queue, self._on_timer
+        armed, flows, queue, on_timer = self.armed, self.flows, self.env._queue, self._on_timer
         while armed:
             at = armed[0]
             for flow in flows:
@@ -361,7 +349,7 @@ class FlowNetwork:
         """The flows due now are done, whatever float residue ``now``'s spacing left them;
         the flows they shared a saturated link with get their rates re-allocated."""
         now = self.env._now  # SimPy's clock, read without its property (hot path)
-        heapq.heappop(self._armed)
+        heapq.heappop(self.armed)
         flows = self.flows
         due: list[Flow] = []
         first = math.inf  # the earliest finish of the others
@@ -374,11 +362,11 @@ class FlowNetwork:
         release = not self.shortcuts
         load, capacity, moved, on_link = self.load, self.capacity, self.moved, self.on_link
         accounts = self.accounts
-        pieces = self.pieces
+        recorded = self.recorded
         for flow in due:
             del flows[flow]
-            if pieces is not None:
-                pieces.append((flow.began, now, flow.usage, flow.bound, flow.stream))
+            if recorded is not None:
+                recorded.append(FlowSpan(flow.began, now, flow.usage, flow.bound, flow.stream))
             if accounts is not None:
                 accounts.flow_ended(flow)
             size, rate = flow.size, flow.rate
@@ -393,7 +381,7 @@ class FlowNetwork:
                     changed.add(link)
                 else:
                     load[link] = 0.0  # no float residue on an idle link
-                    self.busy[link] += now - self._busy_since.pop(link)
+                    self.busy[link] += now - self.busy_since.pop(link)
                     if accounts is not None:
                         accounts.link_idle(link, now)
         component = self._component(changed) if changed and release else None
@@ -401,7 +389,7 @@ class FlowNetwork:
             self._reallocate(component, now)
             first = min([flow.finish_at for flow in flows])
         if flows:
-            armed = self._armed
+            armed = self.armed
             if armed and armed[0] * _ARM_SLACK < first:  # a re-allocation since it was armed may have
                 self._withdraw_stale()  # slowed the flow it was for
             self._arm_at(first, now)

@@ -76,15 +76,29 @@ class Task:
         return "Task" + repr(self._fields())
 
 
+class FlowSpec:
+    """A task's flow as the engine starts it: ``size`` bytes over ``usage`` at most
+    ``rate_cap`` bytes/s, its own ``bound`` (bytes/s: the cap or its tightest link alone) and
+    the stream it moves for."""
+
+    __slots__ = ("bound", "rate_cap", "size", "stream", "usage")
+
+    def __init__(self, size: float, usage: Usage, rate_cap: float, bound: float, stream: str) -> None:
+        self.size = size
+        self.usage = usage
+        self.rate_cap = rate_cap
+        self.bound = bound
+        self.stream = stream
+
+
 @dataclass
 class TaskGraph:
     """Links plus tasks in program order; ``add`` checks names, dependencies and links (declared
     with ``link``, or on first use by ``capacity_of``) as it goes and indexes them for the
     engine. Per task, by position: how many distinct tasks it depends on, the positions of the
     tasks that depend on it, the positions of the tasks it depends on, the previous and next
-    task on its stream (-1 for none) and its flow (None without one) as size, usage, rate cap,
-    own bound (bytes/s: ``rate_cap`` or its tightest link alone) and stream; and the position
-    of each stream's first task."""
+    task on its stream (-1 for none) and its flow (a ``FlowSpec``, None without one); and the
+    position of each stream's first task."""
 
     links: dict[str, Link] = field(default_factory=dict)
     tasks: list[Task] = field(default_factory=list)
@@ -97,13 +111,13 @@ class TaskGraph:
     stream_prev: list[int] = field(default_factory=list, repr=False)
     stream_next: list[int] = field(default_factory=list, repr=False)
     stream_heads: list[int] = field(default_factory=list, repr=False)
-    flows: list[tuple[float, Usage, float, float, str] | None] = field(default_factory=list, repr=False)
+    flows: list[FlowSpec | None] = field(default_factory=list, repr=False)
     _positions: dict[str, int] = field(default_factory=dict, repr=False)
     _bounds: dict[int, tuple[Usage, float, float]] = field(default_factory=dict, repr=False)
     """By the identity of a usage (a schedule's kinds share theirs): it, a rate cap and a flow's
     own bound with them (hashing a usage costs more than the task)."""
     deferring: frozenset[str] = frozenset()
-    """Streams whose tasks are added as deferred now (``tiersim.engine.deferred``)."""
+    """Streams whose tasks are added as deferred now (``tiersim.fastforward.deferred``)."""
     deferred: list[bool] = field(default_factory=list, repr=False)
     """Per task: whether it was added while its stream was deferring."""
     last_deferred: int = -1
@@ -154,7 +168,7 @@ class TaskGraph:
             else:
                 dependents[at] = [here]
         dependents.append(_NONE)
-        self.flows.append((task.size, usage, task.rate_cap, bound, task.stream) if task.size > 0 else None)
+        self.flows.append(FlowSpec(task.size, usage, task.rate_cap, bound, task.stream) if task.size > 0 else None)
         tails = self._stream_tails
         previous = tails.get(task.stream, -1)
         self.stream_prev.append(previous)

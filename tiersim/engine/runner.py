@@ -1,7 +1,7 @@
 """Run a ``TaskGraph`` on SimPy's event queue: streams advance by event callbacks, flows on a
 ``FlowNetwork``. A graph may grow while it runs (``Run.extend``): that is how a
-``Session`` builds only the part of a schedule the run has reached. Deferred tasks
-(``tiersim.engine.deferred``) take no event: ``Run`` times them by recursion as their inputs
+fast-forward builds only the part of a schedule the run has reached. Deferred tasks
+(``tiersim.fastforward.deferred``) take no event: ``Run`` times them by recursion as their inputs
 end, and gives an event task that waits for one a timeout at its end."""
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from simpy.events import Timeout
 from tiersim.engine.accounts import Accounts
 from tiersim.engine.flows import FlowNetwork
 from tiersim.engine.graph import Task, TaskGraph
-from tiersim.engine.spans import Spans
 from tiersim.errors import ConfigError, ModelError
 from tiersim.frozen import by_fields
 
@@ -123,14 +122,9 @@ class Run:
         self.proxied: set[int] = set()
         """Deferred tasks an event task waits for: each has a timeout at its end."""
         self.proxies_pending = 0
-        self.images: dict[int, list[Spans]] = {}
-        """Deferred tasks timed but never built (a fast-forward's copies, ``Session``): by the
-        position of the task they copy, their spans (s)."""
-        self.settled = 0
-        """Deferred tasks before this position are in the counters (``settle``)."""
         self.floor: dict[int, float] = {}
         """Deferred tasks that cannot start before a time (s) besides their dependencies (a
-        fast-forward's copy, waiting for a skipped task: ``Session``)."""
+        fast-forward's copy, waiting for a skipped task)."""
 
     def extend(self) -> None:
         """Take in the tasks added to the graph since the last call and start those that can
@@ -217,7 +211,7 @@ class Run:
             elif flow is None:
                 self.finish(i, now)
             else:
-                self.network.transfer(i, flow[0], flow[1], flow[2], flow[3], flow[4])
+                self.network.transfer(i, flow.size, flow.usage, flow.rate_cap, flow.bound, flow.stream)
 
     def after_delay(self, event: simpy.Event) -> None:
         i = cast(int, event.value)  # the task's position, given as the timeout's value
@@ -229,7 +223,7 @@ class Run:
                 self.drain(now)
         else:
             # a flow never ends at once: nothing to drain
-            self.network.transfer(i, flow[0], flow[1], flow[2], flow[3], flow[4])
+            self.network.transfer(i, flow.size, flow.usage, flow.rate_cap, flow.bound, flow.stream)
 
     def flows_done(self, keys: list[int], now: float) -> None:
         """The network's callback: the flows of these tasks moved their last byte at ``now``."""
@@ -253,7 +247,7 @@ class Run:
         if after >= 0:
             if deferred[after]:
                 if not self.unmet[after]:
-                    self._resolve(after)
+                    self.resolve_deferred(after)
             else:
                 self.at_head[after] = True
                 if not self.unmet[after]:
@@ -264,8 +258,8 @@ class Run:
             if deferred[j]:
                 if now > self.ready[j]:
                     self.ready[j] = now
-                if not unmet[j] and self._before(j) >= 0:
-                    self._resolve(j)
+                if not unmet[j] and self.stream_before(j) >= 0:
+                    self.resolve_deferred(j)
             elif not unmet[j]:
                 self.ready[j] = now
                 if self.at_head[j]:
@@ -275,7 +269,7 @@ class Run:
         """When task ``p`` ends, deferred or not (s; -1 while unknown)."""
         return self.deferred_end.get(p, -1.0) if self.deferred[p] else self.end[p]
 
-    def _before(self, p: int) -> float:
+    def stream_before(self, p: int) -> float:
         """When the task before ``p`` on its stream ends (s; 0 for none, -1 while unknown)."""
         prev = self.graph.stream_prev[p]
         return 0.0 if prev < 0 else self.ended_at(prev)
@@ -298,10 +292,10 @@ class Run:
         self.ready.append(max(latest, self.floor.get(p, 0.0)))
         self.start.append(-1.0)
         self.end.append(-1.0)
-        if not unmet and self._before(p) >= 0:
-            self._resolve(p)
+        if not unmet and self.stream_before(p) >= 0:
+            self.resolve_deferred(p)
 
-    def _resolve(self, first: int) -> None:
+    def resolve_deferred(self, first: int) -> None:
         """Give deferred task ``first`` its times (its inputs are known), and every deferred
         task that waited only for it, in turn; an event task waiting for one gets a timeout."""
         work = [first]
@@ -310,9 +304,9 @@ class Run:
             p = work.pop()
             if p in self.deferred_end:
                 continue
-            began = max(ready[p], self._before(p))
+            began = max(ready[p], self.stream_before(p))
             flow = self.flow[p]
-            ends = began + self.delay[p] + (flow[0] / flow[3] if flow is not None else 0.0)
+            ends = began + self.delay[p] + (flow.size / flow.bound if flow is not None else 0.0)
             self.deferred_start[p] = began
             self.deferred_end[p] = ends
             waited = False
@@ -323,7 +317,7 @@ class Run:
                     unmet[j] -= 1
                     if ends > ready[j]:
                         ready[j] = ends
-                    if not unmet[j] and self._before(j) >= 0:
+                    if not unmet[j] and self.stream_before(j) >= 0:
                         work.append(j)
                 else:
                     waited = True

@@ -6,10 +6,11 @@ dataclass, ``place``, ``offload_gradients``, ``optimizer_step``) and add it to `
 
 from __future__ import annotations
 
-from tiersim.strategies.base import Placement, Plan, Strategy
+from tiersim.strategies.base import Plan, Strategy
 from tiersim.strategies.gpu import GPUResident
 from tiersim.strategies.host import CXLInterleave, HostOffload
 from tiersim.strategies.nvme import NVMeSwap
+from tiersim.strategies.placement import Placement
 
 STRATEGIES: dict[str, type[Strategy]] = {
     cls.name: cls for cls in (GPUResident, HostOffload, CXLInterleave, NVMeSwap)

@@ -7,14 +7,10 @@ import math
 
 from tiersim.config.hardware import Hardware
 from tiersim.engine import Task
-from tiersim.engine.session import runs_of
-from tiersim.strategies.base import (
-    ADAM_READ_BYTES,
-    ADAM_WRITE_BYTES,
-    Placement,
-    StepBuilder,
-    Strategy,
-)
+from tiersim.strategies.base import Strategy
+from tiersim.strategies.builder import StepBuilder, first_apart
+from tiersim.strategies.kinds import ADAM_READ_BYTES, ADAM_WRITE_BYTES
+from tiersim.strategies.placement import Placement
 from tiersim.workload import LayerWork, StepShape, TrainingStep
 
 
@@ -45,7 +41,7 @@ class GPUResident(Strategy):
     def optimizer_step(self, b: StepBuilder, begin: str) -> None:
         per_element = ADAM_READ_BYTES + ADAM_WRITE_BYTES + b.step.lp_bytes
         groups = b.step.subgroups
-        for i in b.repeat(runs_of(b.step.subgroup_sizes, 1)):
+        for i in b.loop(first_apart(b.step.subgroup_sizes)):
             group = groups[i]
             b.add(Task(f"step.{group.index}.adam", "gpu", "optimizer_step", "adam", 0.0, group.numel * per_element,
                        (("hbm", 1.0),), math.inf, (begin,)))

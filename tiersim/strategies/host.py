@@ -26,29 +26,22 @@ from typing import Any
 from tiersim.config.deepspeed_version import at_least
 from tiersim.config.hardware import Hardware
 from tiersim.config.schema import number
-from tiersim.engine.session import runs_of
 from tiersim.frozen import by_fields
 from tiersim.strategies import footprint
-from tiersim.strategies.base import (
-    ADAM_STATE_BYTES,
-    FP32_BYTES,
+from tiersim.strategies.base import ScheduleHints, Strategy
+from tiersim.strategies.builder import StepBuilder, first_apart
+from tiersim.strategies.footprint import pinned
+from tiersim.strategies.gradients import (
     PARTITION_STREAM,
-    MissingDevice,
-    Placement,
-    StepBuilder,
-    Strategy,
-    adam_kind,
     fp32_gradients_d2h,
     gradient_copy_links,
     gradient_offload_tasks,
     gradients_to_host,
-    host_copy_kind,
-    largest_partition,
     params_to_gpu,
-    pcie_kind,
 )
-from tiersim.strategies.footprint import pinned
+from tiersim.strategies.kinds import ADAM_STATE_BYTES, FP32_BYTES, adam_kind, host_copy_kind, pcie_kind
 from tiersim.strategies.memory import HostMemory
+from tiersim.strategies.placement import MissingDevice, Placement, largest_partition
 from tiersim.workload import LayerWork, StepShape, TrainingStep
 
 GRADIENT_HOOK_THREADS = 1
@@ -62,7 +55,7 @@ class HostOffload(Strategy):
 
     name = "dram"
     summary = "ZeRO-Offload: state in pinned DRAM, CPU Adam"
-    accumulation_copies = frozenset({PARTITION_STREAM})
+    hints = ScheduleHints(accumulation_copies=frozenset({PARTITION_STREAM}))
 
     def memory(self, hw: Hardware) -> HostMemory:
         """Where host allocations land."""
@@ -134,7 +127,7 @@ class HostOffload(Strategy):
         adam = adam_kind(b, memory)
         done = begin
         groups = b.step.subgroups
-        for i in b.repeat(runs_of(b.step.subgroup_sizes, 1)):
+        for i in b.loop(first_apart(b.step.subgroup_sizes)):
             group = groups[i]
             updated = b.add(adam.task(f"step.{group.index}.adam", group.numel, (done,)))
             done = params_to_gpu(b, memory, group, updated)

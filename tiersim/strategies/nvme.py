@@ -14,28 +14,24 @@ from collections.abc import Hashable
 
 from tiersim.config.deepspeed_version import at_least
 from tiersim.config.hardware import Hardware
-from tiersim.engine.session import reach_back, runs_of
+from tiersim.engine.schedule import iterations_back
 from tiersim.errors import ModelError
 from tiersim.strategies import footprint
-from tiersim.strategies.base import (
-    FP32_BYTES,
+from tiersim.strategies.base import ScheduleHints, Strategy
+from tiersim.strategies.builder import StepBuilder, TaskKind
+from tiersim.strategies.footprint import pinned
+from tiersim.strategies.gradient_swapper import MIN_AIO_BYTES, drains
+from tiersim.strategies.gradients import (
     PARTITION_STREAM,
-    MissingDevice,
-    Placement,
-    StepBuilder,
-    Strategy,
-    TaskKind,
-    adam_kind,
     fp32_gradients_d2h,
     gradient_copy_links,
     gradient_offload_tasks,
     gradients_to_host,
-    largest_partition,
     params_to_gpu,
 )
-from tiersim.strategies.footprint import pinned
-from tiersim.strategies.gradient_swapper import MIN_AIO_BYTES, drains
+from tiersim.strategies.kinds import FP32_BYTES, adam_kind
 from tiersim.strategies.memory import HostMemory
+from tiersim.strategies.placement import MissingDevice, Placement, largest_partition
 from tiersim.strategies.swap import (
     TENSORS_SWAPPED_IN,
     TENSORS_SWAPPED_OUT,
@@ -52,8 +48,8 @@ class NVMeSwap(Strategy):
     name = "nvme"
     summary = "ZeRO-Infinity: state on NVMe, swapped through pinned buffers"
     Options = SwapOptions
-    deferred_copies = frozenset({PARTITION_STREAM, "aio_write"})
-    accumulation_copies = frozenset({PARTITION_STREAM})
+    hints = ScheduleHints(boundary_copies=frozenset({PARTITION_STREAM, "aio_write"}),
+                          accumulation_copies=frozenset({PARTITION_STREAM}))
 
     def check(self, hw: Hardware) -> MissingDevice | None:
         return None if hw.nvme is not None else MissingDevice("nvme", "NVMe drives")
@@ -140,11 +136,11 @@ class NVMeSwap(Strategy):
         return drains(layers, _aligned(step.largest_subgroup, opts.thread_count), opts.buffer_count, alignment,
                       min_numel)[::-1]
 
-    def deferred_streams(self, b: StepBuilder, micro: int) -> frozenset[str]:
-        """As the base class, but a boundary whose backward waits for its copies defers none."""
+    def background_streams(self, b: StepBuilder, micro: int) -> frozenset[str]:
+        """As the base class, but a boundary whose backward waits for its copies has none."""
         if micro == b.step.micro_steps - 1 and swapper_waits(b.step):
             return frozenset()
-        return super().deferred_streams(b, micro)
+        return super().background_streams(b, micro)
 
     def backward_keys(self, b: StepBuilder, micro: int) -> tuple[Hashable, ...]:
         """A boundary layer where the gradient swapper waits for the drives builds otherwise."""
@@ -176,22 +172,22 @@ class NVMeSwap(Strategy):
         reads: list[str] = []
         updated: list[str] = []
         writes: list[str] = []
-        # Lists are read from their ends: after a fast-forward the last entries stand for the
-        # latest sub-groups (``Session.repeat``).
+        # Lists are read from their ends (``iterations_back``): a session need not build every
+        # iteration it counts.
         groups = b.step.subgroups
         # Sub-groups of equal size add alike tasks but for the first (it waits for the gradient
         # writes); a sub-group the pipeline or buffer reuse would make wait for one before the
-        # first waits for none (``reach_back``), which a repeating state shows to be the same.
+        # first waits for none (``iterations_back``).
         shapes = tuple((size, i == 0) for i, size in enumerate(b.step.subgroup_sizes))
-        for i in b.repeat(runs_of(shapes)):
+        for i in b.loop(shapes):
             group = groups[i]
             deps = [begin] + ([flushed] if i == 0 and flushed else [])
             if opts.pipeline_read:
-                deps += reach_back(reads, 1)
-            deps += reach_back(updated, lag)
+                deps += iterations_back(reads, 1)
+            deps += iterations_back(updated, lag)
             if not opts.pipeline_write:
-                deps += reach_back(writes, lag)
-            deps += reach_back(writes, in_flight)
+                deps += iterations_back(writes, lag)
+            deps += iterations_back(writes, in_flight)
             fp32 = group.numel * FP32_BYTES
             reads.append(b.add(swap_in.task(f"step.{i}.swap_in", TENSORS_SWAPPED_IN * fp32, tuple(deps))))
             # The update loop is sequential: a sub-group's Adam follows the previous one's

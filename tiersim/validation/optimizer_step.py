@@ -15,7 +15,7 @@ from tiersim.config.hardware import Hardware
 from tiersim.config.profiles import GPUProfile, HostProfile
 from tiersim.engine import Task, run_graph
 from tiersim.strategies import STRATEGIES
-from tiersim.strategies.base import StepBuilder
+from tiersim.strategies.builder import StepBuilder
 from tiersim.strategies.swap import SwapOptions
 from tiersim.workload import ModelSpec, SubGroup, TrainingSpec, build_step
 

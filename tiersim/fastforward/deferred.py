@@ -1,20 +1,21 @@
 """Deferred tasks: fixed-rate work taken out of the event run and timed by recursion.
 
-A schedule may ask its session to defer the tasks of some streams for a stretch
-(``Session.defer``): copy streams that fall behind the compute, whose growing queues keep a
-loop's state from ever repeating. A deferred task takes no event: ``Run`` gives it start =
-the later of its stream's previous end and its dependencies' ends, and end = start + delay +
-bytes / its flow's own bound, as soon as those are known; an event task that waits for one
-gets a timeout at its end. That is the full simulation's answer only if each deferred flow
-really moved at its own bound, so ``settle`` checks after the run (or mid-run, once the
-deferred tasks so far have ended) that no link a deferred flow used could saturate while it
-ran (every deferred flow on it at its bound plus the event run's flows on that link then, each
-at its own bound), that no fast-forwarded span whose event tasks use one of its links overlaps
-a deferred flow and that none moved before the event run's flows were recorded; otherwise
-``NotQuiet`` (the caller then runs without deferring). It then adds the deferred tasks (and the
-copies a fast-forward timed without building, ``Run.images``) to the run's time integrals:
-stream busy seconds and bytes per phase, link units per phase, and link busy seconds as the
-union with the event run's own flows on each link. Times are s, sizes bytes, rates bytes/s.
+A schedule may say that the tasks of some streams are copies in the background for a stretch
+(``Session.background_copies``); the fast-forward then defers them: copy streams that fall
+behind the compute, whose growing queues keep a loop's state from ever repeating. A deferred
+task takes no event: ``Run`` gives it start = the later of its stream's previous end and its
+dependencies' ends, and end = start + delay + bytes / its flow's own bound, as soon as those are
+known; an event task that waits for one gets a timeout at its end. That is the full simulation's
+answer only if each deferred flow really moved at its own bound, so ``credit_deferred`` checks
+after the run (or mid-run, once the deferred tasks so far have ended) that no link a deferred
+flow used could saturate while it ran (every deferred flow on it at its bound plus the event
+run's flows on that link then, each at its own bound), that no fast-forwarded span whose event
+tasks use one of its links overlaps a deferred flow and that none moved before the event run's
+flows were recorded; otherwise ``DeferredFlowContended`` (the caller then runs without
+deferring). It then adds the deferred tasks (and the copies a fast-forward timed without
+building, ``Deferral.timed_copies``) to the run's time integrals: stream busy seconds and bytes
+per phase, link units per phase, and link busy seconds as the union with the event run's own
+flows on each link. Times are s, sizes bytes, rates bytes/s.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import math
 from typing import TYPE_CHECKING
 
 from tiersim.engine.graph import Task
-from tiersim.engine.spans import Intervals, Spans, Window, merged, union
+from tiersim.fastforward.spans import Intervals, Spans, Window, merged, union
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -36,27 +37,52 @@ _RESIDUE = 1e-12
 """Seconds per second of the run below which a stretch is float residue, not one at all."""
 
 
-class NotQuiet(Exception):
+class DeferredFlowContended(Exception):
     """A deferred flow shared a link that could saturate, or a skipped span: its times are not
     the full simulation's."""
 
 
-def settle(run: Run, skipped: list[tuple[float, float, frozenset[str]]], now: float | None = None) -> None:
-    """Check the deferred tasks of ``run`` not settled yet (from ``run.settled`` on, and its
-    images) and add them to its counters (see the module docstring); ``skipped`` are the spans
-    a fast-forward jumped over (s) and the links the event tasks skipped there use. Of a
-    finished run (``now`` None) every one; mid-run, at ``now`` (s, after the network's
-    ``flush_busy``, with no stream deferring), only if every one has ended by then, and then
-    the network stops recording its flows until a stream defers again."""
+class SkippedSpan:
+    """A stretch a fast-forward jumped over, ``since`` to ``until`` (s), and the links the event
+    tasks skipped there use (a deferred flow on one of them cannot be timed alone)."""
+
+    __slots__ = ("links", "since", "until")
+
+    def __init__(self, since: float, until: float, links: frozenset[str]) -> None:
+        self.since = since
+        self.until = until
+        self.links = links
+
+
+class Deferral:
+    """What a fast-forward keeps of a run's deferred tasks: the positions before ``credited``
+    are in the counters; ``timed_copies``: the copies of deferred tasks it timed without
+    building (by the position of the task they copy, their spans, s); ``skipped``: the spans it
+    jumped over."""
+
+    __slots__ = ("credited", "skipped", "timed_copies")
+
+    def __init__(self) -> None:
+        self.credited = 0
+        self.timed_copies: dict[int, list[Spans]] = {}
+        self.skipped: list[SkippedSpan] = []
+
+
+def credit_deferred(run: Run, deferral: Deferral, now: float | None = None) -> None:
+    """Check the deferred tasks of ``run`` not credited yet (from ``deferral.credited`` on, and
+    its timed copies) and add them to its counters (see the module docstring). Of a finished
+    run (``now`` None) every one; mid-run, at ``now`` (s, after the network's ``flush_busy``,
+    with no stream deferring), only if every one has ended by then, and then the network stops
+    recording its flows until a stream defers again."""
     graph, accounts, network = run.graph, run.accounts, run.network
-    if graph.last_deferred < run.settled and not run.images:
+    if graph.last_deferred < deferral.credited and not deferral.timed_copies:
         return
-    deferred = [p for p in range(run.settled, len(graph.deferred)) if graph.deferred[p]]
+    deferred = [p for p in range(deferral.credited, len(graph.deferred)) if graph.deferred[p]]
     if now is not None and (any(run.deferred_end.get(p, math.inf) > now for p in deferred) or any(
-            span.last > now for spans in run.images.values() for span in spans)):
+            span.last > now for spans in deferral.timed_copies.values() for span in spans)):
         return
     if any(p not in run.deferred_end for p in deferred):
-        raise NotQuiet("a deferred task never had its inputs")
+        raise DeferredFlowContended("a deferred task never had its inputs")
     groups: dict[tuple[str, int, float, float], _Group] = {}
     """Tasks alike but for their size (``_group``), credited together: their single intervals and
     progressions (s), the bytes of each, and one of them."""
@@ -66,7 +92,7 @@ def settle(run: Run, skipped: list[tuple[float, float, frozenset[str]]], now: fl
         singles, _spans, sizes, _kind = _group(groups, tasks[p], p)
         singles.append((start[p], end[p]))
         sizes.append(tasks[p].size)
-    for q, images in run.images.items():
+    for q, images in deferral.timed_copies.items():
         _singles, spans, sizes, _kind = _group(groups, tasks[q], q)
         spans += images
         sizes += [tasks[q].size * span.times for span in images]
@@ -87,13 +113,13 @@ def settle(run: Run, skipped: list[tuple[float, float, frozenset[str]]], now: fl
         accounts.stream_bytes[stream] = accounts.stream_bytes.get(stream, 0.0) + total
         if flow is None:
             continue
-        usage, bound = flow[1], flow[3]
+        usage, bound = flow.usage, flow.bound
         moving = intervals.later(task.delay)
-        for since, until, links in skipped:
-            if links.intersection(link for link, _units in usage) and moving.meets(since, until):
-                raise NotQuiet(f"a deferred {stream} task overlaps a fast-forwarded span on its links")
-        if moving.lo < network.pieces_since:
-            raise NotQuiet(f"a deferred {stream} task moves before the event run's flows were recorded")
+        for skip in deferral.skipped:
+            if skip.links.intersection(link for link, _units in usage) and moving.meets(skip.since, skip.until):
+                raise DeferredFlowContended(f"a deferred {stream} task overlaps a fast-forwarded span on its links")
+        if moving.lo < network.recorded_since:
+            raise DeferredFlowContended(f"a deferred {stream} task moves before the event run's flows were recorded")
         for phase, seconds in moving.per_window(windows, least):
             accounts.add_moved(stream, phase, bound * seconds)
             for link, units in usage:
@@ -107,12 +133,13 @@ def settle(run: Run, skipped: list[tuple[float, float, frozenset[str]]], now: fl
              for link, flows in flows_on.items()}
     ran: dict[str, list[tuple[float, float, float]]] = {}
     """Per link: the event run's flows on it while deferred ones are (from, to, load)."""
-    for since, until, usage, bound, stream in network.pieces or ():
-        for link, units in usage:
+    for span in network.recorded or ():
+        since, until = span.since, span.until
+        for link, units in span.usage:
             if link in reach and since < reach[link][1] and until > max(since, reach[link][0]):
-                ran.setdefault(link, []).append((since, until, bound * units))
+                ran.setdefault(link, []).append((since, until, span.bound * units))
                 on_link = peaks[link]
-                on_link[stream] = max(on_link.get(stream, 0.0), bound * units)
+                on_link[span.stream] = max(on_link.get(span.stream, 0.0), span.bound * units)
     for link, flows in flows_on.items():
         capacity = network.capacity[link]
         if sum(peaks[link].values(), 0.0) > capacity * (1 + _OVERLOAD):  # a stream runs one flow at a time
@@ -121,10 +148,10 @@ def settle(run: Run, skipped: list[tuple[float, float, frozenset[str]]], now: fl
                                      least):
             network.busy[link] += seconds
             accounts.add_busy(link, phase, seconds)
-    run.settled = len(graph.tasks)
-    run.images = {}
+    deferral.credited = len(graph.tasks)
+    deferral.timed_copies = {}
     if now is not None:
-        network.pieces, network.pieces_since = None, math.inf
+        network.recorded, network.recorded_since = None, math.inf
 
 
 _Group = tuple[list[tuple[float, float]], list[Spans], list[float], int]
@@ -164,7 +191,7 @@ def _alone(on: Intervals, events: list[tuple[float, float, float]], windows: lis
 
 def _check_load(link: str, flows: list[tuple[Intervals, float]], events: list[tuple[float, float, float]],
                 capacity: float) -> None:
-    """``NotQuiet`` if at some moment the deferred ``flows`` on ``link`` (intervals and loads,
+    """``DeferredFlowContended`` if at some moment the deferred ``flows`` on ``link`` (intervals and loads,
     at their own bounds) and the event run's flows then (from, to, load) could take more than
     its ``capacity`` (units/s)."""
     import numpy as np  # here, not at import: a run that defers nothing (most) needs none
@@ -181,7 +208,7 @@ def _check_load(link: str, flows: list[tuple[Intervals, float]], events: list[tu
     settled: np.ndarray = np.append(times[1:] != times[:-1], True)  # the last change at each moment
     over = settled & (on > 0) & (load > capacity * (1 + _OVERLOAD))
     if over.any():
-        raise NotQuiet(f"link {link!r} could saturate under a deferred flow at {times[over][0]:.6g} s")
+        raise DeferredFlowContended(f"link {link!r} could saturate under a deferred flow at {times[over][0]:.6g} s")
 
 
 def _edges(before: int, count: int, after: int) -> np.ndarray:

@@ -9,8 +9,8 @@ direction each value after period k is ``v* + g r^k`` and each running total (th
 seconds, bytes moved) ``a + b k + g r^k``, for one ratio ``r`` shared by all. Four consecutive
 states show it (every value's successive differences shrink by ``r``, twice); ``advanced``
 then gives each value and total ``n`` periods on, which is what simulating those periods
-gives. ``Session`` checks the result on the period it simulates after (``Unsettled`` if it
-disagrees). Times are s, sizes bytes.
+gives. ``FastForwardSession`` checks the result on the period it simulates after
+(``GeometricSkipMissed`` if it disagrees). Times are s, sizes bytes.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ NOISE = 1e-13
 million times it show no trend."""
 
 
-class Unsettled(Exception):
+class GeometricSkipMissed(Exception):
     """A loop skipped over a geometric transient did not land where the closed form said: its
     periods were not all alike (the caller simulates the run again without such skips)."""
 

@@ -1,0 +1,89 @@
+"""Time shift: every time-valued piece of a run's state a fast-forward moves, in one place.
+
+Skipping periods moves the run ``seconds`` later: the clock and every event queued, each
+active flow's time of its last rate change, finish and start of its recorded stretch, the
+network's armed timers and busy links' starts, the accounts' busy stretches' starts, the
+phase's start and the start of the stretch without compute, and the start and end of each
+task of the loop (deferred ones already credited included). A new time-valued attribute of
+the engine's state joins ``shift_run`` (and, if a settling transient can move it otherwise,
+``retime``). Times are s, sizes bytes.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from tiersim.engine.accounts import Accounts
+from tiersim.engine.flows import FlowNetwork
+from tiersim.engine.runner import Run
+from tiersim.fastforward.state import BoundaryState, Delaying, Flowing
+
+
+def shift_run(run: Run, seconds: float, first: int, credited: int) -> None:
+    """Move the run ``seconds`` later: the clock and its queue, the network, the accounts and
+    the times of the tasks from position ``first`` on (of deferred ones, those before
+    ``credited``: those after have not been timed apart from their inputs)."""
+    env = run.env
+    env._now += seconds
+    env._queue[:] = [(at + seconds, priority, eid, event) for at, priority, eid, event in env._queue]
+    _shift_network(run.network, seconds)
+    _shift_accounts(run.accounts, seconds)
+    start, end = run.start, run.end
+    for p in range(first, len(start)):
+        if start[p] >= 0:
+            start[p] += seconds
+        if end[p] >= 0:
+            end[p] += seconds
+    for p in range(first, credited):  # credited deferred tasks move with their iterations
+        if p in run.deferred_end:
+            run.deferred_start[p] += seconds
+            run.deferred_end[p] += seconds
+
+
+def _shift_network(network: FlowNetwork, seconds: float) -> None:
+    for flow in network.flows:
+        flow.last += seconds
+        flow.finish_at += seconds
+        flow.began += seconds
+    network.armed = [due + seconds for due in network.armed]  # still a heap
+    for link in network.busy_since:
+        network.busy_since[link] += seconds
+
+
+def _shift_accounts(accounts: Accounts, seconds: float) -> None:
+    for resource in accounts.since:
+        accounts.since[resource] += seconds
+    accounts.phase_since += seconds
+    accounts.idle_since += seconds
+
+
+def retime(run: Run, target: BoundaryState) -> None:
+    """Give the pending tasks and the network's timers the times and bytes of ``target`` (a
+    state of this run's pending tasks, now): each delay's end, each flow's bytes left and
+    finish, each timer."""
+    env, network = run.env, run.network
+    now = env._now
+    flows = {flow.key: flow for flow in network.flows}
+    ends: dict[int, float] = {}
+    for p, what in zip(run.pending, target.doing):
+        if isinstance(what, Delaying):
+            ends[p] = now + what.left
+            run.start[p] = ends[p] - run.delay[p]
+        elif isinstance(what, Flowing):
+            flow = flows[p]
+            flow.remaining, flow.last, flow.finish_at = what.left, now, now + what.to_finish
+            run.start[p] = now - what.since_start
+            flow.attributed = flow.size - what.left  # the bytes before now count in the skipped periods
+    timers = [now + seconds for seconds in target.timers]  # in order
+    queue = env._queue
+    armed = sorted((entry for entry in queue if entry[3].value is None), key=_time)  # the timers, in order
+    order = {id(entry[3]): k for k, entry in enumerate(armed)}
+    queue[:] = [(timers[order[id(event)]] if event.value is None else ends[event.value], priority, eid, event)
+                for _at, priority, eid, event in queue]
+    heapq.heapify(queue)
+    network.armed = list(timers)
+
+
+def _time(entry: tuple[float, int, int, object]) -> float:
+    """An event queue entry's time (s)."""
+    return entry[0]

@@ -1,0 +1,143 @@
+"""The step builder: lays out one iteration's tasks for one representative rank, through the
+engine's schedule interface (``tiersim.engine.schedule``)."""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Hashable, Iterator, Sequence
+
+from tiersim.config.hardware import Hardware
+from tiersim.config.profiles import GPUProfile
+from tiersim.engine.graph import Task, TaskGraph, Usage
+from tiersim.engine.schedule import Session
+from tiersim.layer_kernels import PassKernels
+from tiersim.strategies.gpu_kernels import pass_seconds
+from tiersim.workload import TrainingStep
+
+
+class TaskKind:
+    """What the tasks of one kind in a schedule share, worked out once: stream, phase,
+    category, delay (s), link usage, rate cap (bytes/s) and the bytes one unit of work moves
+    (a task of ``amount`` units moves ``amount * unit_bytes`` bytes)."""
+
+    __slots__ = ("category", "delay", "phase", "rate_cap", "stream", "unit_bytes", "usage")
+
+    def __init__(self, stream: str, phase: str, category: str, delay: float, usage: Usage,
+                 rate_cap: float = math.inf, unit_bytes: float = 1.0) -> None:
+        self.stream = stream
+        self.phase = phase
+        self.category = category
+        self.delay = delay
+        self.usage = usage
+        self.rate_cap = rate_cap
+        self.unit_bytes = unit_bytes
+
+    def task(self, name: str, amount: float, deps: tuple[str, ...]) -> Task:
+        """A task of this kind over ``amount`` units (bytes, or elements for Adam); its fields
+        are passed by position (keywords cost twice as much, and a 70B step makes 1,100)."""
+        return Task(name, self.stream, self.phase, self.category, self.delay, amount * self.unit_bytes,
+                    self.usage, self.rate_cap, deps)
+
+
+def first_apart(keys: Sequence[Hashable]) -> tuple[Hashable, ...]:
+    """A loop's keys with its first iteration alike no other (it builds otherwise: it waits for
+    a task before the loop instead of the iteration before)."""
+    return tuple((i == 0, key) for i, key in enumerate(keys))
+
+
+def rank_link_capacity(hw: Hardware, name: str) -> float:
+    """Capacity of one of a rank's links: bytes/s, or device-seconds per second for cxl and nvme
+    (a schedule's graph asks on the link's first use)."""
+    if name == "fabric":
+        return hw.fabric_bandwidth
+    if name == "hbm":
+        return hw.rank_gpu.hbm_bandwidth * hw.rank_gpu.memory_efficiency
+    if name in ("pcie_h2d", "pcie_d2h"):
+        return hw.pcie_bandwidth
+    if name == "dram":
+        return hw.dram_bandwidth_per_rank
+    if name == "cxl":
+        return hw.cxl_devices_per_rank
+    if name == "nvme":
+        return hw.nvme_drives_per_rank
+    raise KeyError(f"unknown link {name!r}")
+
+
+class StepBuilder:
+    """Lays out one iteration's tasks for one representative rank; strategies add to it."""
+
+    def __init__(self, step: TrainingStep, hw: Hardware, session: Session | None = None) -> None:
+        self.step = step
+        self.hw = hw
+        self.session = session or Session(functools.partial(rank_link_capacity, hw))
+        self.graph: TaskGraph = self.session.graph
+        self.kinds: dict[Hashable, TaskKind] = {}
+        """Task kinds made for this schedule, by what they were made from."""
+        self.pass_times: dict[int, tuple[PassKernels, float]] = {}
+        """Seconds of each layer pass object (the decoder layers share theirs), by ``id``, worked
+        out once per schedule (hashing a pass's GEMMs on every task would cost more)."""
+        self.background: set[str] = set()
+        """Streams whose backward work may run on into the optimizer step (the step does not
+        wait for them to begin; the strategy waits where it needs them)."""
+
+    def add(self, task: Task) -> str:
+        """Add a task and return its name (the graph declares the rank's links on first use)."""
+        return self.graph.add(task)
+
+    def loop(self, keys: Sequence[Hashable]) -> Iterator[int]:
+        """The indices of a loop, one per key; equal keys mark alike iterations (``Session.loop``)."""
+        return self.session.loop(keys)
+
+    def tails(self) -> tuple[str, ...]:
+        """The last task of every stream but the ``background`` ones: what the host thread
+        waits for when it synchronizes the device."""
+        return tuple(name for stream, name in self.graph.stream_tails().items() if stream not in self.background)
+
+    @property
+    def gpu(self) -> GPUProfile:
+        """The rank's GPU (every schedule but a host-only optimizer step has one)."""
+        return self.hw.rank_gpu
+
+    @property
+    def dp(self) -> int:
+        """Data-parallel degree (ranks)."""
+        return self.step.training.data_parallel
+
+    def pass_seconds(self, work: PassKernels) -> float:
+        """Seconds of one layer pass on the rank's GPU (``tiersim.strategies.gpu_kernels``)."""
+        known = self.pass_times.get(id(work))
+        if known is None:
+            known = self.pass_times[id(work)] = (work, pass_seconds(work, self.gpu, self.step.training.zero_stage))
+        return known[1]
+
+    def marker(self, name: str, phase: str, deps: tuple[str, ...] = ()) -> str:
+        """A zero-length task on the GPU stream marking where a phase begins."""
+        # fields by position: compiled, a keyword argument makes the call go through Python
+        return self.add(Task(name, "gpu", phase, "marker", 0.0, 0.0, (), math.inf, deps))
+
+    def compute(self, name: str, phase: str, work: PassKernels, deps: tuple[str, ...]) -> str:
+        """A layer pass's kernels on the compute stream."""
+        return self.add(Task(name, "gpu", phase, "compute", self.pass_seconds(work), 0.0, (), math.inf, deps))
+
+    def collective(self, name: str, stream: str, phase: str, num_bytes: float, deps: tuple[str, ...]) -> str | None:
+        """A ring collective (all-gather or reduce-scatter) of ``num_bytes``: after the fabric's
+        per-call latency it moves ``num_bytes * (dp-1)/dp`` per rank over the GPU fabric and,
+        where the fabric runs through the host bridges, also over the GPU's PCIe link in both
+        directions (None if dp=1)."""
+        if self.dp == 1:
+            return None
+        kind = self.kinds.get(("collective", stream, phase))
+        if kind is None:
+            kind = self.kinds[("collective", stream, phase)] = TaskKind(
+                stream, phase, stream, self.hw.fabric_latency, self.collective_usage())
+        return self.add(kind.task(name, num_bytes * (self.dp - 1) / self.dp, deps))
+
+    def collective_usage(self) -> Usage:
+        """The links a collective's bytes cross: the GPU fabric and, where it runs through the
+        host bridges, the GPU's PCIe link both ways."""
+        fabric = self.hw.fabric
+        usage: Usage = (("fabric", 1.0),)
+        if fabric is not None and fabric.via_host_link:
+            usage = (*usage, ("pcie_d2h", 1.0), ("pcie_h2d", 1.0))
+        return usage

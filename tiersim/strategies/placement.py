@@ -1,0 +1,120 @@
+"""Where a strategy puts tensors: bytes per tier, and why a run does not fit."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from tiersim.config.hardware import TIERS
+from tiersim.config.profiles import GPUProfile
+from tiersim.frozen import by_fields
+from tiersim.strategies import footprint
+from tiersim.workload import TrainingStep
+
+
+@dataclass
+class Placement:
+    """Bytes of each named tensor group on each tier (hbm per GPU; host tiers whole node): the
+    bytes its tensors take (allocated) and the bytes the process holds for them (reserved:
+    allocator rounding and caching, retained temporaries, runtime; see ``footprint``)."""
+
+    items: list[tuple[str, str, int, int]] = field(default_factory=list)
+
+    def put(self, tier: str, what: str, allocated: int, reserved: int | None = None) -> None:
+        """Place ``what`` on ``tier``: ``allocated`` bytes, holding ``reserved`` (default the same)."""
+        held = allocated if reserved is None else reserved
+        if allocated or held:
+            self.items.append((tier, what, int(allocated), int(held)))
+
+    def totals(self) -> dict[str, int]:
+        """Peak allocated bytes per tier (every tier listed, 0 when unused)."""
+        sums = {tier: 0 for tier in TIERS}
+        for tier, _what, allocated, _reserved in self.items:
+            sums[tier] += allocated
+        return sums
+
+    def reserved(self) -> dict[str, int]:
+        """Bytes held per tier (every tier listed): what decides whether a run fits."""
+        sums = {tier: 0 for tier in TIERS}
+        for tier, _what, _allocated, held in self.items:
+            sums[tier] += held
+        return sums
+
+
+@dataclass(frozen=True)
+class Misfit:
+    """A tier short of capacity: the bytes a run holds on it against the bytes it has (per GPU
+    for hbm, on the node for the host tiers)."""
+
+    tier: str
+    need_bytes: int
+    have_bytes: int
+
+    def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
+        return by_fields(self)
+
+    @property
+    def scope(self) -> str:
+        """What the bytes count: "per GPU" (hbm) or "on the node" (host tiers)."""
+        return "per GPU" if self.tier == "hbm" else "on the node"
+
+    def __str__(self) -> str:
+        return (f"{self.tier} needs {self.need_bytes / 1e9:.1f} GB {self.scope} "
+                f"but has {self.have_bytes / 1e9:.1f} GB")
+
+
+@dataclass(frozen=True)
+class MissingDevice:
+    """A device a strategy needs that the hardware lacks: its tier (``cxl``, ``nvme``) and
+    what it is called in words ("CXL devices")."""
+
+    tier: str
+    what: str
+
+    def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
+        return by_fields(self)
+
+    def __str__(self) -> str:
+        return f"no {self.what} in hardware.{self.tier}"
+
+
+Unfit = Misfit | MissingDevice
+"""Why a run does not fit: a tier short of bytes or a missing device."""
+
+
+def place_gpu_common(step: TrainingStep, placement: Placement, gpu: GPUProfile, grads_on_gpu: bool,
+                     gradient_conversion: int) -> None:
+    """What every strategy keeps in HBM (per GPU): the 16-bit parameter partition (and gradients),
+    ZeRO-3's contiguous reduce bucket, and at the backward peak the gathered layers, activations,
+    the largest tensor's gradient before it moves into the bucket and ``gradient_conversion``
+    bytes of fp32 gradient partitions on their way off the GPU. The caching allocator reserves
+    ``ALLOCATOR_RESERVE`` per transient byte; the CUDA context and libraries add
+    ``gpu.reserved_memory`` beside it."""
+    placement.put("hbm", "bf16 parameters (partition)", step.lp_param_bytes_on_gpu())
+    if grads_on_gpu:
+        placement.put("hbm", "bf16 gradients (partition)", step.lp_grad_bytes_on_gpu())
+    placement.put("hbm", "reduce bucket", step.training.reduce_bucket_size * step.lp_bytes)
+    transient = {
+        "activations": step.activation_peak_bytes,
+        "gradient of the largest tensor": step.largest_tensor * step.lp_bytes,
+        "fp32 gradient partitions (on their way to the host)": gradient_conversion,
+    }
+    if step.training.zero_stage >= 3 and step.training.data_parallel > 1:
+        largest = step.largest_layer
+        transient["gathered layers (current + prefetch)"] = 2 * largest * step.lp_bytes
+    for what, num_bytes in transient.items():
+        placement.put("hbm", what, num_bytes)
+    reserve = round(footprint.ALLOCATOR_RESERVE * sum(transient.values())) - sum(transient.values())
+    placement.put("hbm", "caching-allocator reserve (freed blocks kept)", 0, reserve)
+    placement.put("hbm", "CUDA context and libraries", 0, gpu.reserved_memory)
+
+
+def place_host_runtime(step: TrainingStep, placement: Placement) -> None:
+    """Each rank's process's own host memory (runtime, not tensors), in DRAM."""
+    placement.put("dram", "process runtime (per rank)", 0, footprint.PROCESS_HOST_BYTES * step.training.data_parallel)
+
+
+def largest_partition(step: TrainingStep) -> int:
+    """Elements of the largest tensor partition one rank owns (ZeRO-3 partitions each tensor)."""
+    return math.ceil(step.largest_tensor / step.training.data_parallel)  # ceil is monotone
