@@ -86,7 +86,7 @@ def test_a_deferred_flow_on_a_link_that_could_saturate_is_run_again_without_defe
     fast_session = FastForwardSession(CAPACITY.__getitem__)
     schedule(fast_session)
     fast_session.run.extend()
-    fast_session.run.env.run()
+    fast_session.run.clock.run()
     with pytest.raises(DeferredFlowContended):
         credit_deferred(fast_session.run, fast_session.deferral)
     fast, full = _both(schedule)

@@ -96,3 +96,13 @@ def test_the_engine_and_the_strategies_do_not_import_the_fast_forward() -> None:
     model = [n for n in MODULES if n.startswith(("tiersim.engine", "tiersim.strategies"))]
     offenders = {n: sorted(t for t in _edges(n, False) if t.startswith("tiersim.fastforward")) for n in model}
     assert {n: t for n, t in offenders.items() if t} == {}
+
+
+def test_only_the_clock_touches_simpy() -> None:
+    """SimPy is the engine's clock and queue, wrapped in one module (``tiersim.engine.clock``)."""
+    users = set()
+    for name, path in MODULES.items():
+        for module, _names in _imports(ast.parse(path.read_text(encoding="utf-8")), False):
+            if module == "simpy" or module.startswith("simpy."):
+                users.add(name)
+    assert users == {"tiersim.engine.clock"}

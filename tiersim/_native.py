@@ -28,6 +28,7 @@ from typing import Any
 
 COMPILED = (
     "tiersim.engine.accounts",
+    "tiersim.engine.clock",
     "tiersim.engine.flows",
     "tiersim.engine.graph",
     "tiersim.engine.runner",

@@ -1,5 +1,9 @@
-"""The simulation engine: task graphs of delays and flows on SimPy's event queue.
+"""The simulation engine: task graphs of delays and flows on one clock and event queue.
 
+The physics: tasks on ordered ``streams`` (``graph``), flows over shared links with max-min
+sharing (``flows``), time integrals of what ran (``accounts``), the event loop that runs a graph
+(``runner``) on SimPy's queue, which only ``clock`` touches, and the interface a schedule is
+built through (``schedule``); ``links`` gives process-style SimPy models the same links.
 Tasks are not SimPy processes: a task's delay is a timeout whose callback starts its flow, the
 flow network's timer calls back when the flow ends, and that callback starts whatever the end
 made ready, so a run costs a few events per task and no generator frames.

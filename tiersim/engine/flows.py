@@ -17,10 +17,8 @@ import heapq
 import math
 from collections.abc import Callable
 
-import simpy
-from simpy.events import Timeout
-
 from tiersim.engine.accounts import Accounts
+from tiersim.engine.clock import Clock, Event
 from tiersim.engine.graph import Usage
 from tiersim.errors import ModelError
 
@@ -163,7 +161,7 @@ def _at_cap(flow: Flow) -> bool:
 
 
 class FlowNetwork:
-    """The set of links and the flows on them, inside one SimPy environment; ``done(keys, now)``
+    """The set of links and the flows on them, on one ``Clock``; ``done(keys, now)``
     is called with the keys of the flows that have moved their last byte, at the time they did.
 
     Re-allocation is skipped where it provably changes nothing: a new flow whose own bound
@@ -180,12 +178,12 @@ class FlowNetwork:
 
     def __init__(
         self,
-        env: simpy.Environment,
+        clock: Clock,
         capacity: dict[str, float],
         done: Callable[[list[int], float], None],
         accounts: Accounts | None = None,
     ) -> None:
-        self.env = env
+        self.clock = clock
         self.shortcuts = SHORTCUTS
         self.accounts = accounts
         self.capacity = capacity
@@ -221,7 +219,7 @@ class FlowNetwork:
     ) -> Flow:
         """Start a flow of ``size`` bytes now for ``stream``; ``bound`` (``own_bound`` of it)
         may be passed precomputed."""
-        now = self.env._now  # SimPy's clock, read without its property (hot path)
+        now = self.clock.now()
         rate = own_bound(usage, cap, self.capacity) if bound is None else bound
         flow = Flow(size, usage, cap, key, rate, now, stream)
         shared = False
@@ -253,7 +251,7 @@ class FlowNetwork:
         if not armed or armed[0] > due * _ARM_SLACK:  # _arm_at, inlined: every start comes here
             heapq.heappush(armed, due)
             self.timers += 1
-            Timeout(self.env, due - now).callbacks.append(self._on_timer)
+            self.clock.call_after(due - now, self._on_timer)
         return flow
 
     def close(self) -> None:
@@ -320,35 +318,28 @@ class FlowNetwork:
             return
         heapq.heappush(armed, due)
         self.timers += 1
-        Timeout(self.env, max(due - now, 0.0)).callbacks.append(self._on_timer)
+        self.clock.call_after(max(due - now, 0.0), self._on_timer)
 
     def _withdraw_stale(self) -> None:
         """Take the earliest pending timers out of the event queue while no active flow would be
         due at them (``_on_timer``'s test): a re-allocation slowed the flows they were armed for,
         and they would fire for nothing. The earliest of the network's timers in the event queue
         is the earliest armed one."""
-        armed, flows, queue, on_timer = self.armed, self.flows, self.env._queue, self._on_timer
+        armed, flows = self.armed, self.flows
         while armed:
             at = armed[0]
             for flow in flows:
                 if _due(flow, at):
                     return
             heapq.heappop(armed)
-            timer = -1
-            for k, entry in enumerate(queue):
-                if (timer < 0 or entry[0] < queue[timer][0]) and on_timer in entry[3].callbacks:
-                    timer = k
-            if timer < 0:
+            if not self.clock.withdraw_first(self._on_timer):
                 raise ModelError("an armed timer is missing from the event queue")
-            queue[timer] = queue[-1]
-            queue.pop()
-            heapq.heapify(queue)
             self.timers -= 1
 
-    def _on_timer(self, _event: simpy.Event) -> None:
+    def _on_timer(self, _event: Event) -> None:
         """The flows due now are done, whatever float residue ``now``'s spacing left them;
         the flows they shared a saturated link with get their rates re-allocated."""
-        now = self.env._now  # SimPy's clock, read without its property (hot path)
+        now = self.clock.now()
         heapq.heappop(self.armed)
         flows = self.flows
         due: list[Flow] = []

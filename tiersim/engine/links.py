@@ -12,8 +12,7 @@ import itertools
 import math
 from collections.abc import Mapping
 
-import simpy
-
+from tiersim.engine.clock import Clock, Environment, Event
 from tiersim.engine.flows import FlowNetwork
 from tiersim.engine.graph import Link
 from tiersim.errors import ModelError
@@ -23,16 +22,16 @@ class SharedLinks:
     """Links of ``capacity`` units/s (name -> capacity) inside ``env``, shared max-min fairly
     by the transfers in flight on them."""
 
-    def __init__(self, env: simpy.Environment, capacity: Mapping[str, float]) -> None:
+    def __init__(self, env: Environment, capacity: Mapping[str, float]) -> None:
         for name, value in capacity.items():
             Link(name, value)  # positive and finite, or a ModelError naming the link
-        self.env = env
-        self.network = FlowNetwork(env, dict(capacity), self._done)
-        self._pending: dict[int, simpy.Event] = {}
+        self.clock = Clock(env)
+        self.network = FlowNetwork(self.clock, dict(capacity), self._done)
+        self._pending: dict[int, Event] = {}
         self._keys = itertools.count()
 
     def transfer(self, size: float, usage: Mapping[str, float], cap: float = math.inf,
-                 latency: float = 0.0) -> simpy.Event:
+                 latency: float = 0.0) -> Event:
         """An event that succeeds, with the time (s) as its value, once ``size`` bytes have
         moved: after ``latency`` seconds the flow starts, each byte using ``usage[link]`` units
         of each link, at most ``cap`` bytes/s."""
@@ -48,18 +47,18 @@ class SharedLinks:
         used = tuple((link, units) for link, units in usage.items() if units > 0)
         if not used and cap == math.inf:
             raise ModelError("a transfer needs a link it uses or a finite rate cap")
-        done = self.env.event()
+        done = self.clock.event()
         key = next(self._keys)
 
-        def start(_event: simpy.Event | None = None) -> None:
+        def start(_event: Event | None = None) -> None:
             if size == 0:
-                done.succeed(self.env.now)
+                done.succeed(self.clock.now())
                 return
             self._pending[key] = done
             self.network.transfer(key, size, used, cap)
 
         if latency > 0:
-            self.env.timeout(latency).callbacks.append(start)
+            self.clock.call_after(latency, start)
         else:
             start()
         return done

@@ -10,10 +10,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, NamedTuple, cast
 
-import simpy
-from simpy.events import Timeout
-
 from tiersim.engine.accounts import Accounts
+from tiersim.engine.clock import Clock, Event
 from tiersim.engine.flows import FlowNetwork
 from tiersim.engine.graph import Task, TaskGraph
 from tiersim.errors import ConfigError, ModelError
@@ -79,12 +77,12 @@ def run_graph(graph: TaskGraph) -> EngineRun:
 
     Tasks advance by callbacks on SimPy events rather than one generator process each: a task
     starts as soon as its stream's previous task and all its dependencies are done (counted
-    down, not searched), waits its ``delay`` on an ``env.timeout`` and then moves its bytes on
+    down, not searched), waits its ``delay`` on the ``Clock`` and then moves its bytes on
     the ``FlowNetwork``.
     """
     run = Run(graph)
     run.extend()
-    run.env.run()
+    run.clock.run()
     return run.result()
 
 
@@ -93,14 +91,14 @@ class Run:
     the stream is free for it, ready, start and end times (-1 until then) and the order tasks
     finished in; the graph's own lists give the dependents, the next task on the stream and
     the flows. ``pending`` holds the tasks joined and not finished. Once the network is closed
-    nothing of a finished run is left in a reference cycle but SimPy's environment (so it is
+    nothing of a finished run is left in a reference cycle but its clock's SimPy environment (so it is
     freed at once, without the cyclic garbage collector)."""
 
     def __init__(self, graph: TaskGraph) -> None:
-        self.env = simpy.Environment()
+        self.clock = Clock()
         self.graph = graph
         self.accounts = Accounts()
-        self.network = FlowNetwork(self.env, {}, self.flows_done, self.accounts)
+        self.network = FlowNetwork(self.clock, {}, self.flows_done, self.accounts)
         self.tasks = graph.tasks
         self.dependents = graph.dependents
         self.successor = graph.stream_next
@@ -134,7 +132,7 @@ class Run:
         for name, link in graph.links.items():
             if name not in network.capacity:
                 network.add_link(name, link.capacity)
-        now = self.env._now  # SimPy's clock, read without its property (hot path)
+        now = self.clock.now()
         first = len(self.unmet)
         deferred = self.deferred
         for p in range(first, len(graph.tasks)):
@@ -207,17 +205,17 @@ class Run:
             flow = flows[i]
             if delay > 0:
                 self.timeouts += 1
-                Timeout(self.env, delay, i).callbacks.append(self.after_delay)
+                self.clock.call_after(delay, self.after_delay, i)
             elif flow is None:
                 self.finish(i, now)
             else:
                 self.network.transfer(i, flow.size, flow.usage, flow.rate_cap, flow.bound, flow.stream)
 
-    def after_delay(self, event: simpy.Event) -> None:
+    def after_delay(self, event: Event) -> None:
         i = cast(int, event.value)  # the task's position, given as the timeout's value
         flow = self.flow[i]
         if flow is None:
-            now = self.env._now  # SimPy's clock, read without its property (hot path)
+            now = self.clock.now()
             self.finish(i, now)
             if self.startable:
                 self.drain(now)
@@ -349,17 +347,17 @@ class Run:
         if p in self.proxied:
             return
         self.proxied.add(p)
-        now = self.env._now  # SimPy's clock, read without its property (hot path)
+        now = self.clock.now()
         ends = self.deferred_end[p]
         if ends < now * (1 - 1e-12):
             raise LateTask(self.tasks[p].name)
         self.timeouts += 1
         self.proxies_pending += 1
-        Timeout(self.env, max(ends - now, 0.0), p).callbacks.append(self._proxy_done)
+        self.clock.call_after(max(ends - now, 0.0), self._proxy_done, p)
 
-    def _proxy_done(self, event: simpy.Event) -> None:
+    def _proxy_done(self, event: Event) -> None:
         p = cast(int, event.value)
-        now = self.env._now  # SimPy's clock, read without its property (hot path)
+        now = self.clock.now()
         self.proxies_pending -= 1
         self.end[p] = self.deferred_end[p] = now  # the timeout's own time (a float step off at most)
         unmet, deferred = self.unmet, self.deferred

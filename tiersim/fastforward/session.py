@@ -107,7 +107,7 @@ class FastForwardSession(Session):
             if streams and network.recorded is None:
                 # what the event run's flows do on a deferred flow's links (``credit_deferred``)
                 network.recorded = []
-                network.recorded_since = self.run.env.now
+                network.recorded_since = self.run.clock.now()
 
     def loop(self, keys: Sequence[Hashable], self_contained: bool = False) -> Iterator[int]:
         return self._repeat(runs_of(tuple(keys)), self_contained)
@@ -213,8 +213,9 @@ class FastForwardSession(Session):
             if not last.alike(state):
                 return None
         delays = sum(1 for what in last.doing if isinstance(what, Delaying))
-        timers = sum(1 for entry in run.env._queue if entry[3].value is None)
-        if delays + timers != len(run.env._queue) or timers != len(run.network.armed):
+        queued = run.clock.queued()
+        timers = sum(1 for _at, value in queued if value is None)
+        if delays + timers != len(queued) or timers != len(run.network.armed):
             return None
         rows = [state.values() for state in states]
         series = [[row[j] for row in rows] for j in range(len(rows[0]))]
@@ -248,7 +249,7 @@ class FastForwardSession(Session):
         deferred."""
         run = self.run
         run.extend()
-        run.env.run()
+        run.clock.run()
         credit_deferred(run, self.deferral)
         result = run.result()
         # a run that skipped or deferred tasks has no record of each one in order
@@ -263,18 +264,16 @@ class FastForwardSession(Session):
         first = loop.first[-1]
         if first >= len(self.graph.tasks):
             return None
-        env, start = run.env, run.start
-        queue = env._queue
-        step = env.step
-        while start[first] < 0 and queue:
-            step()
+        clock, start = run.clock, run.start
+        while start[first] < 0 and clock.pending():
+            clock.step()
         if start[first] < 0 or not with_state:
             return None
         if run.proxies_pending:
             return None  # timeouts a state does not describe
         oldest = next(iter(run.pending), -1)  # a task from before the loop is named by position
         head = oldest if oldest < loop.first[0] else oldest - loop.first[-1]
-        now = env.now
+        now = clock.now()
         signature = (len(run.pending), head, len(run.network.armed), run.accounts.phase)
         timers = sorted(due - now for due in run.network.armed)
         alike = signature == loop.signature and close(timers, loop.timers, TIME_TOL * max(1.0, now))
@@ -296,7 +295,7 @@ class FastForwardSession(Session):
         run.extend()
         if run.proxies_pending or len(run.pending) > SPECULATIVE_PENDING:
             return None
-        now = run.env.now
+        now = run.clock.now()
         loop.signature, loop.timers = None, sorted(due - now for due in run.network.armed)
         loop.state_cost += len(run.pending)
         state = self._state(loop)
@@ -306,7 +305,7 @@ class FastForwardSession(Session):
     def _state(self, loop: LoopProgress) -> BoundaryState:
         run = self.run
         network, accounts = run.network, run.accounts
-        now = run.env.now
+        now = run.clock.now()
         accounts.flush(now, network.flows)
         network.flush_busy(now)
         if not self.graph.deferring:  # deferred tasks that have ended count in the totals

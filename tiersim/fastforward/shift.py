@@ -1,6 +1,6 @@
 """Time shift: every time-valued piece of a run's state a fast-forward moves, in one place.
 
-Skipping periods moves the run ``seconds`` later: the clock and every event queued, each
+Skipping periods moves the run ``seconds`` later: the clock and every event queued (``Clock.shift``), each
 active flow's time of its last rate change, finish and start of its recorded stretch, the
 network's armed timers and busy links' starts, the accounts' busy stretches' starts, the
 phase's start and the start of the stretch without compute, and the start and end of each
@@ -11,7 +11,7 @@ the engine's state joins ``shift_run`` (and, if a settling transient can move it
 
 from __future__ import annotations
 
-import heapq
+from typing import cast
 
 from tiersim.engine.accounts import Accounts
 from tiersim.engine.flows import FlowNetwork
@@ -23,9 +23,7 @@ def shift_run(run: Run, seconds: float, first: int, credited: int) -> None:
     """Move the run ``seconds`` later: the clock and its queue, the network, the accounts and
     the times of the tasks from position ``first`` on (of deferred ones, those before
     ``credited``: those after have not been timed apart from their inputs)."""
-    env = run.env
-    env._now += seconds
-    env._queue[:] = [(at + seconds, priority, eid, event) for at, priority, eid, event in env._queue]
+    run.clock.shift(seconds)
     _shift_network(run.network, seconds)
     _shift_accounts(run.accounts, seconds)
     start, end = run.start, run.end
@@ -61,8 +59,8 @@ def retime(run: Run, target: BoundaryState) -> None:
     """Give the pending tasks and the network's timers the times and bytes of ``target`` (a
     state of this run's pending tasks, now): each delay's end, each flow's bytes left and
     finish, each timer."""
-    env, network = run.env, run.network
-    now = env._now
+    network = run.network
+    now = run.clock.now()
     flows = {flow.key: flow for flow in network.flows}
     ends: dict[int, float] = {}
     for p, what in zip(run.pending, target.doing):
@@ -75,15 +73,9 @@ def retime(run: Run, target: BoundaryState) -> None:
             run.start[p] = now - what.since_start
             flow.attributed = flow.size - what.left  # the bytes before now count in the skipped periods
     timers = [now + seconds for seconds in target.timers]  # in order
-    queue = env._queue
-    armed = sorted((entry for entry in queue if entry[3].value is None), key=_time)  # the timers, in order
-    order = {id(entry[3]): k for k, entry in enumerate(armed)}
-    queue[:] = [(timers[order[id(event)]] if event.value is None else ends[event.value], priority, eid, event)
-                for _at, priority, eid, event in queue]
-    heapq.heapify(queue)
+    queued = run.clock.queued()
+    order = sorted((k for k, (_at, value) in enumerate(queued) if value is None), key=lambda k: queued[k][0])
+    rank = {k: j for j, k in enumerate(order)}  # the timers (valueless events), in time order
+    run.clock.reschedule([timers[rank[k]] if value is None else ends[cast(int, value)]
+                          for k, (_at, value) in enumerate(queued)])
     network.armed = list(timers)
-
-
-def _time(entry: tuple[float, int, int, object]) -> float:
-    """An event queue entry's time (s)."""
-    return entry[0]
