@@ -72,26 +72,27 @@ class Strategy(ABC):
         """Add this strategy's optimizer state, gradients and buffers to ``placement``."""
 
     @abstractmethod
-    def offload_gradients(self, b: StepBuilder, micro: int, index: int, layer: LayerWork, ready: str) -> str | None:
+    def offload_gradients(self, builder: StepBuilder, micro: int, index: int, layer: LayerWork,
+                          ready: str) -> str | None:
         """Tasks moving one layer's reduced gradient partition off the GPU (after ``ready``).
         Returns the task the training loop's host thread waits for before it goes on with the
         backward (a blocking copy), or None when the offload runs in the background. They may
         wait for an earlier micro-step's tasks only through their streams (the micro-step loop
         is ``self_contained``: ``Session.loop``)."""
 
-    def background_streams(self, b: StepBuilder, micro: int) -> frozenset[str]:
+    def background_streams(self, builder: StepBuilder, micro: int) -> frozenset[str]:
         """Streams whose copies run in the background of the backward of ``micro``
         (``hints``: ``boundary_copies`` at the accumulation boundary, ``accumulation_copies``
         before it)."""
         hints = self.hints
-        return hints.boundary_copies if micro == b.step.micro_steps - 1 else hints.accumulation_copies
+        return hints.boundary_copies if micro == builder.step.micro_steps - 1 else hints.accumulation_copies
 
-    def backward_keys(self, b: StepBuilder, micro: int) -> tuple[Hashable, ...]:
+    def backward_keys(self, builder: StepBuilder, micro: int) -> tuple[Hashable, ...]:
         """For each layer in backward order, what makes its backward's tasks differ from another
         layer's (``Session.loop``): by default its shape."""
-        return b.step.layer_shapes[::-1]
+        return builder.step.layer_shapes[::-1]
 
-    def accumulation_links(self, b: StepBuilder) -> frozenset[str] | None:
+    def accumulation_links(self, builder: StepBuilder) -> frozenset[str] | None:
         """The links ``offload_gradients`` uses in a micro-step before the boundary, if there
         it adds nothing but ``gradients_to_host``'s copies (or nothing at all), so that the first
         micro-step's offload differs from an accumulating one's at most in the order of each
@@ -100,7 +101,7 @@ class Strategy(ABC):
         return None
 
     @abstractmethod
-    def optimizer_step(self, b: StepBuilder, begin: str) -> None:
+    def optimizer_step(self, builder: StepBuilder, begin: str) -> None:
         """Tasks of the optimizer step over all sub-groups, starting after ``begin``."""
 
     def check(self, hw: Hardware) -> MissingDevice | None:

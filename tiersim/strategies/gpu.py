@@ -25,11 +25,11 @@ class GPUResident(Strategy):
         placement.put("hbm", "fp32 params + Adam m, v", step.optimizer_state_bytes())
         placement.put("hbm", "fp32 gradients", step.fp32_grad_bytes())
 
-    def offload_gradients(self, b: StepBuilder, micro: int, index: int, layer: LayerWork, ready: str) -> None:
+    def offload_gradients(self, builder: StepBuilder, micro: int, index: int, layer: LayerWork, ready: str) -> None:
         """Gradients stay in HBM: nothing to move, nothing blocks."""
         return
 
-    def accumulation_links(self, b: StepBuilder) -> frozenset[str]:
+    def accumulation_links(self, builder: StepBuilder) -> frozenset[str]:
         return frozenset()  # every micro-step builds the same tasks
 
     def offload_task_count(self, shape: StepShape) -> int:
@@ -38,10 +38,10 @@ class GPUResident(Strategy):
     def step_task_count(self, shape: StepShape, hw: Hardware) -> int:
         return shape.subgroups
 
-    def optimizer_step(self, b: StepBuilder, begin: str) -> None:
-        per_element = ADAM_READ_BYTES + ADAM_WRITE_BYTES + b.step.lp_bytes
-        groups = b.step.subgroups
-        for i in b.loop(first_apart(b.step.subgroup_sizes)):
+    def optimizer_step(self, builder: StepBuilder, begin: str) -> None:
+        per_element = ADAM_READ_BYTES + ADAM_WRITE_BYTES + builder.step.lp_bytes
+        groups = builder.step.subgroups
+        for i in builder.loop(first_apart(builder.step.subgroup_sizes)):
             group = groups[i]
-            b.add(Task(f"step.{group.index}.adam", "gpu", "optimizer_step", "adam", 0.0, group.numel * per_element,
-                       (("hbm", 1.0),), math.inf, (begin,)))
+            builder.add(Task(f"step.{group.index}.adam", "gpu", "optimizer_step", "adam", 0.0,
+                             group.numel * per_element, (("hbm", 1.0),), math.inf, (begin,)))

@@ -13,7 +13,7 @@ PARTITION_STREAM = "partition_grads"
 (DeepSpeed v0.16.2 ``stage3.py``: ``reduce_and_partition_stream``, which also carries the
 reduce-scatter; tiersim keeps that on its own ``reduce_scatter`` stream)."""
 
-def gradients_to_host(b: StepBuilder, memory: HostMemory, micro: int, index: int, layer: LayerWork,
+def gradients_to_host(builder: StepBuilder, memory: HostMemory, micro: int, index: int, layer: LayerWork,
                       ready: str) -> str:
     """Keep one layer's reduced gradient partition in the pinned host buffer (DeepSpeed ZeRO-3
     ``partition_grads`` with an offloaded optimizer, in ``grad_accum_dtype``).
@@ -22,19 +22,20 @@ def gradients_to_host(b: StepBuilder, memory: HostMemory, micro: int, index: int
     later ones fetch the partial sum H2D, add on the GPU (negligible) and copy it back D2H.
     Both run on ``PARTITION_STREAM``, after the copies of the layer before. Returns the last
     copy."""
-    num_bytes = b.step.rank_partitions[index] * b.step.grad_accum_bytes
+    num_bytes = builder.step.rank_partitions[index] * builder.step.grad_accum_bytes
     prefix = f"m{micro}.bwd.{index}"
     first, second = ("d2h", "h2d") if micro == 0 else ("h2d", "d2h")
-    there = b.add(pcie_kind(b, first, "backward", memory, stream=PARTITION_STREAM).task(
+    there = builder.add(pcie_kind(builder, first, "backward", memory, stream=PARTITION_STREAM).task(
         f"{prefix}.grad_{first}", num_bytes, (ready,)))
-    return b.add(pcie_kind(b, second, "backward", memory, stream=PARTITION_STREAM).task(
+    return builder.add(pcie_kind(builder, second, "backward", memory, stream=PARTITION_STREAM).task(
         f"{prefix}.grad_{second}", num_bytes, (there,)))
 
 
-def gradient_copy_links(b: StepBuilder, memory: HostMemory) -> frozenset[str]:
+def gradient_copy_links(builder: StepBuilder, memory: HostMemory) -> frozenset[str]:
     """The links ``gradients_to_host``'s copies use."""
     return frozenset(link for direction in ("d2h", "h2d")
-                     for link, _units in pcie_kind(b, direction, "backward", memory, stream=PARTITION_STREAM).usage)
+                     for link, _units in pcie_kind(builder, direction, "backward", memory,
+                                                   stream=PARTITION_STREAM).usage)
 
 
 def gradient_offload_tasks(shape: StepShape) -> int:
@@ -42,26 +43,26 @@ def gradient_offload_tasks(shape: StepShape) -> int:
     return 2 * shape.layers * shape.micro_steps
 
 
-def fp32_gradients_d2h(b: StepBuilder, memory: HostMemory, index: int, layer: LayerWork, ready: str,
+def fp32_gradients_d2h(builder: StepBuilder, memory: HostMemory, index: int, layer: LayerWork, ready: str,
                        after: tuple[str, ...] = ()) -> str:
     """At the accumulation boundary: the partition converted to fp32 on the GPU and copied D2H
     into a pinned host buffer (the optimizer's gradient, or a swap buffer), on
     ``PARTITION_STREAM``, after ``ready`` and the tasks ``after``."""
-    num_bytes = b.step.rank_partitions[index] * FP32_BYTES
-    name = f"m{b.step.micro_steps - 1}.bwd.{index}.fp32_grad_d2h"
-    kind = pcie_kind(b, "d2h", "backward", memory, stream=PARTITION_STREAM)
-    return b.add(kind.task(name, num_bytes, (ready, *after)))
+    num_bytes = builder.step.rank_partitions[index] * FP32_BYTES
+    name = f"m{builder.step.micro_steps - 1}.bwd.{index}.fp32_grad_d2h"
+    kind = pcie_kind(builder, "d2h", "backward", memory, stream=PARTITION_STREAM)
+    return builder.add(kind.task(name, num_bytes, (ready, *after)))
 
 
-def params_to_gpu(b: StepBuilder, memory: HostMemory, group: SubGroup, after: str) -> str:
+def params_to_gpu(builder: StepBuilder, memory: HostMemory, group: SubGroup, after: str) -> str:
     """ZeRO-3 ``_reassign_or_swap_out_partitioned_parameters``: a sub-group's updated fp32
     params become the GPU's 16-bit partition by a blocking ``copy_``, which converts on the
     CPU into a fresh (pageable) tensor and copies that H2D at the pageable rate. Returns the
     copy (``after`` itself on a host-only machine: the CPU validation of the offload path)."""
-    if not b.hw.has_gpu:
+    if not builder.hw.has_gpu:
         return after
-    lp = b.step.lp_bytes
-    convert = host_copy_kind(b, "optimizer_step", "convert", memory, FP32_BYTES, lp, b.hw.rank_cores)
-    converted = b.add(convert.task(f"step.{group.index}.convert", group.numel, (after,)))
-    h2d = pcie_kind(b, "h2d", "optimizer_step", memory, b.hw.pageable_bandwidth)
-    return b.add(h2d.task(f"step.{group.index}.h2d", group.numel * lp, (converted,)))
+    lp = builder.step.lp_bytes
+    convert = host_copy_kind(builder, "optimizer_step", "convert", memory, FP32_BYTES, lp, builder.hw.rank_cores)
+    converted = builder.add(convert.task(f"step.{group.index}.convert", group.numel, (after,)))
+    h2d = pcie_kind(builder, "h2d", "optimizer_step", memory, builder.hw.pageable_bandwidth)
+    return builder.add(h2d.task(f"step.{group.index}.h2d", group.numel * lp, (converted,)))

@@ -101,20 +101,21 @@ class HostOffload(Strategy):
         (none before 0.15.4: ``converts_on_host``)."""
         return 0 if converts_on_host(step) else FP32_BYTES * largest_partition(step)
 
-    def offload_gradients(self, b: StepBuilder, micro: int, index: int, layer: LayerWork, ready: str) -> str | None:
-        memory = self.memory(b.hw)
-        kept = gradients_to_host(b, memory, micro, index, layer, ready)
-        if micro < b.step.micro_steps - 1:
+    def offload_gradients(self, builder: StepBuilder, micro: int, index: int, layer: LayerWork,
+                          ready: str) -> str | None:
+        memory = self.memory(builder.hw)
+        kept = gradients_to_host(builder, memory, micro, index, layer, ready)
+        if micro < builder.step.micro_steps - 1:
             return None
-        if converts_on_host(b.step):
-            return _converted_on_host(b, memory, index, kept)
-        staged = fp32_gradients_d2h(b, memory, index, layer, kept)
-        copy = host_copy_kind(b, "backward", "grad_copy", memory, FP32_BYTES, FP32_BYTES, GRADIENT_HOOK_THREADS)
-        return b.add(copy.task(f"m{micro}.bwd.{index}.grad_copy", b.step.rank_partitions[index],
+        if converts_on_host(builder.step):
+            return _converted_on_host(builder, memory, index, kept)
+        staged = fp32_gradients_d2h(builder, memory, index, layer, kept)
+        copy = host_copy_kind(builder, "backward", "grad_copy", memory, FP32_BYTES, FP32_BYTES, GRADIENT_HOOK_THREADS)
+        return builder.add(copy.task(f"m{micro}.bwd.{index}.grad_copy", builder.step.rank_partitions[index],
                                     (staged,)))
 
-    def accumulation_links(self, b: StepBuilder) -> frozenset[str]:
-        return gradient_copy_links(b, self.memory(b.hw))
+    def accumulation_links(self, builder: StepBuilder) -> frozenset[str]:
+        return gradient_copy_links(builder, self.memory(builder.hw))
 
     def offload_task_count(self, shape: StepShape) -> int:
         return gradient_offload_tasks(shape) + 2 * shape.layers  # the boundary's fp32 D2H and CPU copy
@@ -122,15 +123,15 @@ class HostOffload(Strategy):
     def step_task_count(self, shape: StepShape, hw: Hardware) -> int:
         return shape.subgroups * (3 if hw.has_gpu else 1)  # Adam, then the conversion and H2D
 
-    def optimizer_step(self, b: StepBuilder, begin: str) -> None:
-        memory = self.memory(b.hw)
-        adam = adam_kind(b, memory)
+    def optimizer_step(self, builder: StepBuilder, begin: str) -> None:
+        memory = self.memory(builder.hw)
+        adam = adam_kind(builder, memory)
         done = begin
-        groups = b.step.subgroups
-        for i in b.loop(first_apart(b.step.subgroup_sizes)):
+        groups = builder.step.subgroups
+        for i in builder.loop(first_apart(builder.step.subgroup_sizes)):
             group = groups[i]
-            updated = b.add(adam.task(f"step.{group.index}.adam", group.numel, (done,)))
-            done = params_to_gpu(b, memory, group, updated)
+            updated = builder.add(adam.task(f"step.{group.index}.adam", group.numel, (done,)))
+            done = params_to_gpu(builder, memory, group, updated)
 
 
 def converts_on_host(step: TrainingStep) -> bool:
@@ -154,16 +155,16 @@ def staging(step: TrainingStep, pin: Callable[[int], int]) -> tuple[str, int, in
     return "fp32 gradient staging", FP32_BYTES * largest, pin(FP32_BYTES * largest)
 
 
-def _converted_on_host(b: StepBuilder, memory: HostMemory, index: int, kept: str) -> str:
+def _converted_on_host(builder: StepBuilder, memory: HostMemory, index: int, kept: str) -> str:
     """``converts_on_host``: the 16-bit partition copied D2H at the pageable rate on
     ``PARTITION_STREAM``, then converted to fp32 into the optimizer's gradient on the hook's
     threads; the host thread waits for both. Returns the conversion."""
-    micro, numel = b.step.micro_steps - 1, b.step.rank_partitions[index]
-    lp = b.step.grad_accum_bytes
-    d2h = pcie_kind(b, "d2h", "backward", memory, b.hw.pageable_bandwidth, stream=PARTITION_STREAM)
-    copied = b.add(d2h.task(f"m{micro}.bwd.{index}.grad_d2h_pageable", numel * lp, (kept,)))
-    convert = host_copy_kind(b, "backward", "grad_convert", memory, lp, FP32_BYTES, GRADIENT_HOOK_THREADS)
-    return b.add(convert.task(f"m{micro}.bwd.{index}.grad_convert", numel, (copied,)))
+    micro, numel = builder.step.micro_steps - 1, builder.step.rank_partitions[index]
+    lp = builder.step.grad_accum_bytes
+    d2h = pcie_kind(builder, "d2h", "backward", memory, builder.hw.pageable_bandwidth, stream=PARTITION_STREAM)
+    copied = builder.add(d2h.task(f"m{micro}.bwd.{index}.grad_d2h_pageable", numel * lp, (kept,)))
+    convert = host_copy_kind(builder, "backward", "grad_convert", memory, lp, FP32_BYTES, GRADIENT_HOOK_THREADS)
+    return builder.add(convert.task(f"m{micro}.bwd.{index}.grad_convert", numel, (copied,)))
 
 
 @dataclass(frozen=True)

@@ -24,14 +24,14 @@ def schedule_iteration(strategy: Strategy, step: TrainingStep, hw: Hardware, ses
     (``self_contained``), and it ends in a forward, which leaves the same tasks in flight
     after a first micro-step as after an accumulating one (and after the first forward,
     before the loop)."""
-    b = StepBuilder(step, hw, session)
-    _forward(b, 0, ())
-    first_alike = step.micro_steps > 2 and _first_alike(strategy, b)
-    for micro in b.session.loop_runs(micro_keys(step.micro_steps, first_alike), self_contained=True):
-        _backward(strategy, b, micro)
+    builder = StepBuilder(step, hw, session)
+    _forward(builder, 0, ())
+    first_alike = step.micro_steps > 2 and _first_alike(strategy, builder)
+    for micro in builder.session.loop_runs(micro_keys(step.micro_steps, first_alike), self_contained=True):
+        _backward(strategy, builder, micro)
         if micro + 1 < step.micro_steps:
-            _forward(b, micro + 1, b.tails())
-    strategy.optimizer_step(b, b.marker("step.begin", "optimizer_step", b.tails()))
+            _forward(builder, micro + 1, builder.tails())
+    strategy.optimizer_step(builder, builder.marker("step.begin", "optimizer_step", builder.tails()))
 
 
 def micro_keys(micro_steps: int, first_alike: bool = False) -> tuple[tuple[Hashable, int], ...]:
@@ -54,56 +54,56 @@ def micro_keys(micro_steps: int, first_alike: bool = False) -> tuple[tuple[Hasha
     return (("first", 1), *middle, ("boundary", 1))
 
 
-def _first_alike(strategy: Strategy, b: StepBuilder) -> bool:
+def _first_alike(strategy: Strategy, builder: StepBuilder) -> bool:
     """Whether the first micro-step gives the results an accumulating one gives
     (``micro_keys``): their offloads differ at most in the order of each layer's copies, and
     no other task of a micro-step uses the links those copies use (its collectives; its
     compute and markers use none)."""
-    links = strategy.accumulation_links(b)
-    return links is not None and links.isdisjoint(link for link, _units in b.collective_usage())
+    links = strategy.accumulation_links(builder)
+    return links is not None and links.isdisjoint(link for link, _units in builder.collective_usage())
 
 
-def _gather(b: StepBuilder, name: str, phase: str, layer: LayerWork, deps: tuple[str, ...]) -> str | None:
+def _gather(builder: StepBuilder, name: str, phase: str, layer: LayerWork, deps: tuple[str, ...]) -> str | None:
     """ZeRO-3 all-gather of a layer's 16-bit parameters before it runs (None below stage 3)."""
-    if b.step.training.zero_stage < 3:
+    if builder.step.training.zero_stage < 3:
         return None
-    return b.collective(name, "allgather", phase, layer.params * b.step.lp_bytes, deps)
+    return builder.collective(name, "allgather", phase, layer.params * builder.step.lp_bytes, deps)
 
 
-def _forward(b: StepBuilder, micro: int, after: tuple[str, ...]) -> None:
+def _forward(builder: StepBuilder, micro: int, after: tuple[str, ...]) -> None:
     """Each layer's parameters are gathered while the layer before computes (DeepSpeed
     prefetches the next parameter in the trace), then the layer computes. Nothing of it is
     issued before ``after`` (the previous micro-step's backward) is done: DeepSpeed ends
     every backward by synchronizing the stream its gradient reduction and offload copies run
     on (v0.16.2 ``stage3.py``, ``independent_gradient_partition_epilogue``)."""
-    begin = b.marker(f"m{micro}.forward.begin", "forward", after)
+    begin = builder.marker(f"m{micro}.forward.begin", "forward", after)
     computed: list[str] = []
-    layers = b.step.layers
-    for i in b.loop(b.step.layer_shapes):
+    layers = builder.step.layers
+    for i in builder.loop(builder.step.layer_shapes):
         layer = layers[i]
         prefetch = tuple(iterations_back(computed, 2) or [begin])
-        ag = _gather(b, f"m{micro}.fwd.{i}.allgather", "forward", layer, prefetch)
-        computed.append(b.compute(f"m{micro}.fwd.{i}", "forward", layer.forward_kernels, _some(ag)))
+        ag = _gather(builder, f"m{micro}.fwd.{i}.allgather", "forward", layer, prefetch)
+        computed.append(builder.compute(f"m{micro}.fwd.{i}", "forward", layer.forward_kernels, _some(ag)))
 
 
-def _backward(strategy: Strategy, b: StepBuilder, micro: int) -> None:
+def _backward(strategy: Strategy, builder: StepBuilder, micro: int) -> None:
     """Layers in reverse (``_backward_layer``); the streams whose copies run in the background
     of this micro-step's backward (``Strategy.background_streams``) are said so for its span."""
-    b.marker(f"m{micro}.backward.begin", "backward")
-    background = strategy.background_streams(b, micro)
+    builder.marker(f"m{micro}.backward.begin", "backward")
+    background = strategy.background_streams(builder, micro)
     if background:
-        b.session.background_copies(background)
+        builder.session.background_copies(background)
     computed: list[str] = []
     blocking: str | None = None
-    layers = b.step.layers
-    for j in b.loop(strategy.backward_keys(b, micro)):
+    layers = builder.step.layers
+    for j in builder.loop(strategy.backward_keys(builder, micro)):
         i = len(layers) - 1 - j
-        blocking = _backward_layer(strategy, b, micro, i, computed, blocking)
+        blocking = _backward_layer(strategy, builder, micro, i, computed, blocking)
     if background:
-        b.session.background_copies(frozenset())
+        builder.session.background_copies(frozenset())
 
 
-def _backward_layer(strategy: Strategy, b: StepBuilder, micro: int, i: int, computed: list[str],
+def _backward_layer(strategy: Strategy, builder: StepBuilder, micro: int, i: int, computed: list[str],
                     blocking: str | None) -> str | None:
     """A checkpointed layer is gathered, recomputed, gathered again (ZeRO-3 released its
     parameters after the recomputed forward) and differentiated; each gather is prefetched
@@ -111,7 +111,7 @@ def _backward_layer(strategy: Strategy, b: StepBuilder, micro: int, i: int, comp
     reduce-scattered and offloaded. Where the offload blocks the host thread (``blocking``,
     what it returns), nothing of the next layer (not even its prefetch) is issued before it is
     done."""
-    layer = b.step.layers[i]
+    layer = builder.step.layers[i]
     prefix = f"m{micro}.bwd.{i}"
     passes = (("recompute", layer.forward_kernels), ("", layer.backward_kernels)) if layer.checkpointed else (
         ("", layer.backward_kernels),)
@@ -120,12 +120,12 @@ def _backward_layer(strategy: Strategy, b: StepBuilder, micro: int, i: int, comp
         after = tuple(iterations_back(computed, 2))
         if blocking is not None:
             after = (*after, blocking)
-        ag = _gather(b, f"{name}.allgather" if label else f"{prefix}.allgather", "backward", layer, after)
-        computed.append(b.compute(name, "backward", work, _some(ag) or after))
-    factor = 1 if b.step.training.zero_stage >= 2 else 2
-    rs = b.collective(f"{prefix}.reduce", "reduce_scatter", "backward",
-                      factor * layer.params * b.step.lp_bytes, (computed[-1],))
-    return strategy.offload_gradients(b, micro, i, layer, rs or computed[-1])
+        ag = _gather(builder, f"{name}.allgather" if label else f"{prefix}.allgather", "backward", layer, after)
+        computed.append(builder.compute(name, "backward", work, _some(ag) or after))
+    factor = 1 if builder.step.training.zero_stage >= 2 else 2
+    rs = builder.collective(f"{prefix}.reduce", "reduce_scatter", "backward",
+                      factor * layer.params * builder.step.lp_bytes, (computed[-1],))
+    return strategy.offload_gradients(builder, micro, i, layer, rs or computed[-1])
 
 
 def _some(name: str | None) -> tuple[str, ...]:

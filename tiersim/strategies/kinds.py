@@ -18,7 +18,7 @@ ADAM_STATE_BYTES = 8
 """Adam's fp32 exp_avg and exp_avg_sq per element (bytes)."""
 
 
-def adam_kind(b: StepBuilder, memory: HostMemory) -> TaskKind:
+def adam_kind(builder: StepBuilder, memory: HostMemory) -> TaskKind:
     """CPU Adam over a sub-group (units: elements) as one flow of its memory traffic.
 
     DeepSpeed's CPU Adam reads param, grad, m, v and writes param, m, v (fp32; ZeRO-3 makes
@@ -29,36 +29,37 @@ def adam_kind(b: StepBuilder, memory: HostMemory) -> TaskKind:
     shares with every other flow on it. ``adam_step_overhead`` is the fixed cost of one call.
     """
     per_element = ADAM_READ_BYTES + ADAM_WRITE_BYTES
-    cap = b.hw.adam_rate * per_element
+    cap = builder.hw.adam_rate * per_element
     usage = memory.access(ADAM_READ_BYTES / per_element, ADAM_WRITE_BYTES / per_element)
-    overhead = b.hw.cpu.adam_step_overhead or 0.0
+    overhead = builder.hw.cpu.adam_step_overhead or 0.0
     return TaskKind("cpu", "optimizer_step", "adam", overhead, usage, cap, per_element)
 
 
-def host_copy_kind(b: StepBuilder, phase: str, category: str, memory: HostMemory, read: float,
+def host_copy_kind(builder: StepBuilder, phase: str, category: str, memory: HostMemory, read: float,
                    write: float, threads: float) -> TaskKind:
     """A torch copy or dtype conversion on ``threads`` physical cores' worth (units: elements)
     reading ``read`` and writing ``write`` bytes per element of host memory, at most
     ``threads x memcpy_bandwidth_per_core`` bytes written per second and its memory's share."""
     key = ("host_copy", phase, category, memory, read, write, threads)
-    kind = b.kinds.get(key)
+    kind = builder.kinds.get(key)
     if kind is None:
         usage = memory.access(read / write, 1.0)
-        rate = threads * b.hw.cpu.memcpy_bandwidth_per_core
-        kind = b.kinds[key] = TaskKind("cpu", phase, category, 0.0, usage, rate, write)
+        rate = threads * builder.hw.cpu.memcpy_bandwidth_per_core
+        kind = builder.kinds[key] = TaskKind("cpu", phase, category, 0.0, usage, rate, write)
     return kind
 
 
-def pcie_kind(b: StepBuilder, direction: str, phase: str, memory: HostMemory, rate_cap: float = math.inf,
+def pcie_kind(builder: StepBuilder, direction: str, phase: str, memory: HostMemory, rate_cap: float = math.inf,
               stream: str | None = None) -> TaskKind:
     """Host<->GPU copies (units: bytes) in ``direction`` ("h2d" or "d2h"), on ``stream`` (by
     default the copy engine of that direction): the link's setup latency, then the bytes over
     PCIe, read from (h2d) or written to (d2h) host memory, at most ``rate_cap`` bytes/s (made
     once per schedule)."""
     key = (direction, phase, memory, rate_cap, stream)
-    kind = b.kinds.get(key)
+    kind = builder.kinds.get(key)
     if kind is None:
         host = memory.access(1, 0) if direction == "h2d" else memory.access(0, 1)
         usage = ((f"pcie_{direction}", 1.0), *host)
-        kind = b.kinds[key] = TaskKind(stream or direction, phase, direction, b.hw.pcie_latency, usage, rate_cap)
+        kind = builder.kinds[key] = TaskKind(stream or direction, phase, direction, builder.hw.pcie_latency, usage,
+                                             rate_cap)
     return kind

@@ -87,23 +87,24 @@ class NVMeSwap(Strategy):
         """The swappable path keeps every fp32 partition of a bucket until it swaps them out."""
         return FP32_BYTES * math.ceil(step.training.reduce_bucket_size / step.training.data_parallel)
 
-    def _io_kind(self, b: StepBuilder, stream: str, phase: str, write: bool) -> TaskKind:
+    def _io_kind(self, builder: StepBuilder, stream: str, phase: str, write: bool) -> TaskKind:
         """aio reads or writes (units: bytes) between pinned DRAM buffers and NVMe (made once
         per schedule)."""
         key = ("aio", stream, phase, write)
-        kind = b.kinds.get(key)
+        kind = builder.kinds.get(key)
         if kind is None:
-            nvme = b.hw.nvme
+            nvme = builder.hw.nvme
             if nvme is None:
                 raise ModelError("an NVMe schedule on hardware without NVMe drives")
             usage = (("nvme", device_cost(nvme, write)), ("dram", 1.0))
             latency = nvme.write_latency if write else nvme.read_latency
             category = "nvme_write" if write else "nvme_read"
             rate = stream_rate(nvme, self.options, write)
-            kind = b.kinds[key] = TaskKind(stream, phase, category, latency, usage, rate)
+            kind = builder.kinds[key] = TaskKind(stream, phase, category, latency, usage, rate)
         return kind
 
-    def offload_gradients(self, b: StepBuilder, micro: int, index: int, layer: LayerWork, ready: str) -> str | None:
+    def offload_gradients(self, builder: StepBuilder, micro: int, index: int, layer: LayerWork,
+                          ready: str) -> str | None:
         """Every micro-step keeps the partition in the pinned host buffer; the boundary also
         copies it to the gradient swapper's pinned buffers in fp32 and writes it to NVMe.
 
@@ -113,16 +114,17 @@ class NVMeSwap(Strategy):
         waits for the blocking copy, and, where the swapper runs out of buffers, first for every
         write submitted before; the next layer's backward is issued after."""
         dram = HostMemory.dram_only()
-        kept = gradients_to_host(b, dram, micro, index, layer, ready)
-        if micro < b.step.micro_steps - 1:
+        kept = gradients_to_host(builder, dram, micro, index, layer, ready)
+        if micro < builder.step.micro_steps - 1:
             return None
-        waiting = swapper_waits(b.step)
-        tails = b.graph.stream_tails()
-        write = self._io_kind(b, "aio_write", "backward", True)
-        drained = waiting and self._drains(b.step)[index] and write.stream in tails
-        staged = fp32_gradients_d2h(b, dram, index, layer, kept, (tails[write.stream],) if drained else ())
-        b.background.add(write.stream)
-        b.add(write.task(f"m{micro}.bwd.{index}.grad_write", b.step.rank_partitions[index] * FP32_BYTES, (staged,)))
+        waiting = swapper_waits(builder.step)
+        tails = builder.graph.stream_tails()
+        write = self._io_kind(builder, "aio_write", "backward", True)
+        drained = waiting and self._drains(builder.step)[index] and write.stream in tails
+        staged = fp32_gradients_d2h(builder, dram, index, layer, kept, (tails[write.stream],) if drained else ())
+        builder.background.add(write.stream)
+        num_bytes = builder.step.rank_partitions[index] * FP32_BYTES
+        builder.add(write.task(f"m{micro}.bwd.{index}.grad_write", num_bytes, (staged,)))
         return staged if waiting else None
 
     def _drains(self, step: TrainingStep) -> tuple[bool, ...]:
@@ -136,21 +138,21 @@ class NVMeSwap(Strategy):
         return drains(layers, _aligned(step.largest_subgroup, opts.thread_count), opts.buffer_count, alignment,
                       min_numel)[::-1]
 
-    def background_streams(self, b: StepBuilder, micro: int) -> frozenset[str]:
+    def background_streams(self, builder: StepBuilder, micro: int) -> frozenset[str]:
         """As the base class, but a boundary whose backward waits for its copies has none."""
-        if micro == b.step.micro_steps - 1 and swapper_waits(b.step):
+        if micro == builder.step.micro_steps - 1 and swapper_waits(builder.step):
             return frozenset()
-        return super().background_streams(b, micro)
+        return super().background_streams(builder, micro)
 
-    def backward_keys(self, b: StepBuilder, micro: int) -> tuple[Hashable, ...]:
+    def backward_keys(self, builder: StepBuilder, micro: int) -> tuple[Hashable, ...]:
         """A boundary layer where the gradient swapper waits for the drives builds otherwise."""
-        shapes = super().backward_keys(b, micro)
-        if micro < b.step.micro_steps - 1 or not swapper_waits(b.step):
+        shapes = super().backward_keys(builder, micro)
+        if micro < builder.step.micro_steps - 1 or not swapper_waits(builder.step):
             return shapes
-        return tuple(zip(shapes, self._drains(b.step)[::-1], strict=True))
+        return tuple(zip(shapes, self._drains(builder.step)[::-1], strict=True))
 
-    def accumulation_links(self, b: StepBuilder) -> frozenset[str]:
-        return gradient_copy_links(b, HostMemory.dram_only())
+    def accumulation_links(self, builder: StepBuilder) -> frozenset[str]:
+        return gradient_copy_links(builder, HostMemory.dram_only())
 
     def offload_task_count(self, shape: StepShape) -> int:
         return gradient_offload_tasks(shape) + 2 * shape.layers  # the boundary's fp32 D2H and NVMe write
@@ -158,14 +160,14 @@ class NVMeSwap(Strategy):
     def step_task_count(self, shape: StepShape, hw: Hardware) -> int:
         return shape.subgroups * (5 if hw.has_gpu else 3)  # swap in, Adam, conversion, H2D, swap out
 
-    def optimizer_step(self, b: StepBuilder, begin: str) -> None:
+    def optimizer_step(self, builder: StepBuilder, begin: str) -> None:
         opts = self.options
         dram = HostMemory.dram_only()
-        swap_in = self._io_kind(b, "aio_read", "optimizer_step", False)
-        swap_out = self._io_kind(b, "aio_write", "optimizer_step", True)
-        adam = adam_kind(b, dram)
+        swap_in = self._io_kind(builder, "aio_read", "optimizer_step", False)
+        swap_out = self._io_kind(builder, "aio_write", "optimizer_step", True)
+        adam = adam_kind(builder, dram)
         # The first swap-in flushes the gradient writes still in flight from backward.
-        flushed = b.graph.stream_tails().get(swap_out.stream)
+        flushed = builder.graph.stream_tails().get(swap_out.stream)
         # With pipeline_read, sub-group i is read when sub-group i-1's update begins.
         lag = 2 if opts.pipeline_read else 1
         in_flight = opts.groups_in_flight
@@ -174,12 +176,12 @@ class NVMeSwap(Strategy):
         writes: list[str] = []
         # Lists are read from their ends (``iterations_back``): a session need not build every
         # iteration it counts.
-        groups = b.step.subgroups
+        groups = builder.step.subgroups
         # Sub-groups of equal size add alike tasks but for the first (it waits for the gradient
         # writes); a sub-group the pipeline or buffer reuse would make wait for one before the
         # first waits for none (``iterations_back``).
-        shapes = tuple((size, i == 0) for i, size in enumerate(b.step.subgroup_sizes))
-        for i in b.loop(shapes):
+        shapes = tuple((size, i == 0) for i, size in enumerate(builder.step.subgroup_sizes))
+        for i in builder.loop(shapes):
             group = groups[i]
             deps = [begin] + ([flushed] if i == 0 and flushed else [])
             if opts.pipeline_read:
@@ -189,7 +191,7 @@ class NVMeSwap(Strategy):
                 deps += iterations_back(writes, lag)
             deps += iterations_back(writes, in_flight)
             fp32 = group.numel * FP32_BYTES
-            reads.append(b.add(swap_in.task(f"step.{i}.swap_in", TENSORS_SWAPPED_IN * fp32, tuple(deps))))
+            reads.append(builder.add(swap_in.task(f"step.{i}.swap_in", TENSORS_SWAPPED_IN * fp32, tuple(deps))))
             # The update loop is sequential: a sub-group's Adam follows the previous one's
             # parameter copy (and, without pipeline_write, its swap-out).
             adam_deps = [reads[-1]]
@@ -197,9 +199,9 @@ class NVMeSwap(Strategy):
                 adam_deps.append(updated[-1])
                 if not opts.pipeline_write:
                     adam_deps.append(writes[-1])
-            adam_done = b.add(adam.task(f"step.{i}.adam", group.numel, tuple(adam_deps)))
-            updated.append(params_to_gpu(b, dram, group, adam_done))
-            writes.append(b.add(swap_out.task(f"step.{i}.swap_out", TENSORS_SWAPPED_OUT * fp32, (updated[-1],))))
+            adam_done = builder.add(adam.task(f"step.{i}.adam", group.numel, tuple(adam_deps)))
+            updated.append(params_to_gpu(builder, dram, group, adam_done))
+            writes.append(builder.add(swap_out.task(f"step.{i}.swap_out", TENSORS_SWAPPED_OUT * fp32, (updated[-1],))))
 
 
 def swapper_waits(step: TrainingStep) -> bool:
