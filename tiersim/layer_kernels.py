@@ -3,7 +3,8 @@
 Knows nothing of devices (``tiersim.strategies.gpu_kernels`` times them on a GPU). Shapes follow
 Megatron-DeepSpeed's ``ParallelTransformerLayer`` (``megatron/model/transformer.py``, as of
 March 2024, commit ebe8025) without tensor parallelism: ``t = seq * micro_batch`` tokens, ``h``
-hidden, ``kv`` the width of k (and of v), ``f`` the FFN size, ``a`` heads, ``d`` head size. 16-bit
+hidden, ``kv`` the width of k (and of v), ``f`` the FFN size, ``a`` heads, ``d`` head size; the
+projections are listed by ``tiersim.projections`` (experts as one batched GEMM). 16-bit
 elements are 2 bytes. A GEMM ``(m, n, k, batch)`` computes ``batch`` products of an ``m x k`` and a
 ``k x n`` matrix; a linear layer over ``t`` tokens is ``(t, outputs, inputs)``. Its backward is the
 input gradient ``(t, inputs, outputs)`` and the weight gradient ``(inputs, outputs, t)``.
@@ -23,8 +24,10 @@ Memory-bound kernels, bytes read + written per forward (counted from the source 
   reads and writes the ``b*a x s x s`` 16-bit score matrix; the QK^T GEMM writes it and the PV
   GEMM reads it (their own bytes). Flash attention keeps it on chip: no ``s^2`` traffic.
 * Two residual adds (the bias-dropout-add with no bias and dropout 0: ``F.dropout`` returns its
-  input when ``p == 0``): 2+2+2 per element each. SwiGLU: ``silu`` 2+2, the product 4+2 per
-  element of ``t x f``; GELU 2+2.
+  input when ``p == 0``): 2+2+2 per element each. SwiGLU (GeGLU): ``silu`` 2+2, the product 4+2
+  per element of ``t x f``; GELU 2+2. On a mixture-of-experts layer ``f`` is the width a token
+  runs (its ``experts_per_token`` experts and the shared ones), and routing copies each token's
+  input to its experts and their outputs back (2+2 bytes per element of ``t x k x h`` each way).
 * Cross entropy (``megatron/core/tensor_parallel/cross_entropy.py`` on ``output.float()``): the
   cast 2+4, max 4, subtract 4+4, exp 4+4, sum 4, divide 4+4: 38 bytes per logit; backward
   multiplies (4+4) and casts back (4+2): 14.
@@ -38,8 +41,11 @@ matrix). Biases are added in the GEMMs' epilogue or the residual add; dropout is
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from tiersim.projections import attention_linears, ffn_linears, ffn_width
 
 if TYPE_CHECKING:
     from tiersim.workload import ModelSpec, TrainingSpec
@@ -106,29 +112,32 @@ def linear(tokens: int, inputs: int, outputs: int) -> Gemm:
 
 
 def linear_backward(forward: Gemm) -> tuple[Gemm, Gemm]:
-    """Input gradient and weight gradient of a linear layer's forward GEMM."""
-    tokens, outputs, inputs = forward.m, forward.n, forward.k
-    return gemm(tokens, inputs, outputs), gemm(inputs, outputs, tokens)
+    """Input gradient and weight gradient of a linear layer's forward GEMM (of each of its
+    ``batch`` copies: the experts)."""
+    tokens, outputs, inputs, copies = forward.m, forward.n, forward.k, forward.batch
+    return gemm(tokens, inputs, outputs, copies), gemm(inputs, outputs, tokens, copies)
 
 
-def _linears(model: ModelSpec, tokens: int) -> tuple[Gemm, ...]:
-    """QKV (q at full width, k and v at ``kv``), attention output, FFN in (gate and up fused for
-    SwiGLU), FFN out."""
-    h, kv = model.hidden, model.kv_head_count * model.head_dim
-    ffn_in = (2 if model.activation == "swiglu" else 1) * model.ffn
-    return (linear(tokens, h, h + 2 * kv), linear(tokens, h, h), linear(tokens, h, ffn_in),
-            linear(tokens, model.ffn, h))
+def _linears(model: ModelSpec, tokens: int, moe: bool) -> tuple[Gemm, ...]:
+    """The forward GEMMs of the layer's projections (``tiersim.projections``): a projection with
+    copies (the routed experts) is one batched GEMM over ``tokens * share`` tokens per copy,
+    rounded up (on average each expert gets ``experts_per_token / experts`` of the tokens)."""
+    return tuple(gemm(math.ceil(tokens * lin.share), lin.outputs, lin.inputs, lin.copies)
+                 for lin in (*attention_linears(model), *ffn_linears(model, moe)))
 
 
 def _attention(model: ModelSpec, training: TrainingSpec, backward: bool) -> tuple[Gemm, ...]:
-    """Scores and values per head: QK^T ``(s, s, d)`` and PV ``(s, d, s)`` over ``b*a`` heads; the
-    backward's dQ, dK, dV ``(s, d, s)`` and dP ``(s, s, d)``, and with flash attention QK^T once more
-    (its backward recomputes the scores); flash keeps every ``s x s`` operand on chip."""
-    s, d, heads = training.seq_len, model.head_dim, training.micro_batch * model.heads
+    """Scores and values per head: QK^T ``(s, s, d)`` and PV ``(s, dv, s)`` over ``b*a`` heads; the
+    backward's dQ, dK ``(s, d, s)``, dV ``(s, dv, s)`` and dP ``(s, s, dv)``, and with flash
+    attention QK^T once more (its backward recomputes the scores); flash keeps every ``s x s``
+    operand on chip."""
+    s, heads = training.seq_len, training.micro_batch * model.heads
+    d, dv = model.head_size, model.v_head_size
     scores = s * s if training.flash_attention else 0
     if not backward:
-        return gemm(s, s, d, heads, scores), gemm(s, d, s, heads, scores)
-    grads = (gemm(s, d, s, heads, scores),) * 3 + (gemm(s, s, d, heads, scores),)
+        return gemm(s, s, d, heads, scores), gemm(s, dv, s, heads, scores)
+    grads = (gemm(s, d, s, heads, scores), gemm(s, d, s, heads, scores), gemm(s, dv, s, heads, scores),
+             gemm(s, s, dv, heads, scores))
     return (gemm(s, s, d, heads, scores), *grads) if training.flash_attention else grads
 
 
@@ -138,16 +147,18 @@ def norm_bytes(model: ModelSpec, tokens: int) -> float:
     return float(per_element * tokens * model.hidden)
 
 
-def _elementwise_bytes(model: ModelSpec, training: TrainingSpec) -> float:
+def _elementwise_bytes(model: ModelSpec, training: TrainingSpec, moe: bool) -> float:
     """Forward bytes of a decoder layer's memory-bound kernels but the softmax."""
     tokens = training.seq_len * training.micro_batch
     th = tokens * model.hidden
-    kv = model.kv_head_count * model.head_dim
-    gqa = 2 * LP * (tokens * kv + th) if model.kv_head_count != model.heads else 0
-    layout = 4 * 2 * LP * th if training.flash_attention else 2 * 2 * LP * th
-    activation = (5 if model.activation == "swiglu" else 2) * LP * tokens * model.ffn
+    tq = tokens * model.heads * model.head_size
+    kv = model.kv_head_count * model.head_size
+    gqa = 2 * LP * (tokens * kv + tq) if model.kv_head_count != model.heads else 0
+    layout = 4 * 2 * LP * tq if training.flash_attention else 2 * 2 * LP * tq
+    activation = (5 if model.gated else 2) * LP * tokens * ffn_width(model, moe)
     residual = 2 * 3 * LP * th
-    return 2 * norm_bytes(model, tokens) + gqa + 2 * ROTARY_BYTES * th + layout + activation + residual
+    routing = 2 * 2 * LP * th * model.experts_per_token if moe else 0
+    return 2 * norm_bytes(model, tokens) + gqa + 2 * ROTARY_BYTES * tq + layout + activation + residual + routing
 
 
 def score_matrix_bytes(model: ModelSpec, training: TrainingSpec) -> float:
@@ -164,11 +175,11 @@ def decoder_module_calls(training: TrainingSpec) -> int:
     return 10 if training.flash_attention else 12
 
 
-def decoder_passes(model: ModelSpec, training: TrainingSpec) -> tuple[PassKernels, PassKernels]:
-    """Forward and backward of one decoder layer over one micro-batch."""
+def decoder_passes(model: ModelSpec, training: TrainingSpec, moe: bool = False) -> tuple[PassKernels, PassKernels]:
+    """Forward and backward of one decoder layer (with experts when ``moe``) over one micro-batch."""
     tokens = training.seq_len * training.micro_batch
-    linears = _linears(model, tokens)
-    elementwise = _elementwise_bytes(model, training)
+    linears = _linears(model, tokens, moe)
+    elementwise = _elementwise_bytes(model, training, moe)
     scores = score_matrix_bytes(model, training)
     calls = decoder_module_calls(training)
     forward = PassKernels((*linears, *_attention(model, training, False)), elementwise + 2 * scores, calls)

@@ -33,6 +33,7 @@ from tiersim.config.deepspeed_version import DEFAULT_VERSION, check_version
 from tiersim.config.schema import integer, number
 from tiersim.errors import ConfigError
 from tiersim.layer_kernels import NO_KERNELS, PassKernels, decoder_passes, embedding_passes, head_passes
+from tiersim.projections import Linear, attention_linears, attention_norms, ffn_linears, is_moe_layer
 
 _KORTHIKANTI_BYTES_PER_ELEMENT = 34
 """Korthikanti et al. 2022 activation bytes per (token x hidden) per layer, flash attention."""
@@ -40,26 +41,46 @@ _KORTHIKANTI_BYTES_PER_ELEMENT = 34
 
 @dataclass(frozen=True, kw_only=True)
 class ModelSpec:
-    """A decoder-only transformer's shape (scenario section ``model:``)."""
+    """A decoder-only transformer's shape (scenario section ``model:``; a catalogue name or a
+    Hugging Face ``config.json`` is turned into these fields by ``tiersim.config.hf_config``)."""
 
     name: str = "custom"
     """The model's name, shown in results."""
     layers: int = integer(gt=0, doc="decoder layers")
     hidden: int = integer(gt=0, doc="hidden size (elements per token)")
-    heads: int = integer(gt=0, doc="attention heads; hidden must be a multiple of them")
+    heads: int = integer(gt=0, doc="attention heads; hidden must be a multiple of them unless head_dim is given")
     kv_heads: int | None = integer(None, gt=0, doc="key/value heads (grouped-query attention), heads must be a "
                                                    "multiple of them; None -> = heads (multi-head attention)")
-    ffn: int = integer(gt=0, doc="FFN intermediate size (elements)")
+    head_dim: int | None = integer(None, gt=0, doc="elements per attention head of q and k; None -> hidden / heads")
+    ffn: int = integer(gt=0, doc="FFN intermediate size (elements) of the dense layers")
     vocab: int = integer(32000, gt=0, doc="vocabulary (tokens); the embedding and the LM head have vocab x hidden "
                                           "parameters each")
-    activation: Literal["swiglu", "gelu"] = "swiglu"
-    """The FFN: SwiGLU (gate, up, down: ``3*hidden*ffn`` parameters) or GELU (up, down: ``2*hidden*ffn``)."""
+    activation: Literal["swiglu", "geglu", "gelu"] = "swiglu"
+    """The FFN: gated, SwiGLU or GeGLU (gate, up, down: ``3*hidden*ffn`` parameters), or GELU (up,
+    down: ``2*hidden*ffn``)."""
     norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
     """RMSNorm (``hidden`` parameters per norm) or LayerNorm (weight and bias, ``2*hidden``)."""
     bias: bool = False
     """Every linear layer of the decoder has a bias (the LM head never does)."""
+    qkv_bias: bool = False
+    """Only the q, k and v projections have biases (Qwen2)."""
     tied_embeddings: bool = False
     """The LM head shares the embedding's weights (no separate ``vocab*hidden`` head)."""
+    experts: int = integer(0, ge=0, doc="routed experts of a mixture-of-experts FFN; 0: every layer dense")
+    experts_per_token: int = integer(0, ge=0, doc="routed experts each token runs (top-k), 1 to experts")
+    expert_ffn: int | None = integer(None, gt=0, doc="intermediate size of one expert (elements); None -> ffn")
+    shared_experts: int = integer(0, ge=0, doc="experts of expert_ffn that every token runs besides its top-k")
+    dense_layers: int = integer(0, ge=0, doc="first decoder layers with a dense FFN of ffn before the "
+                                             "mixture-of-experts ones")
+    moe_interval: int = integer(1, gt=0, doc="past dense_layers, layer i (from 0) has experts when i + 1 is a "
+                                             "multiple of it; the others are dense")
+    q_lora_rank: int | None = integer(None, gt=0, doc="multi-head latent attention: width q is projected down to; "
+                                                      "None -> q projected straight up")
+    kv_lora_rank: int | None = integer(None, gt=0, doc="multi-head latent attention: width k and v are projected "
+                                                       "down to; None -> no latent attention")
+    rope_head_dim: int = integer(0, ge=0, doc="multi-head latent attention: elements of head_dim that carry the "
+                                              "rotary embedding in a key shared by all heads")
+    v_head_dim: int | None = integer(None, gt=0, doc="elements per head of v; None -> head_dim")
 
     @property
     def kv_head_count(self) -> int:
@@ -67,13 +88,29 @@ class ModelSpec:
         return self.heads if self.kv_heads is None else self.kv_heads
 
     @property
-    def head_dim(self) -> int:
-        """Elements per attention head."""
-        return self.hidden // self.heads
+    def head_size(self) -> int:
+        """Elements per attention head of q and k (``head_dim``, else ``hidden / heads``)."""
+        return self.hidden // self.heads if self.head_dim is None else self.head_dim
+
+    @property
+    def v_head_size(self) -> int:
+        """Elements per attention head of v."""
+        return self.head_size if self.v_head_dim is None else self.v_head_dim
+
+    @property
+    def expert_width(self) -> int:
+        """Intermediate size of one expert (``expert_ffn``, else ``ffn``)."""
+        return self.ffn if self.expert_ffn is None else self.expert_ffn
+
+    @property
+    def gated(self) -> bool:
+        """Whether the FFN is gated (SwiGLU, GeGLU: three matrices)."""
+        return self.activation != "gelu"
 
     def validate(self, source: str, path: str) -> None:
-        """hidden must split into heads, heads into kv groups."""
-        if self.hidden % self.heads:
+        """hidden must split into heads (unless head_dim is given), heads into kv groups; the
+        mixture-of-experts and latent-attention fields must fit together."""
+        if self.head_dim is None and self.hidden % self.heads:
             raise ConfigError(
                 source, _join(path, "hidden"), f"hidden {self.hidden} is not divisible by heads {self.heads}"
             )
@@ -83,6 +120,32 @@ class ModelSpec:
                 _join(path, "kv_heads"),
                 f"heads {self.heads} is not divisible by kv_heads {self.kv_head_count}",
             )
+        problem = self._moe_problem() or self._latent_problem()
+        if problem is not None:
+            raise ConfigError(source, _join(path, problem[0]), problem[1])
+
+    def _moe_problem(self) -> tuple[str, str] | None:
+        """(field, message) of the first mixture-of-experts field that does not fit, or None."""
+        if self.experts == 0:
+            used = [name for name in ("experts_per_token", "shared_experts", "dense_layers")
+                    if getattr(self, name)] + (["expert_ffn"] if self.expert_ffn is not None else [])
+            return (used[0], "is a mixture-of-experts field; set experts too") if used else None
+        if not 1 <= self.experts_per_token <= self.experts:
+            return "experts_per_token", f"must be 1 to experts ({self.experts}), got {self.experts_per_token}"
+        if self.dense_layers >= self.layers:
+            return "dense_layers", f"{self.dense_layers} leaves none of the {self.layers} layers to the experts"
+        return None
+
+    def _latent_problem(self) -> tuple[str, str] | None:
+        """(field, message) of the first latent-attention field that does not fit, or None."""
+        if self.kv_lora_rank is None:
+            used = "q_lora_rank" if self.q_lora_rank is not None else "rope_head_dim" if self.rope_head_dim else None
+            return (used, "is a latent-attention field; set kv_lora_rank too") if used else None
+        if self.kv_head_count != self.heads:
+            return "kv_heads", "latent attention has a key and a value per head: kv_heads must equal heads"
+        if self.rope_head_dim >= self.head_size:
+            return "rope_head_dim", f"must be less than the head size {self.head_size}, got {self.rope_head_dim}"
+        return None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -262,50 +325,29 @@ def _join(path: str, name: str) -> str:
     return f"{path}.{name}" if path else name
 
 
-def _kv_dim(model: ModelSpec) -> int:
-    """Width of the k (or v) projection output, elements."""
-    return model.kv_head_count * model.head_dim
-
-
-def _attention_weights(model: ModelSpec) -> int:
-    """Weights of q, k, v, o projections (elements)."""
-    return 2 * model.hidden * model.hidden + 2 * model.hidden * _kv_dim(model)
-
-
-def _ffn_weights(model: ModelSpec) -> int:
-    """Weights of the FFN projections (elements)."""
-    matrices = 3 if model.activation == "swiglu" else 2
-    return matrices * model.hidden * model.ffn
-
-
-def _layer_matmul_params(model: ModelSpec) -> int:
-    """Weights of one decoder layer that take part in matmuls (elements)."""
-    return _attention_weights(model) + _ffn_weights(model)
-
-
 def _norm_tensors(model: ModelSpec) -> tuple[int, ...]:
     """Parameter tensors of one norm: a weight (RMSNorm) or a weight and a bias (LayerNorm)."""
     return (model.hidden,) if model.norm == "rmsnorm" else (model.hidden, model.hidden)
 
 
-def _linear(model: ModelSpec, inputs: int, outputs: int) -> tuple[int, ...]:
-    """Parameter tensors of one linear layer: its weight, then its bias when the model has them."""
-    return (inputs * outputs, outputs) if model.bias else (inputs * outputs,)
+def _linears(model: ModelSpec, moe: bool) -> tuple[Linear, ...]:
+    """The projections of a decoder layer (with experts when ``moe``), attention first."""
+    return (*attention_linears(model), *ffn_linears(model, moe))
 
 
-def _layer_tensors(model: ModelSpec) -> tuple[int, ...]:
+def _layer_tensors(model: ModelSpec, moe: bool = False) -> tuple[int, ...]:
     """Element counts of one decoder layer's tensors in Megatron-DeepSpeed's order: input norm,
-    fused QKV, attention output, post-attention norm, FFN input (gate and up fused for SwiGLU),
-    FFN output."""
-    h = model.hidden
-    ffn_in = (2 if model.activation == "swiglu" else 1) * model.ffn
-    return (*_norm_tensors(model), *_linear(model, h, h + 2 * _kv_dim(model)), *_linear(model, h, h),
-            *_norm_tensors(model), *_linear(model, h, ffn_in), *_linear(model, model.ffn, h))
+    the attention's projections (QKV fused) and norms, post-attention norm, the FFN's
+    projections (gate and up fused when gated; every routed expert's input projection, then
+    every expert's output projection)."""
+    attention = tuple(t for lin in attention_linears(model) for t in lin.tensors) + attention_norms(model)
+    ffn = tuple(t for lin in ffn_linears(model, moe) for _ in range(lin.copies) for t in lin.tensors)
+    return (*_norm_tensors(model), *attention, *_norm_tensors(model), *ffn)
 
 
-def layer_params(model: ModelSpec) -> int:
-    """Parameters of one decoder layer (elements)."""
-    return sum(_layer_tensors(model))
+def layer_params(model: ModelSpec, moe: bool = False) -> int:
+    """Parameters of one decoder layer, dense or (``moe``) with experts (elements)."""
+    return sum(_layer_tensors(model, moe))
 
 
 def _embedding_params(model: ModelSpec) -> int:
@@ -319,16 +361,41 @@ def _head_tensors(model: ModelSpec) -> tuple[int, ...]:
     return (*_norm_tensors(model), *head)
 
 
+def moe_layer_count(model: ModelSpec) -> int:
+    """Decoder layers with experts (``projections.is_moe_layer``)."""
+    if model.experts == 0:
+        return 0
+    return sum(1 for i in range(model.dense_layers, model.layers) if (i + 1) % model.moe_interval == 0)
+
+
 def parameter_count(model: ModelSpec) -> int:
-    """Total parameters of the model (elements)."""
-    return _embedding_params(model) + model.layers * layer_params(model) + sum(_head_tensors(model))
+    """Total parameters of the model, every expert counted (elements)."""
+    moe = moe_layer_count(model)
+    decoder = (model.layers - moe) * layer_params(model) + (moe * layer_params(model, True) if moe else 0)
+    return _embedding_params(model) + decoder + sum(_head_tensors(model))
 
 
-def _layer_forward_flops(model: ModelSpec, training: TrainingSpec) -> float:
-    """Forward FLOPs of one decoder layer for one micro-batch (full, non-causal attention)."""
+def active_parameter_count(model: ModelSpec) -> float:
+    """Parameters one token runs through (elements): every expert counted at its share of the
+    tokens, so a mixture-of-experts layer counts its top-k experts (Mixtral 8x7B's 12.9B)."""
+    moe = moe_layer_count(model)
+
+    def active(is_moe: bool) -> float:
+        norms = sum(_norm_tensors(model)) * 2 + sum(attention_norms(model))
+        return norms + sum(lin.params * lin.share for lin in _linears(model, is_moe))
+
+    decoder = (model.layers - moe) * active(False) + (moe * active(True) if moe else 0.0)
+    return _embedding_params(model) + decoder + sum(_head_tensors(model))
+
+
+def _layer_forward_flops(model: ModelSpec, training: TrainingSpec, moe: bool) -> float:
+    """Forward FLOPs of one decoder layer for one micro-batch (full, non-causal attention): each
+    token through every projection it runs (a mixture-of-experts layer: the router, its
+    ``experts_per_token`` experts and the shared ones), and the scores and values."""
     tokens = training.seq_len * training.micro_batch
-    matmuls = 2.0 * tokens * _layer_matmul_params(model)
-    attention = 2.0 * 2.0 * training.micro_batch * training.seq_len**2 * model.hidden
+    matmuls = 2.0 * tokens * sum(lin.token_weights for lin in _linears(model, moe))
+    width = model.heads * (model.head_size + model.v_head_size)
+    attention = 2.0 * training.micro_batch * training.seq_len**2 * width
     return matmuls + attention
 
 
@@ -345,11 +412,12 @@ def _full_layer_activation_bytes(model: ModelSpec, training: TrainingSpec) -> in
 def _decoder_layer(index: int, model: ModelSpec, training: TrainingSpec, lp_bytes: int,
                    passes: tuple[PassKernels, PassKernels]) -> LayerWork:
     """The work of decoder layer ``index``: recompute and keep only its input when checkpointing;
-    ``passes`` its forward and backward kernels (one pair shared by all the decoder layers)."""
-    forward = _layer_forward_flops(model, training)
+    ``passes`` its forward and backward kernels (one pair shared by the layers of its kind)."""
+    moe = is_moe_layer(model, index)
+    forward = _layer_forward_flops(model, training, moe)
     full = _full_layer_activation_bytes(model, training)
     checkpointing = training.activation_checkpointing
-    tensors = _layer_tensors(model)
+    tensors = _layer_tensors(model, moe)
     forward_kernels, backward_kernels = passes
     return LayerWork(
         name=f"layer.{index}",
@@ -455,46 +523,62 @@ def step_shape(model: ModelSpec, training: TrainingSpec) -> StepShape:
     )
 
 
+class _Packer:
+    """The ZeRO-3 rule of ``_subgroups`` run over partition sizes: sub-groups closed so far and
+    the elements carried into the next."""
+
+    def __init__(self, size: int) -> None:
+        self.size, self.count, self.carry = size, 0, 0
+
+    def feed(self, tensors: list[int]) -> None:
+        """Add tensor partitions, closing a sub-group whenever it reaches ``size``."""
+        for numel in tensors:
+            self.carry += numel
+            if self.carry >= self.size:
+                self.count, self.carry = self.count + 1, 0
+
+    def feed_repeated(self, unit: list[int], times: int) -> None:
+        """Feed ``unit`` ``times`` times: one at a time until the carry-over at a unit's
+        boundary repeats, then over the repeats in one step."""
+        seen: dict[int, tuple[int, int]] = {}
+        done = 0
+        while done < times:
+            if self.carry in seen:
+                at, counted = seen.pop(self.carry)
+                repeats = (times - done) // (done - at)
+                self.count += repeats * (self.count - counted)
+                done += repeats * (done - at)
+                seen = {}
+                if done >= times:
+                    break
+            seen[self.carry] = (done, self.count)
+            self.feed(unit)
+            done += 1
+
+
 @functools.lru_cache(maxsize=256)
 def subgroup_count(model: ModelSpec, training: TrainingSpec) -> int:
     """How many optimizer sub-groups ``build_step`` makes, without listing them: the ZeRO-3 rule
-    of ``_subgroups`` runs over the identical decoder layers until its carry-over at a layer
-    boundary repeats, then advances over the repeats in one step."""
+    of ``_subgroups`` (``_Packer``) over the embedding, the first ``dense_layers``, the decoder
+    layers a period of ``moe_interval`` at a time, the layers left over and the head."""
     dp = training.data_parallel
-    layer = [math.ceil(n / dp) for n in _layer_tensors(model)]
-    first = [math.ceil(_embedding_params(model) / dp)]
-    last = [math.ceil(n / dp) for n in _head_tensors(model)]
-    size = training.sub_group_size
     if training.zero_stage < 3:
         total = parameter_count(model)
         owned = math.ceil(total / dp) if training.zero_stage >= 1 else total
-        return -(-owned // size)
-    count, carry = 0, 0
-
-    def feed(tensors: list[int]) -> None:
-        nonlocal count, carry
-        for numel in tensors:
-            carry += numel
-            if carry >= size:
-                count, carry = count + 1, 0
-
-    feed(first)
-    seen: dict[int, tuple[int, int]] = {}
-    done = 0
-    while done < model.layers:
-        if carry in seen:
-            at, counted = seen[carry]
-            repeats = (model.layers - done) // (done - at)
-            count += repeats * (count - counted)
-            done += repeats * (done - at)
-            seen = {}
-            if done >= model.layers:
-                break
-        seen[carry] = (done, count)
-        feed(layer)
-        done += 1
-    feed(last)
-    return count + (1 if carry else 0)
+        return -(-owned // training.sub_group_size)
+    kinds = {moe: [math.ceil(n / dp) for n in _layer_tensors(model, moe)] for moe in {False, model.experts > 0}}
+    packer = _Packer(training.sub_group_size)
+    packer.feed([math.ceil(_embedding_params(model) / dp)])
+    start = model.dense_layers if model.experts else 0
+    packer.feed_repeated(kinds[False], start)
+    period = model.moe_interval if model.experts else 1
+    unit = [n for i in range(start, start + period) for n in kinds[is_moe_layer(model, i)]]
+    periods, rest = divmod(model.layers - start, period)
+    packer.feed_repeated(unit, periods)
+    for index in range(model.layers - rest, model.layers):
+        packer.feed(kinds[is_moe_layer(model, index)])
+    packer.feed([math.ceil(n / dp) for n in _head_tensors(model)])
+    return packer.count + (1 if packer.carry else 0)
 
 
 @functools.lru_cache(maxsize=64)
@@ -508,8 +592,9 @@ def build_step(model: ModelSpec, training: TrainingSpec) -> TrainingStep:
     model.validate("<api>", "model")
     training.validate("<api>", "training")
     lp_bytes = 2  # bf16 and fp16 are both 16-bit
-    passes = decoder_passes(model, training)
-    decoder = tuple(_decoder_layer(i, model, training, lp_bytes, passes) for i in range(model.layers))
+    passes = {moe: decoder_passes(model, training, moe) for moe in {False, model.experts > 0}}
+    decoder = tuple(_decoder_layer(i, model, training, lp_bytes, passes[is_moe_layer(model, i)])
+                    for i in range(model.layers))
     layers = (_embedding_layer(model, training), *decoder, _head_layer(model, training, lp_bytes))
     partitions = _partitions(layers, training)
     return TrainingStep(

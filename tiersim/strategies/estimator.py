@@ -9,13 +9,15 @@ the parameters on the GPU (``zero_init``, as Megatron-DeepSpeed builds the model
 ``largest_layer_params * 4 * num_gpus_per_node * factor`` and GPU
 ``4 * largest_layer_params + 18 * total_params / total_gpus`` (DeepSpeed v0.16.2,
 deepspeed/runtime/zero/stage3.py, lines 3019-3055). "Largest layer" is the largest module's own
-parameters (a linear layer's weight and bias). The estimator has no NVMe option.
+parameters (a linear layer's weight and bias; one expert's, for a mixture of experts). The
+estimator has no NVMe option.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from tiersim.projections import attention_linears, ffn_linears
 from tiersim.workload import ModelSpec, parameter_count
 
 ADDITIONAL_BUFFER_FACTOR = 1.5
@@ -25,12 +27,9 @@ ADDITIONAL_BUFFER_FACTOR = 1.5
 def largest_module_params(model: ModelSpec) -> int:
     """Parameters of the model's largest module (a linear layer's weight and bias, or the
     embedding / LM head)."""
-    h = model.hidden
-    ffn_in = (2 if model.activation == "swiglu" else 1) * model.ffn
-    kv = model.kv_head_count * model.head_dim
-    linears = [(h, h + 2 * kv), (h, h), (h, ffn_in), (model.ffn, h)]
-    largest = max(i * o + (o if model.bias else 0) for i, o in linears)
-    return max(largest, model.vocab * h)
+    linears = (*attention_linears(model), *ffn_linears(model, False), *ffn_linears(model, model.experts > 0))
+    largest = max(sum(lin.tensors) for lin in linears)
+    return max(largest, model.vocab * model.hidden)
 
 
 def zero3_estimate(model: ModelSpec, gpus: int, strategy: str) -> dict[str, Any] | None:

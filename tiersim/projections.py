@@ -1,0 +1,110 @@
+"""The linear layers (projections) of a decoder layer, listed once for the parameter counts, the
+FLOPs and the GEMMs (``tiersim.workload``, ``tiersim.layer_kernels``). Elements and FLOPs.
+
+* Attention: q, k and v fused into one projection (``heads*head_size`` wide for q,
+  ``kv_heads*head_size`` for k and for v) and the output projection ``heads*head_size -> hidden``.
+  Multi-head latent attention (DeepSeek-V2/V3, ``kv_lora_rank`` set) instead projects q down to
+  ``q_lora_rank`` and up to ``heads*head_size`` (or straight up when ``q_lora_rank`` is None), k
+  and v down to ``kv_lora_rank`` plus a shared rotary key of ``rope_head_dim``, then up to
+  ``heads*(head_size - rope_head_dim + v_head_size)``; the output is ``heads*v_head_size -> hidden``
+  (Hugging Face ``modeling_deepseek.py``: ``q_a_proj``, ``q_b_proj``, ``kv_a_proj_with_mqa``,
+  ``kv_b_proj``, ``o_proj``, with an RMSNorm after each down projection).
+* FFN: gated (SwiGLU, GeGLU: gate and up fused, ``2*ffn`` wide, then down) or plain (GELU: up,
+  down). A mixture-of-experts layer has a router (``hidden -> experts``, no bias), ``experts``
+  copies of the FFN at ``expert_ffn`` of which each token runs ``experts_per_token`` (so each
+  expert sees ``experts_per_token/experts`` of the tokens on average), and its shared experts as
+  one FFN ``shared_experts*expert_ffn`` wide that every token runs (DeepSeek's
+  ``DeepseekMoE.shared_experts``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tiersim.workload import ModelSpec
+
+
+@dataclass(frozen=True)
+class Linear:
+    """``copies`` linear layers of ``inputs x outputs`` weights (and ``outputs`` biases), each
+    run on ``share`` of the tokens (a routed expert: ``experts_per_token / experts``)."""
+
+    inputs: int
+    outputs: int
+    bias: bool = False
+    copies: int = 1
+    share: float = 1.0
+
+    @property
+    def tensors(self) -> tuple[int, ...]:
+        """Elements of one copy's parameter tensors: its weight, then its bias if it has one."""
+        weights = self.inputs * self.outputs
+        return (weights, self.outputs) if self.bias else (weights,)
+
+    @property
+    def params(self) -> int:
+        """Parameters of all the copies (elements)."""
+        return self.copies * sum(self.tensors)
+
+    @property
+    def token_weights(self) -> float:
+        """Weights one token multiplies by, on average over the tokens: ``copies * share`` of
+        one copy's (2 FLOPs each)."""
+        return self.copies * self.share * self.inputs * self.outputs
+
+
+def attention_linears(model: ModelSpec) -> tuple[Linear, ...]:
+    """The attention's projections, in the order the model registers them."""
+    h, heads, d = model.hidden, model.heads, model.head_size
+    out = Linear(heads * model.v_head_size, h, model.bias)
+    if model.kv_lora_rank is None:
+        qkv = heads * d + 2 * model.kv_head_count * d
+        return Linear(h, qkv, model.bias or model.qkv_bias), out
+    q_full = heads * d
+    q = ((Linear(h, model.q_lora_rank, model.bias), Linear(model.q_lora_rank, q_full, model.bias))
+         if model.q_lora_rank is not None else (Linear(h, q_full, model.bias),))
+    kv_up = heads * (d - model.rope_head_dim + model.v_head_size)
+    return (*q, Linear(h, model.kv_lora_rank + model.rope_head_dim, model.bias),
+            Linear(model.kv_lora_rank, kv_up, model.bias), out)
+
+
+def attention_norms(model: ModelSpec) -> tuple[int, ...]:
+    """Elements of the RMSNorm weights inside the attention: after MLA's down projections."""
+    if model.kv_lora_rank is None:
+        return ()
+    return (*(() if model.q_lora_rank is None else (model.q_lora_rank,)), model.kv_lora_rank)
+
+
+def ffn(model: ModelSpec, width: int, copies: int = 1, share: float = 1.0) -> tuple[Linear, Linear]:
+    """One FFN ``width`` wide (``copies`` of it, each run on ``share`` of the tokens): its input
+    projection (gate and up fused when gated) and its output projection."""
+    inputs = (2 if model.gated else 1) * width
+    return (Linear(model.hidden, inputs, model.bias, copies, share),
+            Linear(width, model.hidden, model.bias, copies, share))
+
+
+def ffn_linears(model: ModelSpec, moe: bool) -> tuple[Linear, ...]:
+    """The FFN's projections: a dense FFN, or the router, the routed experts and the shared
+    experts of a mixture-of-experts layer."""
+    if not moe:
+        return ffn(model, model.ffn)
+    share = model.experts_per_token / model.experts
+    router = Linear(model.hidden, model.experts)
+    shared = ffn(model, model.shared_experts * model.expert_width) if model.shared_experts else ()
+    return (router, *ffn(model, model.expert_width, model.experts, share), *shared)
+
+
+def is_moe_layer(model: ModelSpec, index: int) -> bool:
+    """Whether decoder layer ``index`` (from 0) is a mixture-of-experts layer: past the first
+    ``dense_layers``, every ``moe_interval``-th (Hugging Face Qwen-MoE's ``decoder_sparse_step``)."""
+    return model.experts > 0 and index >= model.dense_layers and (index + 1) % model.moe_interval == 0
+
+
+def ffn_width(model: ModelSpec, moe: bool) -> float:
+    """FFN elements per token that the activation function runs over: ``ffn``, or on a
+    mixture-of-experts layer its ``experts_per_token`` experts and its shared experts."""
+    if not moe:
+        return float(model.ffn)
+    return float((model.experts_per_token + model.shared_experts) * model.expert_width)
