@@ -58,6 +58,11 @@ def test_the_wheel_ships_profiles_scenarios_and_sweeps(wheel: Path, tmp_path: Pa
     assert not any(Path(n).name.startswith("host-") for n in names)
 
 
+def test_the_wheel_ships_the_model_catalogue(wheel: Path) -> None:
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert {"tiersim/catalogue/__init__.py", "tiersim/catalogue/models.json"} <= names
+
+
 def test_a_calibrated_host_profile_stays_out_of_the_wheel(tmp_path: Path) -> None:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     assert config["exclude-package-data"]["tiersim.device_profiles"] == ["host-*.yaml"]

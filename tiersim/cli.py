@@ -22,6 +22,7 @@ from tiersim.errors import ConfigError, TiersimError
 COMMANDS = {
     "run": "simulate a scenario under its strategies",
     "profiles": "list or show device profiles",
+    "models": "list the bundled models (Hugging Face config.json fields), or show one",
     "import-log": "read DeepSpeed training logs into scenarios and measurements",
     "replay": "predict measured training runs and show the error per phase",
     "fit": "fit a node's unknown figures to DeepSpeed training logs",

@@ -52,6 +52,7 @@ from typing import Any
 import pandas as pd
 
 from tiersim.config.document import Origin, ScenarioDocument, load_document
+from tiersim.config.document import with_model as with_named_model
 from tiersim.config.hardware import TIERS, Hardware
 from tiersim.config.scenario import RunConfig
 from tiersim.errors import API, ConfigError
@@ -127,9 +128,11 @@ class Scenario:
         return Scenario(self.document.with_values(values, origin), self.force)
 
 
-def read_scenario(path: str | Path, overrides: Sequence[str] = (), force: bool = False) -> Scenario:
-    """Read a scenario YAML and apply ``--set`` overrides (validated once here)."""
-    document = load_document(path).with_overrides(overrides)
+def read_scenario(path: str | Path, overrides: Sequence[str] = (), force: bool = False,
+                  model: str | None = None) -> Scenario:
+    """Read a scenario YAML, put ``--model``'s model in and apply ``--set`` overrides (validated
+    once here)."""
+    document = with_named_model(load_document(path), model).with_overrides(overrides)
     document.configs((), force)
     return Scenario(document, force)
 

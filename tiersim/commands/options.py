@@ -19,6 +19,14 @@ def add_overrides(parser: argparse.ArgumentParser, what: str = "a scenario field
                         help=f"override {what} by dotted path (repeatable), e.g. training.global_batch=64")
 
 
+def add_model(parser: argparse.ArgumentParser) -> None:
+    """``--model NAME`` into ``args.model``: the scenario's model replaced by a catalogue model, a
+    Hugging Face Hub name or a local config.json."""
+    parser.add_argument("--model", metavar="NAME", default=None,
+                        help="replace the scenario's model: a name from the bundled catalogue (tiersim models), "
+                             "e.g. meta-llama/Llama-3.1-8B, or a Hugging Face config.json (--set still wins)")
+
+
 def add_strategy(parser: argparse.ArgumentParser) -> None:
     """``--strategy NAME`` (repeatable) into ``args.strategy``; the help lists the strategies."""
     from tiersim.strategies import STRATEGIES

@@ -26,7 +26,7 @@ import pandas as pd
 from tiersim.analysis import plan
 from tiersim.analysis.figure_export import add_plot_arguments, check_target, write_figure
 from tiersim.analysis.report import format_table
-from tiersim.commands.options import add_format, add_overrides, add_strategy, flags
+from tiersim.commands.options import add_format, add_model, add_overrides, add_strategy, flags
 from tiersim.config.bundled import resolve
 from tiersim.errors import ConfigError
 from tiersim.jsonout import plain_records
@@ -49,6 +49,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     """Add ``plan``'s arguments to its parser."""
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("scenario", help="scenario YAML file (or the name of a bundled one)")
+    add_model(parser)
     parser.add_argument("--objective", choices=plan.OBJECTIVES, required=True)
     add_strategy(parser)
     add_overrides(parser)
@@ -85,7 +86,7 @@ def plan_command(args: argparse.Namespace) -> int:
     with --plot); exit 1 (naming the nearest miss) when no candidate meets the constraints."""
     if args.top is not None and args.top < 1:
         raise ConfigError("plan", "--top", f"must be at least 1, got {args.top}")
-    scenario = plan.read_scenario(resolve(args.scenario, "scenarios"), args.overrides, args.force)
+    scenario = plan.read_scenario(resolve(args.scenario, "scenarios"), args.overrides, args.force, args.model)
     with flags(path="--plot"):
         check_target(args.plot)
     if args.objective == "largest-model":

@@ -9,18 +9,25 @@ from pathlib import Path
 
 from tiersim.analysis.figure_export import add_plot_arguments, check_target
 from tiersim.analysis.report import csv_text, flat_row, results_table
-from tiersim.commands.options import add_format, add_overrides, add_strategy, flags, output_folder
+from tiersim.commands.options import add_format, add_model, add_overrides, add_strategy, flags, output_folder
 from tiersim.config.bundled import resolve
 from tiersim.config.document import load_scenario
 from tiersim.config.limits import MAX_TASKS, NOTICE_TASKS
 from tiersim.config.worksize import describe, run_tasks
+from tiersim.errors import ConfigError
 from tiersim.results import Result
 from tiersim.simulate import simulate
+
+DEFAULT_SCENARIO = "quickstart"
+"""The bundled scenario ``run --model NAME`` runs the model in when no scenario is named."""
 
 
 def register(parser: argparse.ArgumentParser) -> None:
     """Add ``run``'s arguments to its parser."""
-    parser.add_argument("scenario", help="scenario YAML file (or the name of a bundled one, e.g. quickstart)")
+    parser.add_argument("scenario", nargs="?", default=None,
+                        help="scenario YAML file (or the name of a bundled one, e.g. quickstart); with --model "
+                             f"alone, the {DEFAULT_SCENARIO} scenario's training and hardware")
+    add_model(parser)
     add_strategy(parser)
     add_overrides(parser)
     parser.add_argument("--ds-config", type=Path, metavar="ds_config.json",
@@ -40,8 +47,8 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 def run_command(args: argparse.Namespace) -> int:
     """Load, simulate each strategy, print in the chosen format, optionally write files."""
-    configs = load_scenario(resolve(args.scenario, "scenarios"), args.overrides, args.strategy, args.force,
-                            args.ds_config)
+    configs = load_scenario(resolve(scenario_argument(args), "scenarios"), args.overrides, args.strategy,
+                            args.force, args.ds_config, args.model)
     with flags(path="--plot"):
         check_target(args.plot)
     scenario = configs[0].scenario
@@ -70,6 +77,17 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"scenario: {scenario}")
         print(results_table(results))
     return 0
+
+
+def scenario_argument(args: argparse.Namespace) -> str:
+    """The scenario named on the command line, or with ``--model`` alone the bundled
+    ``DEFAULT_SCENARIO`` (its training, hardware and strategies)."""
+    if args.scenario is not None:
+        return str(args.scenario)
+    if args.model is None:
+        raise ConfigError("run", "scenario", "give a scenario file (or a bundled one's name, e.g. quickstart), "
+                                             "or --model NAME to run a model on the quickstart's hardware")
+    return DEFAULT_SCENARIO
 
 
 def write_outputs(out: Path, scenario: str, results: list[Result], trace_format: str) -> list[Path]:

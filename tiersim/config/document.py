@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tiersim.config.ds_config import apply_ds_config, read_ds_config
+from tiersim.config.hf_config import expand_model
 from tiersim.config.profiles import HostProfile
 from tiersim.config.scenario import (
     STRATEGY_SECTION,
@@ -109,8 +110,9 @@ class ScenarioDocument:
         the way are made where missing. This document is left as it is."""
         data = self.data
         origins = dict(self.origins)
-        for path, value in values.items():
-            data = self._put(data, path, copy_plain(value), origin)
+        for given, raw in values.items():
+            path, value = _model_path(given, copy_plain(raw), origin)
+            data = self._put(data, path, value, origin)
             for older in [p for p in origins if p == path or p.startswith(path + ".")]:
                 del origins[older]
             origins[path] = origin
@@ -179,6 +181,21 @@ class ScenarioDocument:
         return _put_mapping(data, parts, value, origin, path)
 
 
+def _model_path(path: str, value: Any, origin: Origin) -> tuple[str, Any]:
+    """(path, value) to set: a model given by name or ``hf_config`` (at ``model`` or
+    ``model.hf_config``) turned into tiersim's fields (``tiersim.config.hf_config``; relative
+    paths from the current folder), so that later values can set single fields of it."""
+    if path not in ("model", "model.hf_config"):
+        return path, value
+    given = {"hf_config": value} if path == "model.hf_config" else value
+    try:
+        return "model", expand_model(given, origin.source, Path.cwd())
+    except ConfigError as exc:
+        if exc.source != origin.source:
+            raise
+        raise origin.error(exc.field, exc.message, value) from None
+
+
 def _put_mapping(node: dict[str, Any], parts: list[str], value: Any, origin: Origin, path: str,
                  depth: int = 0) -> dict[str, Any]:
     """A copy of mapping ``node`` with ``value`` at ``parts[depth:]`` (children copied on the way)."""
@@ -202,6 +219,8 @@ def load_document(path: str | Path, ds_config: str | Path | None = None) -> Scen
     data = read_yaml(path)
     if not isinstance(data, dict):
         raise ConfigError(str(path), "", "a scenario must be a mapping")
+    if "model" in data:
+        data = {**data, "model": expand_model(data["model"], str(path), path.parent)}
     if ds_config is not None:
         data, unmodeled = apply_ds_config(data, read_ds_config(ds_config), str(ds_config))
         if unmodeled:
@@ -210,12 +229,25 @@ def load_document(path: str | Path, ds_config: str | Path | None = None) -> Scen
     return ScenarioDocument(data, str(path), (path.parent,))
 
 
+MODEL_FLAG = Origin("--model")
+"""A model named on the command line by ``--model NAME`` (a catalogue name, or a config.json)."""
+
+
+def with_model(document: ScenarioDocument, model: str | None) -> ScenarioDocument:
+    """``document`` with its model replaced by ``--model``'s: a catalogue (or Hub) name, or the
+    path of a ``config.json`` (None: as it is)."""
+    if model is None:
+        return document
+    value: object = {"hf_config": model} if model.endswith(".json") else model
+    return document.with_values({"model": value}, MODEL_FLAG)
+
+
 def load_scenario(
     path: str | Path, overrides: Sequence[str] = (), strategies: Sequence[str] = (), force: bool = False,
-    ds_config: str | Path | None = None,
+    ds_config: str | Path | None = None, model: str | None = None,
 ) -> list[RunConfig]:
     """Read, override and validate a scenario; one ``RunConfig`` per (selected) strategy.
     ``force`` lifts the work limit (``tiersim.config.worksize``). ``ds_config``: a DeepSpeed JSON whose
     ZeRO, offload, aio, batch and precision settings replace the scenario's (``--set`` still
-    wins; see ``load_document``)."""
-    return load_document(path, ds_config).with_overrides(overrides).configs(strategies, force)
+    wins; see ``load_document``). ``model``: ``--model``'s name or config.json, set before ``--set``."""
+    return with_model(load_document(path, ds_config), model).with_overrides(overrides).configs(strategies, force)

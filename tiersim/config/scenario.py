@@ -1,6 +1,7 @@
 """Scenario files -> validated ``RunConfig`` objects, one per strategy.
 
-A scenario YAML has ``name``, ``description``, ``seed``, ``model``, ``training``,
+A scenario YAML has ``name``, ``description``, ``seed``, ``model`` (tiersim's fields, a
+catalogue name or ``{hf_config: config.json}``: ``tiersim.config.hf_config``), ``training``,
 ``hardware`` and ``strategies`` (a list of names, or mappings ``{name: ..., option: ...}``
 whose options are the strategy's ``Options`` fields). ``scenario_from_dict`` validates such a
 mapping; errors name the field by its canonical dotted path (``strategies.nvme.buffer_count``).
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from tiersim.config.hardware import Hardware, HardwareSpec, resolve_hardware
+from tiersim.config.hf_config import expand_model
 from tiersim.config.limits import MAX_WHOLE
 from tiersim.config.profiles import HostProfile
 from tiersim.config.schema import build, to_plain
@@ -90,7 +92,9 @@ def scenario_from_dict(
     seed = data.get("seed", 0)
     if not isinstance(seed, int) or isinstance(seed, bool) or abs(seed) > MAX_WHOLE:
         raise ConfigError(source, "seed", f"expected an integer of at most 2^53, got {seed!r}")
-    model = _section(ModelSpec, data["model"], source, "model", validated)
+    refuse_expert_parallelism(data, source)
+    folder = search[0] if search else Path(".")
+    model = _section(ModelSpec, expand_model(data["model"], source, folder), source, "model", validated)
     hardware_spec = _section(HardwareSpec, data["hardware"], source, "hardware", validated)
     training = _training(data["training"], hardware_spec.gpus, source, validated)
     hardware = _hardware(hardware_spec, source, search, host, resolved)
@@ -153,6 +157,23 @@ def _chosen(entries: dict[str, Any], strategies: Sequence[str], source: str) -> 
         raise ConfigError(source, "strategies",
                           f"strategy {unknown[0]!r} is not in this scenario (has: {', '.join(entries)})")
     return {name: entries[name] for name in strategies}
+
+
+EXPERT_PARALLEL_FIELDS = ("expert_parallel", "expert_parallel_size", "expert_model_parallel_size", "ep_size",
+                          "moe_expert_parallel_size")
+"""Fields of expert parallelism, refused by name: a mixture of experts runs on data parallelism
+alone (every rank holds, gathers and updates every expert)."""
+
+
+def refuse_expert_parallelism(data: dict[str, Any], source: str) -> None:
+    """A ConfigError naming an expert-parallelism field in ``training`` or ``model``."""
+    for section in ("training", "model"):
+        fields = data.get(section)
+        found = [key for key in EXPERT_PARALLEL_FIELDS if isinstance(fields, dict) and key in fields]
+        if found:
+            raise ConfigError(source, f"{section}.{found[0]}", "expert parallelism is not modelled: a mixture of "
+                                                               "experts runs on data parallelism alone (every rank "
+                                                               "holds every expert); remove it")
 
 
 def strategy_entries(raw: object, source: str) -> dict[str, dict[str, Any]]:
