@@ -158,11 +158,36 @@ def test_models_lists_and_shows() -> None:
     assert json.loads(shown.stdout)["model"]["kv_lora_rank"] == 512
 
 
+def _hub(folder: Path, module: str) -> dict[str, str]:
+    """An environment whose ``huggingface_hub`` is the module text ``module``."""
+    folder.mkdir()
+    (folder / "huggingface_hub.py").write_text(module)
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(folder), *sys.path])}
+
+
 def _no_hub(folder: Path) -> dict[str, str]:
     """An environment in which ``import huggingface_hub`` fails, as when it is not installed."""
-    folder.mkdir()
-    (folder / "huggingface_hub.py").write_text("raise ImportError('not installed')\n")
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(folder), *sys.path])}
+    return _hub(folder, "raise ImportError('not installed')\n")
+
+
+def test_other_names_come_from_the_hub_when_it_answers(tmp_path: Path) -> None:
+    entry = lookup("microsoft/phi-4")
+    assert entry is not None
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(entry.config))
+    online = _hub(tmp_path / "online", f"def hf_hub_download(repo_id, filename):\n    return {str(config)!r}\n")
+    proc = tiersim("run", "--model", "someone/phi-4-copy", "--strategy", "dram", "--format", "json",
+                   *[a for s in SMALL for a in ("--set", s)], env=online)
+    assert proc.returncode == 0, proc.stderr
+    offline = _hub(tmp_path / "offline", "def hf_hub_download(repo_id, filename):\n    raise OSError('offline')\n")
+    proc = tiersim("run", "--model", "someone/phi-4-copy", env=offline)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert "Hugging Face Hub did not give its config.json (OSError)" in proc.stderr and "hf_config" in proc.stderr
+
+
+def test_the_guide_lists_every_catalogue_model() -> None:
+    guide = (Path(__file__).resolve().parent.parent / "docs" / "guide" / "scenarios.md").read_text()
+    assert [entry.name for entry in models() if f"`{entry.name}`" not in guide] == []
 
 
 def test_bad_names_and_configs_exit_2_with_one_line(tmp_path: Path) -> None:
@@ -179,6 +204,8 @@ def test_bad_names_and_configs_exit_2_with_one_line(tmp_path: Path) -> None:
         ("run", str(QUICKSTART), "--model", str(tmp_path / "pipe.json")): "not a regular file",
         ("plan", str(QUICKSTART), "--objective", "largest-model", "--model", "nope"): "hf_config",
         ("run", str(QUICKSTART), "--set", "model=nope", *[a for s in SMALL for a in ("--set", s)]): "tiersim models",
+        ("models", "nope"): "not in the bundled catalogue",
+        ("run",): "or --model NAME",
     }
     for args, text in cases.items():
         proc = tiersim(*args, env=env)

@@ -39,7 +39,7 @@ def test_help_imports_no_command() -> None:
 
 
 @pytest.mark.parametrize("argv", [["run", "scenarios/quickstart.yaml"], ["run", "--help"], ["profiles"],
-                                  ["sweep", "--help"]])
+                                  ["sweep", "--help"], ["models"], ["run", "--model", "mistralai/Mixtral-8x7B-v0.1"]])
 def test_a_quick_command_imports_no_heavy_library(argv: list[str]) -> None:
     modules = imported(argv)
     assert not {m.split(".")[0] for m in modules} & set(HEAVY)
