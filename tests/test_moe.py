@@ -57,6 +57,8 @@ def test_expert_gemms_run_on_each_experts_share_of_the_tokens() -> None:
     assert sum(g.flops for g in experts) == 2048 * 2 * 2 * 3 * 4096 * 14336
     assert [g for g in backward.gemms if g.batch == 8][-1].k == 512  # a weight gradient sums over its tokens
     assert sum(g.flops for g in backward.gemms if g.batch == 8) == 2 * sum(g.flops for g in experts)
+    dense_forward, _ = decoder_passes(model, TRAINING)
+    assert forward.module_calls - dense_forward.module_calls == 5 + 8 * 3 - 3  # ZeRO-3 hooks on every expert
 
 
 def test_deepseek_v3_has_three_dense_layers_then_experts_with_a_shared_one() -> None:

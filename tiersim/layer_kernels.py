@@ -168,11 +168,22 @@ def score_matrix_bytes(model: ModelSpec, training: TrainingSpec) -> float:
     return float(LP * training.micro_batch * model.heads * training.seq_len**2)
 
 
-def decoder_module_calls(training: TrainingSpec) -> int:
+MOE_MODULES = 5
+"""Modules of DeepSpeed's mixture-of-experts layer that run once a pass besides the experts:
+``MoE`` and ``MOELayer`` (``deepspeed/moe/layer.py``, ``sharded_moe.py``), ``TopKGate`` and its
+``wg`` linear (the router), ``Experts`` (``experts.py``, which calls each expert on its chunk)."""
+
+
+def decoder_module_calls(training: TrainingSpec, model: ModelSpec | None = None, moe: bool = False) -> int:
     """Modules of a ``ParallelTransformerLayer`` whose ZeRO-3 hooks run in one pass: the layer,
     input norm, self-attention, QKV, core attention, dense, post-attention norm, MLP, its two
-    linears; without flash attention also the softmax and the attention dropout modules."""
-    return 10 if training.flash_attention else 12
+    linears; without flash attention also the softmax and the attention dropout modules. A
+    mixture-of-experts layer (``moe``) has DeepSpeed's ``MOE_MODULES`` and each expert's MLP and
+    two linears in place of the MLP's three modules, and its shared experts' three."""
+    calls = 10 if training.flash_attention else 12
+    if not moe or model is None:
+        return calls
+    return calls - 3 + MOE_MODULES + 3 * model.experts + (3 if model.shared_experts else 0)
 
 
 def decoder_passes(model: ModelSpec, training: TrainingSpec, moe: bool = False) -> tuple[PassKernels, PassKernels]:
@@ -181,7 +192,7 @@ def decoder_passes(model: ModelSpec, training: TrainingSpec, moe: bool = False) 
     linears = _linears(model, tokens, moe)
     elementwise = _elementwise_bytes(model, training, moe)
     scores = score_matrix_bytes(model, training)
-    calls = decoder_module_calls(training)
+    calls = decoder_module_calls(training, model, moe)
     forward = PassKernels((*linears, *_attention(model, training, False)), elementwise + 2 * scores, calls)
     grads = tuple(g for fwd in linears for g in linear_backward(fwd))
     backward = PassKernels((*grads, *_attention(model, training, True)),
