@@ -14,7 +14,7 @@ from clirun import QUICKSTART, SMALL, tiersim
 from tiersim.catalogue import lookup, models
 from tiersim.commands.models import spec
 from tiersim.config.document import load_document, load_scenario
-from tiersim.config.hf_config import expand_model, model_fields
+from tiersim.config.hf_config import ModelTypeWarning, expand_model, model_fields
 from tiersim.config.schema import build
 from tiersim.errors import ConfigError
 from tiersim.workload import ModelSpec, active_parameter_count, parameter_count
@@ -77,6 +77,13 @@ def test_names_are_looked_up_case_insensitive_with_or_without_the_organisation()
     assert lookup("no-such-model") is None
 
 
+def test_an_unknown_model_type_is_read_as_llama_style_with_a_warning() -> None:
+    with pytest.warns(ModelTypeWarning, match="model_type 'gpt2' is not one tiersim knows"):
+        fields = model_fields({"model_type": "gpt2", "hidden_size": 64, "intermediate_size": 256,
+                               "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100}, "c.json")
+    assert fields["activation"] == "swiglu"
+
+
 def test_config_json_fields_map_to_the_model() -> None:
     neox = model_fields({"model_type": "gpt_neox", "hidden_size": 64, "intermediate_size": 256,
                          "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100}, "c.json")
@@ -125,7 +132,8 @@ def test_expert_parallelism_is_refused_by_name() -> None:
     with pytest.raises(ConfigError, match="training.expert_parallel_size: expert parallelism is not modelled"):
         load_scenario(QUICKSTART, ["training.expert_parallel_size=2"])
     with pytest.raises(ConfigError, match="ep_size: expert parallelism is not modelled"):
-        model_fields({"hidden_size": 8, "intermediate_size": 8, "num_hidden_layers": 1, "num_attention_heads": 1,
+        model_fields({"model_type": "deepseek_v3", "hidden_size": 8, "intermediate_size": 8,
+                      "num_hidden_layers": 1, "num_attention_heads": 1,
                       "vocab_size": 8, "n_routed_experts": 4, "num_experts_per_tok": 1, "ep_size": 2}, "c.json")
 
 

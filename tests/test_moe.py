@@ -83,3 +83,19 @@ def test_subgroup_count_matches_the_listed_subgroups(layers: int, dense: int, in
                       shared_experts=1)
     training = TrainingSpec(seq_len=8, global_batch=dp, data_parallel=dp, sub_group_size=size)
     assert subgroup_count(model, training) == len(build_step(model, training).subgroups)
+
+
+@settings(max_examples=30, deadline=None)
+@given(experts=st.integers(1, 8), width=st.integers(1, 16), shared=st.integers(0, 2), seq=st.sampled_from([8, 16]))
+def test_every_token_through_every_expert_costs_a_dense_ffn_as_wide(experts: int, width: int, shared: int,
+                                                                     seq: int) -> None:
+    """With top-k = experts, the experts are one FFN ``(experts + shared) * expert_ffn`` wide plus
+    the router: the same FLOPs, and the GEMMs' FLOPs are the layer's."""
+    moe = ModelSpec(layers=2, hidden=16, heads=2, ffn=24, vocab=50, experts=experts, experts_per_token=experts,
+                    expert_ffn=width, shared_experts=shared)
+    dense = ModelSpec(layers=2, hidden=16, heads=2, ffn=(experts + shared) * width, vocab=50)
+    training = TrainingSpec(seq_len=seq, global_batch=1)
+    layer, plain = build_step(moe, training).layers[1], build_step(dense, training).layers[1]
+    assert layer.forward_flops == plain.forward_flops + 2 * seq * 16 * experts
+    assert layer.forward_kernels.flops == pytest.approx(layer.forward_flops)
+    assert sum(x.params for x in build_step(moe, training).layers) == parameter_count(moe)

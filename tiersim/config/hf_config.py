@@ -25,6 +25,7 @@ Transformers does not load either) and the vision tower of a multimodal config (
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -40,12 +41,21 @@ LAYERNORM = frozenset({"gpt_neox", "falcon", "olmo"})
 TIED_BY_DEFAULT = frozenset({"gemma", "gemma2", "gemma3", "gemma3_text", "falcon"})
 """Model types whose configuration class ties the LM head to the embedding when ``tie_word_embeddings``
 is absent (the others default to an untied head)."""
+KNOWN = frozenset({"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2",
+                   "gemma3", "gemma3_text", "phi3", "deepseek_v2", "deepseek_v3", "olmo", "olmo2", "gpt_neox",
+                   "falcon"})
+"""Model types whose ``config.json`` fields this module reads as their architecture defines them;
+another is read as a Llama-style decoder, with a warning."""
 QKV_BIAS = frozenset({"qwen2", "qwen2_moe"})
 """Model types whose q, k and v projections always have biases (Hugging Face's ``Qwen2Attention``)."""
 HINT = ("list the catalogue with `tiersim models`, or give a local config.json as "
         "model: {hf_config: path/to/config.json}")
 
 _REQUIRED = object()
+
+
+class ModelTypeWarning(UserWarning):
+    """A ``config.json`` of a model type ``model_fields`` does not know, read as Llama-style."""
 
 
 def _whole(config: Mapping[str, Any], source: str, *keys: str, default: Any = _REQUIRED) -> Any:
@@ -142,7 +152,7 @@ def model_fields(config: Mapping[str, Any], source: str) -> dict[str, Any]:
     kind = config.get("model_type", "")
     kind = kind if isinstance(kind, str) else ""
     hidden = _whole(config, source, "hidden_size", "n_embed", "d_model")
-    return {
+    fields = {
         "layers": _whole(config, source, "num_hidden_layers", "n_layer"),
         "hidden": hidden,
         "ffn": _whole(config, source, "intermediate_size", "ffn_hidden_size",
@@ -152,6 +162,11 @@ def model_fields(config: Mapping[str, Any], source: str) -> dict[str, Any]:
         **_style(config, source, kind),
         **_experts(config, source),
     }
+    if kind not in KNOWN:
+        warnings.warn(ModelTypeWarning(f"{source}: model_type {kind or '(none)'!r} is not one tiersim knows; read as "
+                                       f"a Llama-style decoder (gated FFN, RMSNorm; biases, GQA and experts as its "
+                                       f"fields say)"), stacklevel=2)
+    return fields
 
 
 def read_config(path: Path) -> dict[str, Any]:
