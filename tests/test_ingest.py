@@ -1,4 +1,4 @@
-"""Reading training logs (tiersim import-log) and DeepSpeed configs (tiersim run --ds-config).
+"""Reading training logs (tiersim import-log); DeepSpeed configs (--ds-config): test_ds_config.py.
 
 The log fixtures are excerpts, every line the reader uses and nothing else, of the seed study's
 three 70B logs (shared/reference/seed-logs/, DeepSpeed 0.16.2, numactl-bound ranks), a Polaris
@@ -12,19 +12,14 @@ import ast
 import json
 import sys
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pytest
-import yaml
 from clirun import ROOT, tiersim
 
 from tiersim.cli import main
-from tiersim.config.document import load_scenario
-from tiersim.config.ds_config import apply_ds_config
-from tiersim.config.scenario import NotModeledWarning
 from tiersim.errors import ConfigError
 from tiersim.ingest.log_scenario import log_document, measured_table, megatron_ffn, steady_state
 from tiersim.ingest.numactl import RankBinding, parse_binding
@@ -517,87 +512,6 @@ def test_a_30_mb_log_reads_in_seconds(tmp_path: Path) -> None:
     log = read_log(path)
     elapsed = time.perf_counter() - start
     assert len(log.iterations) == 10_000 and elapsed < 20, elapsed
-
-
-# --- DeepSpeed configs ----------------------------------------------------------------------
-
-SEED70 = ROOT / "scenarios" / "seed-70b.yaml"
-
-
-def _ds(tmp_path: Path, config: dict[str, object]) -> Path:
-    path = tmp_path / "ds_config.json"
-    path.write_text(json.dumps(config))
-    return path
-
-
-def test_ds_config_drives_the_run(tmp_path: Path) -> None:
-    ds = _ds(tmp_path, {
-        "train_batch_size": 8, "train_micro_batch_size_per_gpu": 1, "steps_per_print": 1,
-        "zero_optimization": {"stage": 3, "sub_group_size": 5e7, "overlap_comm": True,
-                              "offload_optimizer": {"device": "nvme", "nvme_path": "/mnt", "buffer_count": 8,
-                                                    "pipeline_read": True, "pin_memory": True}},
-        "aio": {"block_size": 262144, "queue_depth": 16, "thread_count": 2},
-        "bf16": {"enabled": True}, "data_types": {"grad_accum_dtype": "fp32"},
-    })
-    with pytest.warns(NotModeledWarning, match="steps_per_print.*zero_optimization.offload_optimizer.nvme_path"):
-        (config,) = load_scenario(SEED70, ds_config=ds)
-    assert config.strategy == "nvme" and config.training.global_batch == 8
-    assert config.training.sub_group_size == 50_000_000 and config.training.grad_accum_dtype == "fp32"
-    options = config.options
-    assert (options.buffer_count, options.pipeline_read, options.block_size, options.queue_depth,
-            options.thread_count) == (8, True, 262144, 16, 2)
-    # --set still wins over the DeepSpeed file
-    with pytest.warns(NotModeledWarning):
-        (config,) = load_scenario(SEED70, ["training.global_batch=16"], ds_config=ds)
-    assert config.training.global_batch == 16
-
-
-def test_ds_config_cpu_offload_keeps_both_memory_policies(tmp_path: Path) -> None:
-    ds = _ds(tmp_path, {"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}})
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert [c.strategy for c in load_scenario(SEED70, ds_config=ds)] == ["dram", "cxl"]
-    none = _ds(tmp_path, {"gradient_accumulation_steps": 4, "train_micro_batch_size_per_gpu": 1})
-    (config,) = load_scenario(SEED70, ["hardware.dram_capacity=2TiB"], ds_config=none)
-    assert config.strategy == "gpu" and config.training.global_batch == 16
-
-
-def test_ds_config_warning_is_one_line(tmp_path: Path) -> None:
-    ds = _ds(tmp_path, {"wall_clock_breakdown": True, "zero_optimization": {"stage": 3, "offload_optimizer":
-                                                                           {"device": "cpu"}}})
-    proc = tiersim("run", str(SEED70), "--ds-config", str(ds), "--strategy", "dram")
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stderr.strip() == f"tiersim: warning: {ds}: not modeled, read past: wall_clock_breakdown"
-
-
-@pytest.mark.parametrize(("config", "key"), [
-    ({"train_batch_size": "auto"}, "train_batch_size: is \"auto\""),
-    ({"zero_optimization": {"offload_optimizer": {"device": "auto"}}}, "offload_optimizer.device: is \"auto\""),
-    ({"zero_optimization": {"stage": "three"}}, "zero_optimization.stage: expected a ZeRO stage"),
-    ({"aio": {"queue_depth": 1.5}}, "aio.queue_depth: expected a positive whole number"),
-    ({"bf16": {"enabled": "yes"}}, "bf16.enabled: expected true or false"),
-    ({"zero_optimization": {"offload_optimizer": {"device": "tape"}}}, "device: expected one of cpu, nvme, none"),
-    ({"data_types": {"grad_accum_dtype": "int8"}}, "grad_accum_dtype: expected one of"),
-])
-def test_bad_ds_config_is_one_line(tmp_path: Path, config: dict[str, object], key: str) -> None:
-    proc = tiersim("run", str(SEED70), "--ds-config", str(_ds(tmp_path, config)))
-    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
-    assert key in proc.stderr and "Traceback" not in proc.stderr
-
-
-def test_malformed_ds_config(tmp_path: Path) -> None:
-    bad = tmp_path / "ds.json"
-    bad.write_text("{not json")
-    proc = tiersim("run", str(SEED70), "--ds-config", str(bad))
-    assert proc.returncode == 2 and "malformed JSON" in proc.stderr
-
-
-def test_apply_ds_config_leaves_the_scenario_data_alone() -> None:
-    data = yaml.safe_load(SEED70.read_text())
-    before = json.dumps(data, sort_keys=True)
-    out, unmodeled = apply_ds_config(data, {"zero_optimization": {"stage": 2}}, "ds.json")
-    assert json.dumps(data, sort_keys=True) == before
-    assert out["training"]["zero_stage"] == 2 and out["strategies"] == ["gpu"] and unmodeled == []
 
 
 def test_measured_tables_bundled_for_reproduce_are_import_log_output() -> None:

@@ -20,12 +20,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from tiersim.config.ds_config import apply_ds_config, read_ds_config
+from tiersim.config.ds_config import DeepSpeedAutoFilled, apply_ds_config, read_ds_config
 from tiersim.config.hf_config import expand_model
 from tiersim.config.profiles import HostProfile
 from tiersim.config.scenario import (
     STRATEGY_SECTION,
-    NotModeledWarning,
     RunConfig,
     copy_plain,
     parse_assignment,
@@ -213,8 +212,9 @@ def _put_mapping(node: dict[str, Any], parts: list[str], value: Any, origin: Ori
 
 def load_document(path: str | Path, ds_config: str | Path | None = None) -> ScenarioDocument:
     """Read a scenario file into a document (profiles looked up next to it first). ``ds_config``:
-    a DeepSpeed JSON whose ZeRO, offload, aio, batch and precision settings replace the
-    scenario's; the keys tiersim does not model are named in one ``NotModeledWarning``."""
+    a DeepSpeed config whose ZeRO, offload, aio, batch and precision settings replace the
+    scenario's, read as DeepSpeed reads it (``tiersim.config.ds_config``); the ``"auto"`` values
+    filled are named in one ``DeepSpeedAutoFilled`` warning."""
     path = Path(path)
     data = read_yaml(path)
     if not isinstance(data, dict):
@@ -222,10 +222,9 @@ def load_document(path: str | Path, ds_config: str | Path | None = None) -> Scen
     if "model" in data:
         data = {**data, "model": expand_model(data["model"], str(path), path.parent)}
     if ds_config is not None:
-        data, unmodeled = apply_ds_config(data, read_ds_config(ds_config), str(ds_config))
-        if unmodeled:
-            warnings.warn(NotModeledWarning(f"{ds_config}: not modeled, read past: {', '.join(unmodeled)}"),
-                          stacklevel=3)
+        data, filled = apply_ds_config(data, read_ds_config(ds_config), str(ds_config))
+        if filled is not None:
+            warnings.warn(DeepSpeedAutoFilled(f"{ds_config}: {filled}"), stacklevel=3)
     return ScenarioDocument(data, str(path), (path.parent,))
 
 
@@ -247,7 +246,7 @@ def load_scenario(
     ds_config: str | Path | None = None, model: str | None = None,
 ) -> list[RunConfig]:
     """Read, override and validate a scenario; one ``RunConfig`` per (selected) strategy.
-    ``force`` lifts the work limit (``tiersim.config.worksize``). ``ds_config``: a DeepSpeed JSON whose
+    ``force`` lifts the work limit (``tiersim.config.worksize``). ``ds_config``: a DeepSpeed config whose
     ZeRO, offload, aio, batch and precision settings replace the scenario's (``--set`` still
     wins; see ``load_document``). ``model``: ``--model``'s name or config.json, set before ``--set``."""
     return with_model(load_document(path, ds_config), model).with_overrides(overrides).configs(strategies, force)

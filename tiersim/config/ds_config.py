@@ -1,12 +1,16 @@
-"""A DeepSpeed JSON config as scenario settings, so one file drives DeepSpeed and tiersim.
+"""A DeepSpeed config as scenario settings, read as DeepSpeed reads it, so that one file drives
+DeepSpeed and tiersim.
 
-``apply_ds_config(data, ds, source)`` returns the scenario mapping with the ZeRO, offload, aio,
-batch and precision settings of ``ds`` put in, and the keys tiersim does not model. The offload
-device picks the strategies: ``cpu`` keeps the scenario's ``dram``/``cxl`` entries (both run
-DeepSpeed's CPU offload; they differ in the numactl policy, which the JSON does not hold),
-``nvme`` its ``nvme`` entry, no offload ``gpu``. A value DeepSpeed's launcher resolves
-(``"auto"``, filled in by the Hugging Face Trainer) or one of the wrong type is an error naming
-the key.
+``read_ds_config`` parses the file as DeepSpeed's loader does (hjson: comments, trailing commas,
+unquoted keys; duplicate keys refused). ``apply_ds_config`` then fills ``"auto"`` as the Hugging
+Face Trainer does (``tiersim.config.ds_auto``), checks every key against ``tiersim.config.ds_keys``
+(a key that would change what tiersim simulates and is not modelled is refused by name; one that
+changes nothing passes), and puts the modelled ones into the scenario, DeepSpeed's defaults where
+the file is silent: batch (``tiersim.config.ds_batch``), precision, ZeRO stage, sub-group and
+bucket sizes, gradient accumulation dtype, and the offload device, which picks the strategies:
+``cpu`` keeps the scenario's ``dram``/``cxl`` entries (both run DeepSpeed's CPU offload; they
+differ in the numactl policy, which the file does not hold), ``nvme`` its ``nvme`` entry (with the
+swap and aio settings), no offload ``gpu``.
 """
 
 from __future__ import annotations
@@ -17,89 +21,165 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tiersim.config.ds_auto import AUTO, Filled, fill_auto
+from tiersim.config.ds_batch import deepspeed_batch, world_size
+from tiersim.config.ds_keys import KEYS, lookup
 from tiersim.config.scenario import copy_plain
+from tiersim.config.yamlfile import read_text
 from tiersim.errors import ConfigError
+
+MAX_DEPTH = 16
+"""Nesting of a DeepSpeed config (its deepest key, ``zero_optimization.offload_optimizer.device``, is at 3)."""
 
 _DTYPES = {"fp32": "fp32", "float32": "fp32", "fp16": "fp16", "float16": "fp16", "bf16": "bf16", "bfloat16": "bf16"}
 _DEVICE_STRATEGIES = {"cpu": ("dram", "cxl"), "nvme": ("nvme",), "none": ("gpu",)}
+_OFFLOAD = "zero_optimization.offload_optimizer."
+_NVME_OPTIONS = {  # strategies.nvme option: (DeepSpeed key, DeepSpeed's default)
+    "buffer_count": (_OFFLOAD + "buffer_count", 4),
+    "pipeline_read": (_OFFLOAD + "pipeline_read", False),
+    "pipeline_write": (_OFFLOAD + "pipeline_write", False),
+    "block_size": ("aio.block_size", 1_048_576),
+    "queue_depth": ("aio.queue_depth", 8),
+    "thread_count": ("aio.thread_count", 1),
+}
+
+
+class DeepSpeedAutoFilled(UserWarning):
+    """The ``"auto"`` values of a DeepSpeed config that tiersim filled, in one line."""
 
 
 def read_ds_config(path: str | Path) -> dict[str, Any]:
-    """Read a DeepSpeed JSON config (a mapping), or say in one line why not."""
+    """Read a DeepSpeed config (an hjson or JSON object), or say in one line why not."""
+    import hjson  # here, not at import: only --ds-config needs it
+
     source = str(path)
+    text = read_text(Path(path))
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(source, "", f"cannot read file ({getattr(exc, 'strerror', None) or exc})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(source, f"line {exc.lineno}", f"malformed JSON: {exc.msg}") from None
+        data = hjson.loads(text, object_pairs_hook=lambda pairs: _mapping(pairs, source))
+    except hjson.HjsonDecodeError as exc:
+        raise ConfigError(source, f"line {exc.lineno}", f"malformed JSON (hjson, as DeepSpeed reads it): {exc.msg}") \
+            from None
+    except RecursionError:
+        raise ConfigError(source, "", f"nested deeper than {MAX_DEPTH} levels") from None
+    except (OverflowError, ValueError) as exc:  # hjson's own conversions: "1e999"
+        raise ConfigError(source, "", f"malformed JSON (hjson, as DeepSpeed reads it): {exc}") from None
     if not isinstance(data, dict):
         raise ConfigError(source, "", "a DeepSpeed config must be a JSON object")
+    _check_depth(data, source)
     return data
 
 
-def apply_ds_config(data: dict[str, Any], ds: dict[str, Any], source: str) -> tuple[dict[str, Any], list[str]]:
-    """The scenario ``data`` with ``ds``'s settings applied, and the DeepSpeed keys not modeled."""
-    flat = dict(_leaves(ds))
-    for key, value in flat.items():
-        if value == "auto":
-            raise ConfigError(source, key, "is \"auto\": tiersim needs the value DeepSpeed would resolve; write it out")
+def apply_ds_config(data: dict[str, Any], ds: dict[str, Any], source: str) -> tuple[dict[str, Any], str | None]:
+    """The scenario ``data`` with ``ds``'s settings applied (``data`` is not changed), and the
+    line that says which ``"auto"`` values were filled (None: there were none)."""
+    filled = fill_auto(ds, data, source)
+    settings, defaulted = _settings(filled.config, source)
     out = copy_plain(data)
-    training = out.setdefault("training", {})
-    if not isinstance(training, dict):
-        raise ConfigError(source, "training", "the scenario's training section is not a mapping")
-    used: set[str] = set()
+    training = _section(out, "training", source)
+    stage = _apply_training(training, settings, world_size(data, source), source)
+    _apply_offload(out, settings, stage, source)
+    return out, _auto_line(filled, defaulted)
 
-    def take(key: str, kind: Callable[[str, str, object], Any]) -> Any:
-        if key not in flat:
-            return None
-        used.add(key)
-        return kind(source, key, flat[key])
 
-    simple = {
-        "train_micro_batch_size_per_gpu": ("micro_batch", _whole),
-        "train_batch_size": ("global_batch", _whole),
-        "zero_optimization.stage": ("zero_stage", _stage),
-        "zero_optimization.sub_group_size": ("sub_group_size", _whole),
-        "zero_optimization.reduce_bucket_size": ("reduce_bucket_size", _whole),
-    }
-    for key, (field, kind) in simple.items():
-        value = take(key, kind)
-        if value is not None:
-            training[field] = value
-    steps = take("gradient_accumulation_steps", _whole)
-    if steps is not None and "train_batch_size" not in flat:
-        ranks = training.get("data_parallel") or out.get("hardware", {}).get("gpus", 1)
-        training["global_batch"] = training.get("micro_batch", 1) * steps * ranks
-    if take("bf16.enabled", _boolean):
-        training["precision"] = "bf16"
-    if take("fp16.enabled", _boolean):
-        training["precision"] = "fp16"
-    dtype = take("data_types.grad_accum_dtype", _dtype)
+def _settings(config: dict[str, Any], source: str) -> tuple[dict[str, Any], list[str]]:
+    """The modelled keys of ``config`` ({dotted key: value}) and the ``zero_optimization`` keys
+    still ``"auto"``, which DeepSpeed leaves at their defaults; a refused or unknown key raises."""
+    modelled: dict[str, Any] = {}
+    defaulted: list[str] = []
+    for path, value in _leaves(config):
+        if value is None:
+            continue
+        if value == AUTO and path.startswith("zero_optimization."):
+            defaulted.append(path)
+        elif _is_modelled(path, value, source):
+            modelled[path] = value
+    return modelled, defaulted
+
+
+def _is_modelled(path: str, value: object, source: str) -> bool:
+    """Whether key ``path`` is one tiersim models (False: one that changes nothing); raises for
+    a key that is unknown, refused at ``value``, or still ``"auto"``."""
+    key = lookup(path)
+    if key is None:
+        raise _unknown(path, value, source)
+    if key.treatment == "ignored":
+        return False
+    if value == AUTO:
+        raise ConfigError(source, path, "is \"auto\", which the Hugging Face Trainer does not fill and "
+                                        "DeepSpeed does not read")
+    if key.treatment == "refused" and value not in key.accepted:
+        accepted = " or ".join(_show(v) for v in key.accepted if v is not None)
+        raise ConfigError(source, path, f"{_show(value)}: {key.note} is not modelled"
+                                        + (f"; tiersim accepts only {accepted}" if accepted else ""))
+    return key.treatment == "modelled"
+
+
+def _unknown(path: str, value: object, source: str) -> ConfigError:
+    """The error for a key ``lookup`` does not know, at its first unknown section."""
+    parts = path.split(".")
+    for end in range(1, len(parts) + 1):
+        prefix = ".".join(parts[:end])
+        if not any(known == prefix or known.startswith(prefix + ".") for known in KEYS):
+            break
+    else:
+        return ConfigError(source, path, f"expected a mapping (a DeepSpeed section), got {_show(value)}")
+    if end > 1 and parts[0] == "zero_optimization":
+        return ConfigError(source, prefix, "not a key of DeepSpeed 0.16's ZeRO config, which refuses unknown keys")
+    return ConfigError(source, prefix, "not a DeepSpeed 0.16 key tiersim knows (docs/guide/deepspeed-config.md "
+                                       "lists them); refused rather than read past")
+
+
+def _apply_training(training: dict[str, Any], settings: dict[str, Any], world: int, source: str) -> int:
+    """Batch, precision, ZeRO and optimizer settings into the scenario's ``training``; the stage."""
+
+    def get(key: str, kind: Callable[[str, str, object], Any], default: Any = None) -> Any:
+        return kind(source, key, settings[key]) if key in settings else default
+
+    batch = deepspeed_batch(get("train_batch_size", _whole), get("train_micro_batch_size_per_gpu", _whole),
+                            get("gradient_accumulation_steps", _whole), world, source)
+    training["micro_batch"], training["global_batch"] = batch.micro, batch.train
+    training["precision"] = _precision(get("fp16.enabled", _flag, False),
+                                       get("bf16.enabled", _flag, get("bfloat16.enabled", _flag, False)), source)
+    training["zero_stage"] = stage = get("zero_optimization.stage", _stage, 0)
+    training["sub_group_size"] = get("zero_optimization.sub_group_size", _whole, 1_000_000_000)
+    training["reduce_bucket_size"] = get("zero_optimization.reduce_bucket_size", _whole, 500_000_000)
+    training.pop("grad_accum_dtype", None)
+    dtype = get("data_types.grad_accum_dtype", _dtype)
     if dtype is not None:
         training["grad_accum_dtype"] = dtype
-    betas = flat.get("optimizer.params.betas")
+    get("optimizer.type", _adam)
+    betas = get("optimizer.params.betas", _betas)
     if betas is not None:
-        used.add("optimizer.params.betas")
-        if not (isinstance(betas, list) and len(betas) == 2 and all(_is_number(b) for b in betas)):
-            raise ConfigError(source, "optimizer.params.betas", f"expected two numbers, got {betas!r}")
         training["adam_beta1"], training["adam_beta2"] = betas
-    pinned = take("zero_optimization.offload_optimizer.pin_memory", _boolean)
-    if pinned is not None:
-        out.setdefault("hardware", {})["pinned"] = pinned
-    device = take("zero_optimization.offload_optimizer.device", _device) or "none"
-    options = {
-        "buffer_count": take("zero_optimization.offload_optimizer.buffer_count", _whole),
-        "pipeline_read": take("zero_optimization.offload_optimizer.pipeline_read", _boolean),
-        "pipeline_write": take("zero_optimization.offload_optimizer.pipeline_write", _boolean),
-        "block_size": take("aio.block_size", _whole),
-        "queue_depth": take("aio.queue_depth", _whole),
-        "thread_count": take("aio.thread_count", _whole),
-    }
-    out["strategies"] = _strategies(out.get("strategies"), device, {k: v for k, v in options.items() if v is not None})
-    return out, sorted(set(flat) - used)
+    return int(stage)
+
+
+def _precision(fp16: bool, bf16: bool, source: str) -> str:
+    """DeepSpeed's training precision (``_initialize_params``)."""
+    if fp16 and bf16:
+        raise ConfigError(source, "bf16.enabled", "bfloat16 and fp16 modes cannot be simultaneously enabled "
+                                                  "(DeepSpeed refuses it)")
+    if not (fp16 or bf16):
+        raise ConfigError(source, "fp16.enabled", "neither fp16.enabled nor bf16.enabled: DeepSpeed trains in fp32, "
+                                                  "which tiersim does not model")
+    return "fp16" if fp16 else "bf16"
+
+
+def _apply_offload(out: dict[str, Any], settings: dict[str, Any], stage: int, source: str) -> None:
+    """The offload device's strategies, pinning and NVMe swap settings into the scenario."""
+    key = _OFFLOAD + "device"
+    device = _device(source, key, settings.get(key, "none"))
+    if device != "none" and stage < 3:
+        raise ConfigError(source, key, f"{device!r} at ZeRO stage {stage}: tiersim does not model ZeRO-1/2 optimizer "
+                                       "offload (DeepSpeed's stage_1_and_2.py, which offloads to CPU memory whatever "
+                                       "the device) yet; it models stage 3")
+    if device != "none":
+        pinned = _flag(source, _OFFLOAD + "pin_memory", settings.get(_OFFLOAD + "pin_memory", False))
+        _section(out, "hardware", source)["pinned"] = pinned
+    kinds: dict[str, Callable[[str, str, object], Any]] = {"pipeline_read": _flag, "pipeline_write": _flag}
+    swap = {option: kinds.get(option, _whole)(source, name, settings.get(name, default))
+            for option, (name, default) in _NVME_OPTIONS.items()}
+    out["strategies"] = _strategies(out.get("strategies"), device, swap if device == "nvme" else {})
 
 
 def _strategies(entries: object, device: str, options: dict[str, Any]) -> list[Any]:
@@ -108,9 +188,49 @@ def _strategies(entries: object, device: str, options: dict[str, Any]) -> list[A
     kept = [e for e in entries if _name(e) in wanted] if isinstance(entries, list) else []
     if not kept:
         kept = [wanted[0]]
-    if device == "nvme" and options:
+    if options:
         kept = [{**({"name": e} if isinstance(e, str) else e), **options} for e in kept]
     return kept
+
+
+def _auto_line(filled: Filled, defaulted: list[str]) -> str | None:
+    """One line: the ``"auto"`` values filled, those left to DeepSpeed and those of no effect."""
+    parts = []
+    if filled.filled:
+        parts.append("\"auto\" filled from the scenario as the Hugging Face Trainer fills it: "
+                     + ", ".join(filled.filled))
+    if defaulted:
+        parts.append("\"auto\" left to DeepSpeed's default: " + ", ".join(defaulted))
+    if filled.no_effect:
+        parts.append("\"auto\" of no effect on the simulation: " + ", ".join(filled.no_effect))
+    return "; ".join(parts) or None
+
+
+def _mapping(pairs: list[tuple[str, Any]], source: str) -> dict[str, Any]:
+    """An hjson object as a dict; a key given twice is refused, as DeepSpeed refuses it."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ConfigError(source, key, "given twice (DeepSpeed refuses duplicate keys)")
+        out[key] = value
+    return out
+
+
+def _check_depth(data: object, source: str) -> None:
+    stack = [(data, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ConfigError(source, "", f"nested deeper than {MAX_DEPTH} levels")
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+
+
+def _section(out: dict[str, Any], name: str, source: str) -> dict[str, Any]:
+    section = out.setdefault(name, {})
+    if not isinstance(section, dict):
+        raise ConfigError(source, name, f"the scenario's {name} section is not a mapping")
+    return section
 
 
 def _name(entry: object) -> object:
@@ -118,15 +238,19 @@ def _name(entry: object) -> object:
 
 
 def _leaves(data: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
-    """Dotted leaf keys of a nested mapping (lists are leaves)."""
+    """Dotted leaf keys of a nested mapping (lists are leaves, empty mappings have none)."""
     out: list[tuple[str, Any]] = []
     for key, value in data.items():
         path = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
+        if isinstance(value, dict):
             out.extend(_leaves(value, f"{path}."))
         else:
             out.append((path, value))
     return out
+
+
+def _show(value: object) -> str:
+    return json.dumps(value) if isinstance(value, (str, bool, list)) or value is None else str(value)
 
 
 def _is_number(value: object) -> bool:
@@ -135,31 +259,45 @@ def _is_number(value: object) -> bool:
 
 def _whole(source: str, key: str, value: object) -> int:
     if not isinstance(value, (int, float)) or not _is_number(value) or value != int(value) or value <= 0:
-        raise ConfigError(source, key, f"expected a positive whole number, got {value!r}")
+        raise ConfigError(source, key, f"expected a positive whole number, got {_show(value)}")
     return int(value)
 
 
 def _stage(source: str, key: str, value: object) -> int:
-    if value not in (0, 1, 2, 3) or isinstance(value, bool):
-        raise ConfigError(source, key, f"expected a ZeRO stage 0, 1, 2 or 3, got {value!r}")
+    if isinstance(value, bool) or value not in (0, 1, 2, 3):
+        raise ConfigError(source, key, f"expected a ZeRO stage 0, 1, 2 or 3, got {_show(value)}")
     return int(value)
 
 
-def _boolean(source: str, key: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(source, key, f"expected true or false, got {value!r}")
-    return value
+def _flag(source: str, key: str, value: object) -> bool:
+    """A boolean as DeepSpeed reads it: true/false, or the integers 1/0."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    raise ConfigError(source, key, f"expected true or false (or 1 or 0), got {_show(value)}")
 
 
 def _dtype(source: str, key: str, value: object) -> str:
     if not isinstance(value, str) or value not in _DTYPES:
-        raise ConfigError(source, key, f"expected one of {', '.join(_DTYPES)}, got {value!r}")
+        raise ConfigError(source, key, f"expected one of {', '.join(_DTYPES)}, got {_show(value)}")
     return _DTYPES[value]
 
 
 def _device(source: str, key: str, value: object) -> str:
-    if value is None:
-        return "none"
     if not isinstance(value, str) or value not in _DEVICE_STRATEGIES:
-        raise ConfigError(source, key, f"expected one of {', '.join(_DEVICE_STRATEGIES)}, got {value!r}")
+        raise ConfigError(source, key, f"expected one of {', '.join(_DEVICE_STRATEGIES)}, got {_show(value)}")
     return value
+
+
+def _adam(source: str, key: str, value: object) -> str:
+    if not isinstance(value, str) or value.lower() not in ("adam", "adamw"):
+        raise ConfigError(source, key, f"{_show(value)}: tiersim models Adam and AdamW (CPU Adam when offloaded), "
+                                       "not another optimizer")
+    return value
+
+
+def _betas(source: str, key: str, value: object) -> tuple[float, float]:
+    if not (isinstance(value, list) and len(value) == 2 and all(_is_number(b) for b in value)):
+        raise ConfigError(source, key, f"expected two numbers, got {_show(value)}")
+    return float(value[0]), float(value[1])

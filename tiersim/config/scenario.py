@@ -73,10 +73,6 @@ def parse_assignment(item: str, source: str, where: str | None = None) -> tuple[
     return key, parse_value(raw, source, where or key)
 
 
-class NotModeledWarning(UserWarning):
-    """Settings of an input file that tiersim reads past because no mechanism uses them."""
-
-
 def scenario_from_dict(
     data: dict[str, Any], source: str, strategies: Sequence[str] = (), search: tuple[Path, ...] = (),
     resolved: dict[tuple[HardwareSpec, tuple[Path, ...]], Hardware] | None = None, force: bool = False,
