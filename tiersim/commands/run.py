@@ -31,8 +31,10 @@ def register(parser: argparse.ArgumentParser) -> None:
     add_strategy(parser)
     add_overrides(parser)
     parser.add_argument("--ds-config", type=Path, metavar="ds_config.json",
-                        help="take the ZeRO, offload, aio, batch and precision settings from this DeepSpeed JSON "
-                             "(--set still wins); keys tiersim does not model are named in one warning")
+                        help="take the ZeRO, offload, aio, batch and precision settings from this DeepSpeed "
+                             "config, read as DeepSpeed reads it (--set still wins); \"auto\" is filled from the "
+                             "scenario as the Hugging Face Trainer fills it, and a key tiersim does not model is "
+                             "refused by name (docs/guide/deepspeed-config.md)")
     add_format(parser, "table", "json", "csv")
     parser.add_argument("--out", type=Path, metavar="DIR",
                         help="write summary, resolved configs and traces to DIR")
