@@ -145,7 +145,6 @@ def test_moe_fields_must_fit_together() -> None:
         build(ModelSpec, {"layers": 2, "hidden": 8, "heads": 1, "ffn": 8, "shared_experts": 1}, "s.yaml", "model")
 
 
-@pytest.mark.slow
 def test_run_with_model_alone_answers_and_writes_nothing(tmp_path: Path) -> None:
     proc = tiersim("run", "--model", "meta-llama/Llama-3.1-8B", "--strategy", "dram", "--format", "json",
                    cwd=tmp_path)
