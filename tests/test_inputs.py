@@ -63,8 +63,12 @@ def test_a_hostile_base_scenario_of_a_sweep_is_named(tmp_path: Path) -> None:
     assert not (tmp_path / "o").exists()
 
 
-def test_an_endless_file_is_refused_at_the_size_limit() -> None:
-    one_line_exit_2(tiersim("run", "/dev/zero"), "/dev/zero:", "larger than 4 MiB")
+def test_an_endless_device_is_refused_unread_and_a_large_file_at_the_size_limit(tmp_path: Path) -> None:
+    one_line_exit_2(tiersim("run", "/dev/zero"), "/dev/zero:", "a device, not a regular file")
+    large = tmp_path / "large.yaml"
+    with large.open("wb") as handle:
+        handle.truncate(5 << 20)  # sparse: 5 MiB of zeros
+    one_line_exit_2(tiersim("run", str(large)), f"{large}:", "larger than 4 MiB")
 
 
 def test_a_directory_is_not_a_scenario(tmp_path: Path) -> None:

@@ -25,16 +25,16 @@ _LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 def read_input(path: Path, limit: int = MAX_FILE_BYTES) -> bytes:
     """The bytes of an input file of at most ``limit`` bytes (read no further than that). It is
-    opened without blocking, so a named pipe or a socket is refused instead of waited on."""
+    opened without blocking and must be a regular file, so a named pipe, socket, device
+    (``/dev/zero``, a terminal) or directory is refused instead of waited on or read forever."""
     try:
         handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
         raise ConfigError(str(path), "", f"cannot read file ({exc.strerror or exc})") from None
     mode = os.fstat(handle).st_mode
-    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISDIR(mode):
+    if not stat.S_ISREG(mode):
         os.close(handle)
-        kind = "is a directory" if stat.S_ISDIR(mode) else "a named pipe or socket, not a regular file"
-        raise ConfigError(str(path), "", f"cannot read file ({kind})")
+        raise ConfigError(str(path), "", f"cannot read file ({_kind(mode)}, not a regular file)")
     with os.fdopen(handle, "rb") as stream:
         try:
             raw = stream.read(limit + 1)
@@ -43,6 +43,15 @@ def read_input(path: Path, limit: int = MAX_FILE_BYTES) -> bytes:
     if len(raw) > limit:
         raise ConfigError(str(path), "", f"is larger than {limit // 2**20} MiB, the limit for an input file")
     return raw
+
+
+def _kind(mode: int) -> str:
+    """What a file that is not a regular one is, for ``read_input``'s error."""
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+        return "a named pipe or socket"
+    return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a special file"
 
 
 def read_text(path: Path) -> str:
