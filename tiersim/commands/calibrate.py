@@ -6,6 +6,7 @@ import argparse
 import socket
 from pathlib import Path
 
+from tiersim.commands.options import output_folder
 from tiersim.errors import ConfigError
 
 
@@ -52,6 +53,7 @@ def handler(args: argparse.Namespace) -> int:
     from tiersim.calibration.runner import full_plan, quick_plan
 
     out = args.out or default_out()
+    output_folder(out.parent)  # before measuring: a folder that cannot be written in is one line now
     if args.nvme_dir is not None and not Path(args.nvme_dir).is_dir():
         raise ConfigError("--nvme-dir", "", f"{args.nvme_dir} is not a directory")
     plan = quick_plan() if args.quick else full_plan()

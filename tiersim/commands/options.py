@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -58,10 +59,19 @@ def flags(**flag_of: str) -> Iterator[None]:
 
 
 def output_folder(path: Path, flag: str = "--out") -> Path:
-    """``path``, made (with its parents) when missing; a ``ConfigError`` naming it and the
-    ``flag`` that gave it when it cannot be."""
+    """``path``, made (with its parents) when missing and checked by making a file there; a
+    ``ConfigError`` naming it and the ``flag`` that gave it when it cannot be made or written in
+    (``/proc``, a read-only folder, a file)."""
+    import tempfile
+
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(str(path), flag, f"cannot create directory ({exc.strerror})") from None
+    try:
+        handle, probe = tempfile.mkstemp(prefix=".tiersim-", dir=path)
+    except OSError as exc:
+        raise ConfigError(str(path), flag, f"cannot write files there ({exc.strerror})") from None
+    os.close(handle)
+    os.unlink(probe)
     return path
