@@ -138,7 +138,7 @@ def test_bad_bandwidth_in_a_profile_names_file_and_field(tmp_path: Path, bandwid
     profile["read_bandwidth"] = bandwidth
     (tmp_path / "slow-drive.yaml").write_text(yaml.safe_dump(profile))
     scenario = _scenario(tmp_path, {"hardware.nvme.device": "slow-drive"})
-    proc = tiersim("run", str(scenario))
+    proc = tiersim("run", str(scenario), "--profile-path", str(tmp_path))
     assert proc.returncode == 2
     assert "slow-drive.yaml: read_bandwidth: must be greater than 0" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tiersim.config.document import load_scenario
 from tiersim.config.profiles import (
     DEFAULT_PROFILE_DIR,
     PROFILE_KINDS,
@@ -21,6 +22,8 @@ from tiersim.config.profiles import (
     load_profile_file,
 )
 from tiersim.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parent.parent
 
 EXPECTED = {
     "gpu": {"a100-80gb", "h100-sxm", "h100-pcie", "h200", "h200-nvl", "b200", "gb200", "gh200", "mi300x"},
@@ -229,13 +232,26 @@ def _assert_error(path: Path, field: str) -> ConfigError:
     return info.value
 
 
-def test_good_tmp_profile_loads_and_is_found_by_name(tmp_path: Path) -> None:
+def test_good_tmp_profile_loads_and_is_found_by_name_on_the_profile_path_only(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A name is looked up on the profile path alone (not in the scenario's folder, ``extra``);
+    a file name ending .yaml may be relative to the scenario's folder."""
     path = _write(tmp_path, "my-link", GOOD_LINK.format(name="my-link"))
     assert load_profile_file(path).pinned_bandwidth == pytest.approx(25e9)
-    found = find_profile("my-link", PROFILE_KINDS["link"], "scen.yaml", "hardware.link", extra=(tmp_path,))
-    assert found.name == "my-link"
+    with pytest.raises(ConfigError, match="unknown link profile 'my-link'"):
+        find_profile("my-link", PROFILE_KINDS["link"], "scen.yaml", "hardware.link", extra=(tmp_path,))
     by_path = find_profile("my-link.yaml", PROFILE_KINDS["link"], "scen.yaml", "hardware.link", extra=(tmp_path,))
     assert by_path.latency == pytest.approx(8e-6)
+    monkeypatch.setenv("TIERSIM_PROFILE_PATH", str(tmp_path))
+    assert find_profile("my-link", PROFILE_KINDS["link"], "scen.yaml", "hardware.link").name == "my-link"
+
+
+def test_a_scenario_named_like_its_gpu_profile_is_not_loaded_as_that_profile(tmp_path: Path) -> None:
+    """scenarios/h200.yaml saying ``gpu: h200`` gets the h200 profile, not itself."""
+    scenario = tmp_path / "h200.yaml"
+    scenario.write_text((ROOT / "scenarios" / "quickstart.yaml").read_text().replace("gpu: h100-sxm", "gpu: h200"))
+    (config,) = load_scenario(scenario, [], ["gpu"])
+    assert config.hardware.gpu.name == "h200"
 
 
 def test_figure_without_source(tmp_path: Path) -> None:

@@ -298,12 +298,12 @@ PROFILE_KINDS: dict[str, type] = {
 }
 
 
-def profile_dirs(extra: tuple[Path, ...] = ()) -> list[Path]:
-    """Where profiles are looked up, first match wins: ``extra``, $TIERSIM_PROFILE_PATH,
-    ./device_profiles, then the bundled profiles."""
-    dirs = list(extra)
+def profile_dirs() -> list[Path]:
+    """Where profiles are looked up by name, first match wins, and nowhere else: the
+    ``--profile-path`` folders and $TIERSIM_PROFILE_PATH (the CLI puts the former in front of
+    the latter), ./device_profiles, then the bundled profiles."""
     env = os.environ.get("TIERSIM_PROFILE_PATH", "")
-    dirs += [Path(p) for p in env.split(os.pathsep) if p]
+    dirs = [Path(p) for p in env.split(os.pathsep) if p]
     dirs += [Path.cwd() / "device_profiles", DEFAULT_PROFILE_DIR]
     unique: list[Path] = []
     seen: set[tuple[int, int]] = set()
@@ -365,8 +365,10 @@ def find_profile(name: str, kind: None, source: str, field_path: str, extra: tup
 
 def find_profile(name: str, kind: type[_ProfileBase] | None, source: str, field_path: str,
                  extra: tuple[Path, ...] = ()) -> _ProfileBase:
-    """Resolve a profile of class ``kind`` (any kind when None) by name (or path); errors name
-    the referring field and, for an unknown name, the known ones."""
+    """Resolve a profile of class ``kind`` (any kind when None) by name, on ``profile_dirs``, or
+    by path (a name ending ``.yaml``: relative to the current folder, else to one of ``extra``,
+    e.g. the scenario's folder); errors name the referring field and, for an unknown name, the
+    known ones."""
     kind_text = kind_name(kind) if kind is not None else None
     candidate = Path(name)
     if candidate.suffix in (".yaml", ".yml"):
@@ -377,13 +379,13 @@ def find_profile(name: str, kind: type[_ProfileBase] | None, source: str, field_
         else:
             raise ConfigError(source, field_path, f"profile file {name!r} not found")
     else:
-        for directory in profile_dirs(extra):
+        for directory in profile_dirs():
             path = directory / f"{name}.yaml"
             if path.is_file():
                 profile = load_profile_file(path)
                 break
         else:
-            known = ", ".join(_names_of_kind(kind_text, extra)) or "none on the search path"
+            known = ", ".join(_names_of_kind(kind_text)) or "none on the search path"
             what = f"{kind_text} profile" if kind_text else "profile"
             raise ConfigError(source, field_path, f"unknown {what} {name!r} (known: {known})")
     if kind is not None and not isinstance(profile, kind):
@@ -391,11 +393,11 @@ def find_profile(name: str, kind: type[_ProfileBase] | None, source: str, field_
     return profile
 
 
-def _names_of_kind(kind: str | None, extra: tuple[Path, ...]) -> list[str]:
+def _names_of_kind(kind: str | None) -> list[str]:
     """Names of the readable profiles of ``kind`` (any when None), for error messages; broken
     files are skipped."""
     names: set[str] = set()
-    for directory in profile_dirs(extra):
+    for directory in profile_dirs():
         for path in directory.glob("*.yaml"):
             try:
                 if kind is None or load_profile_file(path).kind == kind:
@@ -405,10 +407,10 @@ def _names_of_kind(kind: str | None, extra: tuple[Path, ...]) -> list[str]:
     return sorted(names)
 
 
-def list_profiles(extra: tuple[Path, ...] = ()) -> list[Profile]:
+def list_profiles() -> list[Profile]:
     """All profiles on the search path, by kind then name (first directory wins a name)."""
     seen: dict[str, Profile] = {}
-    for directory in profile_dirs(extra):
+    for directory in profile_dirs():
         for path in sorted(directory.glob("*.yaml")):
             if path.stem not in seen:
                 seen[path.stem] = load_profile_file(path)
