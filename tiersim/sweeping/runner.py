@@ -35,6 +35,7 @@ from tiersim.sweeping.store import (
     RowTable,
     concat_tables,
     final_table,
+    folder_lock,
     open_folder,
     results_frame,
     stored_rows,
@@ -219,6 +220,25 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def check_backend(jobs: int | None, scheduler: Any, force: bool = False) -> None:
+    """Refuse, before anything runs, ``jobs`` (a whole number) over the CPUs this process may use
+    (unless ``force``), and a scheduler address Dask cannot parse or resolve (a ``ConfigError``
+    naming the parameter)."""
+    if jobs is not None and jobs > default_jobs() and not force:
+        raise ConfigError(API, "jobs", f"{jobs} worker processes for the {default_jobs()} CPUs this process may use; "
+                                       "at most one per CPU (--force runs more)")
+    if isinstance(scheduler, str):
+        try:
+            from distributed.comm import resolve_address
+        except ImportError:
+            raise ConfigError(API, "scheduler", "needs dask[distributed]: pip install 'tiersim[dask]'") from None
+        try:
+            resolve_address(scheduler)
+        except (OSError, ValueError, TypeError) as exc:
+            raise ConfigError(API, "scheduler", f"cannot use the Dask scheduler address {scheduler!r} ({exc}); "
+                                                "expected e.g. tcp://10.0.0.5:8786") from None
+
+
 def _run_inline(batches: list[Batch], sink: Sink) -> None:
     for batch in batches:
         sink(run_batch(batch))
@@ -372,23 +392,28 @@ def run_sweep(
     started = time.perf_counter()
     _check_positive("jobs", jobs)
     _check_positive("chunk_size", chunk_size)
+    check_backend(jobs, scheduler, force)
     sweep = load_sweep(spec, overrides, force)
     workers = 1 if scheduler is None and jobs == 1 else (jobs or default_jobs())
     # A local pool is started first and plans the points too (each worker holds the sweep).
     pool = _start_pool(workers, sweep) if scheduler is None and workers > 1 else None
+    held = contextlib.ExitStack()  # the output folder's lock, from opening the store to the last file
     try:
         with _collector_paused():  # planning leaves no reference cycle to collect
             runs = _plan(sweep, force, progress, notice, pool)
         with _frozen():
+            if out is not None:
+                held.enter_context(folder_lock(Path(out)))
             store = _open_store(sweep, runs, Path(out) if out is not None else None, resume)
             todo = [r for r in runs if r.index not in store.found]
             resumed = len(runs) - len(todo)
             batches = _batches(todo, chunk_size or default_chunk_size(len(todo), workers))
             _execute(store, batches, scheduler, progress, f"sweep {sweep.name}", resumed, pool)
+        final, results_path = store.consolidate(overrides)
     finally:
         if pool is not None:
             _release_pool(pool)
-    final, results_path = store.consolidate(overrides)
+        held.close()
     frame = final.to_pandas()
     failed = int(frame["error"].notna().sum()) if "error" in frame.columns else 0
     return SweepOutcome(frame, len(runs), resumed, store.computed, time.perf_counter() - started, results_path,

@@ -5,7 +5,8 @@ atomically under ``OUT/parts/``, and their consolidation, in run order, into
 ``OUT/sweep.json`` names the sweep a folder belongs to (its name, files and the hash of its
 resolved plan, ``plan_digest``); it is written before the first part. ``open_folder`` refuses,
 before touching anything, a folder that holds another sweep (or rows without that record),
-and without ``resume`` one that already holds this sweep."""
+and without ``resume`` one that already holds this sweep. A sweep holds ``OUT/.lock`` while it
+writes there (``folder_lock``), so a second writer is refused."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +38,7 @@ from tiersim.sweeping.points import (
 RESULTS_FILE = "results.parquet"
 PARTS_DIR = "parts"
 SWEEP_FILE = "sweep.json"
+LOCK_FILE = ".lock"
 ROW_PREFIX = ("point", "point_id")
 ROW_SUFFIX = ("seed", "tiersim_version", "config_hash")
 
@@ -183,6 +185,35 @@ class FolderInUse(ConfigError):
         super().__init__(str(out), "out", f"already holds this sweep ({state})")
 
 
+@contextlib.contextmanager
+def folder_lock(out: Path) -> Iterator[None]:
+    """Hold ``out``'s lock (``OUT/.lock``, made with the folder when missing) while a sweep writes
+    there: a second writer, in this process or another, is refused in one line naming the holder.
+    The lock is the kernel's (``flock``): it goes with its holder however that ends, so a lock
+    file a killed sweep left behind locks nothing."""
+    import fcntl
+
+    path = out / LOCK_FILE
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        handle = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    except OSError as exc:
+        raise ConfigError(str(out), "out", f"cannot write there ({exc.strerror})") from None
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(handle, 64, 0).decode("ascii", "replace").strip() or "unknown"
+            message = (f"another sweep is writing there now (process {holder} holds {LOCK_FILE}); "
+                       "wait for it to finish or choose another folder")
+            raise ConfigError(str(out), "out", message) from None
+        os.ftruncate(handle, 0)
+        os.pwrite(handle, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(handle)
+
+
 def open_folder(out: Path, sweep: Sweep, runs: Sequence[PlannedRun], resume: bool) -> list[pa.Table]:
     """The stored parts of this sweep in ``out``, after checking (before touching anything)
     that the folder is new or this sweep's and, without ``resume``, new; the folder and its
@@ -222,9 +253,11 @@ def _read_record(path: Path) -> dict[str, Any] | None:
     """A folder's ``sweep.json`` (None when there is none)."""
     if not path.exists():
         return None
+    from tiersim.config.yamlfile import read_input
+
     try:
-        record = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError):
+        record = json.loads(read_input(path, 1 << 20))
+    except (ConfigError, UnicodeDecodeError, ValueError, RecursionError):
         record = None
     if not isinstance(record, dict):
         raise ConfigError(str(path), "", "is not a sweep record written by tiersim; choose another folder")
