@@ -96,6 +96,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TiersimError as exc:
         print(f"tiersim: error: {exc}", file=sys.stderr)
         return 1
+    except RecursionError:  # a reader that missed its own depth check: still one line
+        print("tiersim: error: an input is nested too deeply to read (thousands of levels)", file=sys.stderr)
+        return 2
     except MemoryError:
         print("tiersim: error: out of memory (the limits in tiersim.config.limits keep runs small; --force lifts them)",
               file=sys.stderr)
@@ -103,6 +106,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         sys.stdout = None  # the reader left (e.g. `| head`): stop quietly
         return 0
+    except OSError as exc:  # (after BrokenPipeError, one of them) a file that failed past its checks: disk full
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"tiersim: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("tiersim: interrupted", file=sys.stderr)
         return 130

@@ -247,6 +247,9 @@ class _Reader:
         except json.JSONDecodeError:
             raise ConfigError(self.source, "DeepSpeed user config",
                               "truncated or unreadable 'json = {' block") from None
+        except RecursionError:
+            raise ConfigError(self.source, "DeepSpeed user config",
+                              "the 'json = {' block is nested too deeply to be a DeepSpeed config") from None
         self.user_config = value if isinstance(value, dict) else {}
         self.json_block = None
 
