@@ -64,6 +64,7 @@ PIPED: dict[str, Callable[[Path, Path], list[str]]] = {
     "replay system": lambda pipe, tmp: ["replay", str(LOG), "--system", str(pipe)],
     "fit system": lambda pipe, tmp: ["fit", str(pipe), "--log", str(LOG)],
     "fit log": lambda pipe, tmp: ["fit", str(SYSTEM), "--log", str(pipe)],
+    "hf config": lambda pipe, tmp: ["run", "quickstart", "--set", f"model.hf_config={pipe}"],
     "profile by path": lambda pipe, tmp: ["run", "quickstart", "--set", f"hardware.gpu={pipe}"],
     "profile path": lambda pipe, tmp: ["run", "quickstart", "--set", "hardware.gpu=no-such-gpu",
                                        "--profile-path", str(tmp)],
@@ -88,6 +89,7 @@ SPECIAL_PATHS = {
     "scenario /proc/self/status": (["run", "/proc/self/status"], "/proc/self/status"),
     "sweep /dev/zero": (["sweep", "/dev/zero"], "a device"),
     "plan /dev/zero": (["plan", "/dev/zero", "--objective", "largest-model"], "a device"),
+    "hf config /dev/zero": (["run", "quickstart", "--set", "model.hf_config=/dev/zero"], "a device"),
     "import-log /dev/zero": (["import-log", "/dev/zero"], "a device"),
     "import-log /proc/self/status": (["import-log", "/proc/self/status"], "/proc/self/status"),
     "replay --system /dev/zero": (["replay", str(LOG), "--system", "/dev/zero"], "a device"),
@@ -137,6 +139,7 @@ DEEPLY: dict[str, Callable[[Path], list[str]]] = {
                                                    + "]" * DEEP)), "--out", str(tmp / "o")],
     "--set value": lambda tmp: ["run", "quickstart", "--set", "model.layers=" + "[" * 50_000 + "]" * 50_000],
     "ds-config": lambda tmp: ["run", "quickstart", "--ds-config", str(_write(tmp / "ds.json", _deep_json()))],
+    "hf config.json": lambda tmp: ["run", "--model", str(_write(tmp / "config.json", _deep_json()))],
     "import-log user config": lambda tmp: ["import-log", str(_deep_log(tmp))],
     "replay user config": lambda tmp: ["replay", str(_deep_log(tmp)), "--system", str(SYSTEM)],
     "sweep record": lambda tmp: ["sweep", "quickstart-nvme", "--jobs", "1", "--resume",
@@ -210,7 +213,7 @@ def test_a_sweep_folder_takes_one_writer_and_a_stale_lock_file_locks_nothing(tmp
     out = tmp_path / "o"
     with folder_lock(out):  # as a sweep running in another process holds it
         line = refused(tiersim("sweep", "quickstart-nvme", "--jobs", "1", "--out", str(out), "--format", "none"),
-                       f"{out}: --out: another sweep is writing there now (process {os.getpid()} holds")
+                       f"{out}: --out: another sweep is writing there now (it holds {LOCK_FILE})")
         assert "--resume" not in line
         refused(tiersim("sweep", "quickstart-nvme", "--jobs", "1", "--out", str(out), "--resume"), "another sweep")
     assert (out / LOCK_FILE).exists() and not (out / "results.parquet").exists()

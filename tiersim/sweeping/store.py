@@ -188,9 +188,9 @@ class FolderInUse(ConfigError):
 @contextlib.contextmanager
 def folder_lock(out: Path) -> Iterator[None]:
     """Hold ``out``'s lock (``OUT/.lock``, made with the folder when missing) while a sweep writes
-    there: a second writer, in this process or another, is refused in one line naming the holder.
-    The lock is the kernel's (``flock``): it goes with its holder however that ends, so a lock
-    file a killed sweep left behind locks nothing."""
+    there: a second writer, in this process or another, is refused in one line. The lock is the
+    kernel's (``flock``; the file is never written): it goes with its holder however that ends,
+    so a lock file a killed sweep left behind locks nothing."""
     import fcntl
 
     path = out / LOCK_FILE
@@ -203,12 +203,8 @@ def folder_lock(out: Path) -> Iterator[None]:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            holder = os.pread(handle, 64, 0).decode("ascii", "replace").strip() or "unknown"
-            message = (f"another sweep is writing there now (process {holder} holds {LOCK_FILE}); "
-                       "wait for it to finish or choose another folder")
-            raise ConfigError(str(out), "out", message) from None
-        os.ftruncate(handle, 0)
-        os.pwrite(handle, f"{os.getpid()}\n".encode(), 0)
+            raise ConfigError(str(out), "out", f"another sweep is writing there now (it holds {LOCK_FILE}); wait "
+                                               "for it to finish or choose another folder") from None
         yield
     finally:
         os.close(handle)
