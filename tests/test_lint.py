@@ -36,18 +36,7 @@ MAX_FUNCTION_LINES = 60
 # strategies, config/ds_config.py), as they stood when this check was added. Whoever brings one
 # within the limits removes its entry (test_every_exemption_is_still_needed fails until then);
 # nothing new is added here: split it instead.
-EXEMPT = (
-    "tiersim/engine/flows.py::FlowNetwork._on_timer",  # complexity 20
-    "tiersim/engine/flows.py::FlowNetwork.transfer",  # complexity 16
-    "tiersim/engine/flows.py::max_min_rates",  # complexity 17
-    "tiersim/engine/graph.py::TaskGraph.add",  # complexity 19
-    "tiersim/engine/runner.py::Run.extend",  # complexity 17
-    "tiersim/fastforward/deferred.py::credit_deferred",  # complexity 41, 84 lines
-    "tiersim/fastforward/deferred_copies.py::_timed_copies",  # complexity 25
-    "tiersim/fastforward/deferred_copies.py::copy_references",  # complexity 16
-    "tiersim/fastforward/spans.py::union",  # complexity 28
-    "tiersim/fastforward/state.py::BoundaryState.compare",  # complexity 18
-)
+EXEMPT: tuple[str, ...] = ()
 """Blocks (``FILE::Class.name``) exempt from both limits, until they are split."""
 
 

@@ -125,16 +125,7 @@ def max_min_rates(flows: list[Flow], capacity: dict[str, float]) -> None:
     active = flows
     while active:
         load: dict[str, float] = {}
-        step = math.inf
-        for flow in active:
-            step = min(step, flow.cap - flow.rate)
-            for link, units in flow.usage:
-                if units > 0:
-                    load[link] = load.get(link, 0.0) + units
-        for link, units in load.items():
-            step = min(step, residual[link] / units)
-        if not math.isfinite(step):
-            raise ModelError("a flow has neither a link nor a finite rate cap")
+        step = _fill_step(active, residual, load)
         saturated = set()
         for link, units in load.items():
             residual[link] -= step * units
@@ -147,6 +138,22 @@ def max_min_rates(flows: list[Flow], capacity: dict[str, float]) -> None:
                 still.append(flow)
         active = still
 
+
+def _fill_step(active: list[Flow], residual: dict[str, float], load: dict[str, float]) -> float:
+    """How much every unfrozen flow's rate may grow (bytes/s) before a flow reaches its cap or a
+    link its capacity (``residual``: units/s left per link); ``load`` gets the units per byte
+    the flows put on each link."""
+    step = math.inf
+    for flow in active:
+        step = min(step, flow.cap - flow.rate)
+        for link, units in flow.usage:
+            if units > 0:
+                load[link] = load.get(link, 0.0) + units
+    for link, units in load.items():
+        step = min(step, residual[link] / units)
+    if not math.isfinite(step):
+        raise ModelError("a flow has neither a link nor a finite rate cap")
+    return step
 
 def _due(flow: Flow, at: float) -> bool:
     """Whether ``flow`` ends at a timer at ``at`` (s): it finishes by then, give or take
@@ -237,22 +244,25 @@ class FlowNetwork:
                     self.accounts.link_busy(link, now)
             others.append(flow)
         self.flows[flow] = None
-        armed = self.armed
         if shared and not (fits and self.shortcuts):
-            component = self._component([link for link, _ in usage])
-            self._reallocate(component, now)
-            due = min([other.finish_at for other in component])
-            if armed and armed[0] * _ARM_SLACK < due:  # the re-allocation may have slowed its flow
-                self._withdraw_stale()
+            due = self._share(usage, now)
         else:
             due = flow.finish_at = now + size / rate
             for link, units in usage:
                 load[link] += rate * units
-        if not armed or armed[0] > due * _ARM_SLACK:  # _arm_at, inlined: every start comes here
-            heapq.heappush(armed, due)
-            self.timers += 1
-            self.clock.call_after(due - now, self._on_timer)
+        self._arm_at(due, now)
         return flow
+
+    def _share(self, usage: Usage, now: float) -> float:
+        """Re-allocate the flows connected to a new flow's links; the earliest finish among
+        them (s), a stale timer taken back (the re-allocation may have slowed its flow)."""
+        component = self._component([link for link, _ in usage])
+        self._reallocate(component, now)
+        due = min([other.finish_at for other in component])
+        armed = self.armed
+        if armed and armed[0] * _ARM_SLACK < due:
+            self._withdraw_stale()
+        return due
 
     def close(self) -> None:
         """Forget the ``done`` callback (typically a method of the network's owner, which holds
@@ -351,30 +361,9 @@ class FlowNetwork:
                 first = flow.finish_at
         changed: set[str] = set()
         release = not self.shortcuts
-        load, capacity, moved, on_link = self.load, self.capacity, self.moved, self.on_link
-        accounts = self.accounts
-        recorded = self.recorded
         for flow in due:
-            del flows[flow]
-            if recorded is not None:
-                recorded.append(FlowSpan(flow.began, now, flow.usage, flow.bound, flow.stream))
-            if accounts is not None:
-                accounts.flow_ended(flow)
-            size, rate = flow.size, flow.rate
-            for link, units in flow.usage:
-                moved[link] += size * units
-                # saturated: the link may have bound this flow, so others may speed up
-                release = release or load[link] >= capacity[link] * (1 - _SATURATED_TOL)
-                others = on_link[link]
-                others.remove(flow)
-                if others:
-                    load[link] -= rate * units
-                    changed.add(link)
-                else:
-                    load[link] = 0.0  # no float residue on an idle link
-                    self.busy[link] += now - self.busy_since.pop(link)
-                    if accounts is not None:
-                        accounts.link_idle(link, now)
+            if self._end(flow, now, changed):
+                release = True
         component = self._component(changed) if changed and release else None
         if component:  # (empty when the flows left on a link were due too)
             self._reallocate(component, now)
@@ -386,3 +375,32 @@ class FlowNetwork:
             self._arm_at(first, now)
         if due:
             self.done([flow.key for flow in due], now)
+
+    def _end(self, flow: Flow, now: float, changed: set[str]) -> bool:
+        """``flow`` leaves the network at ``now``: its units count as moved, each link it used
+        carries less (``changed``, the links still carrying others) or goes idle. Returns whether
+        one of its links was saturated (it may have bound the flow, so others may speed up)."""
+        del self.flows[flow]
+        if self.recorded is not None:
+            self.recorded.append(FlowSpan(flow.began, now, flow.usage, flow.bound, flow.stream))
+        accounts = self.accounts
+        if accounts is not None:
+            accounts.flow_ended(flow)
+        load, capacity, moved, on_link = self.load, self.capacity, self.moved, self.on_link
+        size, rate = flow.size, flow.rate
+        saturated = False
+        for link, units in flow.usage:
+            moved[link] += size * units
+            if load[link] >= capacity[link] * (1 - _SATURATED_TOL):
+                saturated = True
+            others = on_link[link]
+            others.remove(flow)
+            if others:
+                load[link] -= rate * units
+                changed.add(link)
+            else:
+                load[link] = 0.0  # no float residue on an idle link
+                self.busy[link] += now - self.busy_since.pop(link)
+                if accounts is not None:
+                    accounts.link_idle(link, now)
+        return saturated

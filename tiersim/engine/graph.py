@@ -141,20 +141,8 @@ class TaskGraph:
         if not (task.delay >= 0 and task.size >= 0 and task.rate_cap > 0):
             raise ModelError(f"task {task.name!r}: delay and size must be >= 0 and rate_cap positive")
         here = len(self.tasks)
-        deps: list[int] = []
-        try:
-            for dep in task.deps:
-                at = positions[dep]
-                if at not in deps:
-                    deps.append(at)
-        except KeyError as missing:
-            raise ModelError(f"task {task.name!r} depends on unknown task {missing.args[0]!r}") from None
-        usage = task.usage
-        known = self._bounds.get(id(usage))
-        if known is not None and known[0] is usage and known[1] == task.rate_cap:
-            bound = known[2]
-        else:
-            bound = self._own_bound(task)
+        deps = self._dependencies(task)
+        bound = self._bound(task)
         if task.size > 0 and not math.isfinite(bound):
             raise ModelError(f"task {task.name!r}: a flow needs a link it uses or a finite rate cap")
         positions[task.name] = here
@@ -168,22 +156,47 @@ class TaskGraph:
             else:
                 dependents[at] = [here]
         dependents.append(_NONE)
-        self.flows.append(FlowSpec(task.size, usage, task.rate_cap, bound, task.stream) if task.size > 0 else None)
+        self.flows.append(FlowSpec(task.size, task.usage, task.rate_cap, bound, task.stream) if task.size > 0 else None)
+        self._join_stream(task.stream, here)
+        return task.name
+
+    def _dependencies(self, task: Task) -> list[int]:
+        """The positions of the distinct tasks ``task`` depends on, in its order."""
+        positions = self._positions
+        deps: list[int] = []
+        try:
+            for dep in task.deps:
+                at = positions[dep]
+                if at not in deps:
+                    deps.append(at)
+        except KeyError as missing:
+            raise ModelError(f"task {task.name!r} depends on unknown task {missing.args[0]!r}") from None
+        return deps
+
+    def _bound(self, task: Task) -> float:
+        """``task``'s flow's own bound (bytes/s), kept per usage and cap (``_own_bound``)."""
+        usage = task.usage
+        known = self._bounds.get(id(usage))
+        if known is not None and known[0] is usage and known[1] == task.rate_cap:
+            return known[2]
+        return self._own_bound(task)
+
+    def _join_stream(self, stream: str, here: int) -> None:
+        """The task at ``here`` follows the last on ``stream`` (deferred while it defers)."""
         tails = self._stream_tails
-        previous = tails.get(task.stream, -1)
+        previous = tails.get(stream, -1)
         self.stream_prev.append(previous)
         self.stream_next.append(-1)
         if previous >= 0:
             self.stream_next[previous] = here
         else:
             self.stream_heads.append(here)
-        tails[task.stream] = here
-        if self.deferring and task.stream in self.deferring:
+        tails[stream] = here
+        if self.deferring and stream in self.deferring:
             self.deferred.append(True)
             self.last_deferred = here
         else:
             self.deferred.append(False)
-        return task.name
 
     def _own_bound(self, task: Task) -> float:
         """The rate (bytes/s) a flow of ``task`` gets alone: its cap or its tightest link, the

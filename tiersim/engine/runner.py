@@ -128,44 +128,50 @@ class Run:
         """Take in the tasks added to the graph since the last call and start those that can
         start now. A task whose dependencies and stream were all done before now is
         ``LateTask``: it should have started then."""
-        graph, network, end = self.graph, self.network, self.end
+        graph, network = self.graph, self.network
         for name, link in graph.links.items():
             if name not in network.capacity:
                 network.add_link(name, link.capacity)
         now = self.clock.now()
-        first = len(self.unmet)
         deferred = self.deferred
-        for p in range(first, len(graph.tasks)):
+        for p in range(len(self.unmet), len(graph.tasks)):
             if deferred[p]:
                 self._join_deferred(p)
-                continue
-            unmet, latest = 0, 0.0
-            for d in graph.deps[p]:
-                done = end[d]
-                if done < 0 and deferred[d]:
-                    done = self._deferred_done(d, now)
-                if done < 0:
-                    unmet += 1
-                elif done > latest:
-                    latest = done
-            prev = graph.stream_prev[p]
-            before = end[prev] if prev >= 0 else 0.0
-            if before < 0 and deferred[prev]:
-                before = self._deferred_done(prev, now)
-            head = before >= 0
-            self.unmet.append(unmet)
-            self.at_head.append(head)
-            self.delay.append(graph.tasks[p].delay)
-            self.ready.append(latest)
-            self.start.append(-1.0)
-            end.append(-1.0)
-            self.pending[p] = None
-            if head and not unmet:
-                if max(latest, before) < now * (1 - 1e-12):
-                    raise LateTask(graph.tasks[p].name)
-                self.startable.append(p)
+            else:
+                self._join(p, now)
         if self.startable:
             self.drain(now)
+
+    def _join(self, p: int, now: float) -> None:
+        """Take in event task ``p`` at ``now``: count its dependencies not yet done and whether
+        its stream is free, and make it startable if nothing holds it (``LateTask`` if it could
+        have started before now)."""
+        graph, end, deferred = self.graph, self.end, self.deferred
+        unmet, latest = 0, 0.0
+        for d in graph.deps[p]:
+            done = end[d]
+            if done < 0 and deferred[d]:
+                done = self._deferred_done(d, now)
+            if done < 0:
+                unmet += 1
+            elif done > latest:
+                latest = done
+        prev = graph.stream_prev[p]
+        before = end[prev] if prev >= 0 else 0.0
+        if before < 0 and deferred[prev]:
+            before = self._deferred_done(prev, now)
+        head = before >= 0
+        self.unmet.append(unmet)
+        self.at_head.append(head)
+        self.delay.append(graph.tasks[p].delay)
+        self.ready.append(latest)
+        self.start.append(-1.0)
+        end.append(-1.0)
+        self.pending[p] = None
+        if head and not unmet:
+            if max(latest, before) < now * (1 - 1e-12):
+                raise LateTask(graph.tasks[p].name)
+            self.startable.append(p)
 
     def result(self) -> EngineRun:
         """The run's output once the event queue is empty (every task done, or a deadlock)."""

@@ -29,6 +29,7 @@ from tiersim.fastforward.spans import Intervals, Spans, Window, merged, union
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
 
+    from tiersim.engine.flows import FlowNetwork
     from tiersim.engine.runner import Run
 
 _OVERLOAD = 1e-12
@@ -74,96 +75,152 @@ def credit_deferred(run: Run, deferral: Deferral, now: float | None = None) -> N
     run (``now`` None) every one; mid-run, at ``now`` (s, after the network's ``flush_busy``,
     with no stream deferring), only if every one has ended by then, and then the network stops
     recording its flows until a stream defers again."""
-    graph, accounts, network = run.graph, run.accounts, run.network
-    if graph.last_deferred < deferral.credited and not deferral.timed_copies:
+    deferred = _to_credit(run, deferral, now)
+    if deferred is None:
         return
+    groups = _groups(run, deferral, deferred)
+    hi = max(max(run.end, default=0.0), max(run.deferred_end.values()))
+    windows = _phase_windows(run.accounts.changes, hi)
+    least = _RESIDUE * hi
+    loads = _LinkLoads()
+    for group in groups.values():
+        _credit_group(run, deferral, group, windows, least, loads)
+    _credit_links(run, loads, windows, least)
+    deferral.credited = len(run.graph.tasks)
+    deferral.timed_copies = {}
+    if now is not None:
+        run.network.recorded, run.network.recorded_since = None, math.inf
+
+
+def _to_credit(run: Run, deferral: Deferral, now: float | None) -> list[int] | None:
+    """The deferred tasks to credit (positions), or None when there is nothing to credit yet:
+    none, or (mid-run, at ``now``) one that has not ended."""
+    graph = run.graph
+    if graph.last_deferred < deferral.credited and not deferral.timed_copies:
+        return None
     deferred = [p for p in range(deferral.credited, len(graph.deferred)) if graph.deferred[p]]
     if now is not None and (any(run.deferred_end.get(p, math.inf) > now for p in deferred) or any(
             span.last > now for spans in deferral.timed_copies.values() for span in spans)):
-        return
+        return None
     if any(p not in run.deferred_end for p in deferred):
         raise DeferredFlowContended("a deferred task never had its inputs")
-    groups: dict[tuple[str, int, float, float], _Group] = {}
-    """Tasks alike but for their size (``_group``), credited together: their single intervals and
-    progressions (s), the bytes of each, and one of them."""
-    start, end, tasks = run.start, run.end, graph.tasks
+    return deferred
+
+
+class _AlikeTasks:
+    """Deferred tasks alike but for their size (``_group``), credited together: their single
+    intervals and progressions (s), the bytes of each, and the position of one of them."""
+
+    __slots__ = ("sizes", "spans", "singles", "task")
+
+    def __init__(self, task: int) -> None:
+        self.singles: list[tuple[float, float]] = []
+        self.spans: list[Spans] = []
+        self.sizes: list[float] = []
+        self.task = task
+
+
+def _groups(run: Run, deferral: Deferral, deferred: list[int]) -> dict[tuple[str, int, float, float], _AlikeTasks]:
+    """The deferred tasks and timed copies to credit, grouped (``_group``); each task's start and
+    end join the run's."""
+    groups: dict[tuple[str, int, float, float], _AlikeTasks] = {}
+    start, end, tasks = run.start, run.end, run.graph.tasks
     for p in deferred:
         start[p], end[p] = run.deferred_start[p], run.deferred_end[p]
-        singles, _spans, sizes, _kind = _group(groups, tasks[p], p)
-        singles.append((start[p], end[p]))
-        sizes.append(tasks[p].size)
-    for q, images in deferral.timed_copies.items():
-        _singles, spans, sizes, _kind = _group(groups, tasks[q], q)
-        spans += images
-        sizes += [tasks[q].size * span.times for span in images]
-    hi = max(max(end, default=0.0), max(run.deferred_end.values()))
-    windows = _phase_windows(accounts.changes, hi)
-    least = _RESIDUE * hi
-    flows_on: dict[str, list[tuple[Intervals, float]]] = {}
-    """Per link: the deferred flows on it and the load each puts on it (units/s)."""
-    peaks: dict[str, dict[str, float]] = {}
-    """Per link, per stream: the largest load (units/s) one of its flows puts on it."""
-    for singles, spans, sizes, kind in groups.values():
-        intervals, task, flow = Intervals(singles, spans), tasks[kind], graph.flows[kind]
-        stream = task.stream
-        for phase, seconds in intervals.per_window(windows, least):
-            accounts.add_busy(stream, phase, seconds)
-        accounts.stream_busy[stream] = accounts.stream_busy.get(stream, 0.0) + intervals.total
-        total = math.fsum(sizes)
-        accounts.stream_bytes[stream] = accounts.stream_bytes.get(stream, 0.0) + total
-        if flow is None:
-            continue
-        usage, bound = flow.usage, flow.bound
-        moving = intervals.later(task.delay)
-        for skip in deferral.skipped:
-            if skip.links.intersection(link for link, _units in usage) and moving.meets(skip.since, skip.until):
-                raise DeferredFlowContended(f"a deferred {stream} task overlaps a fast-forwarded span on its links")
-        if moving.lo < network.recorded_since:
-            raise DeferredFlowContended(f"a deferred {stream} task moves before the event run's flows were recorded")
-        for phase, seconds in moving.per_window(windows, least):
-            accounts.add_moved(stream, phase, bound * seconds)
-            for link, units in usage:
-                accounts.add_moved(link, phase, bound * units * seconds)
+        group = _group(groups, tasks[p], p)
+        group.singles.append((start[p], end[p]))
+        group.sizes.append(tasks[p].size)
+    for q, copies in deferral.timed_copies.items():
+        group = _group(groups, tasks[q], q)
+        group.spans += copies
+        group.sizes += [tasks[q].size * span.times for span in copies]
+    return groups
+
+
+class _LinkLoads:
+    """Per link, the deferred flows on it and the load each puts on it (units/s), and per link
+    and stream the largest load (units/s) one of the stream's flows puts on it."""
+
+    def __init__(self) -> None:
+        self.flows_on: dict[str, list[tuple[Intervals, float]]] = {}
+        self.peaks: dict[str, dict[str, float]] = {}
+
+    def peak(self, link: str, stream: str, load: float) -> None:
+        on_link = self.peaks.setdefault(link, {})
+        on_link[stream] = max(on_link.get(stream, 0.0), load)
+
+
+def _credit_group(run: Run, deferral: Deferral, group: _AlikeTasks, windows: list[Window], least: float,
+                  loads: _LinkLoads) -> None:
+    """Credit a group of alike deferred tasks: its stream's busy seconds and bytes and, for a
+    flow, the units it moves on each link (``DeferredFlowContended`` where it met a skipped span
+    on its links or moved before the event run's flows were recorded); its flows join
+    ``loads``."""
+    accounts, network = run.accounts, run.network
+    intervals, task, flow = Intervals(group.singles, group.spans), run.graph.tasks[group.task], run.graph.flows[
+        group.task]
+    stream = task.stream
+    for phase, seconds in intervals.per_window(windows, least):
+        accounts.add_busy(stream, phase, seconds)
+    accounts.stream_busy[stream] = accounts.stream_busy.get(stream, 0.0) + intervals.total
+    total = math.fsum(group.sizes)
+    accounts.stream_bytes[stream] = accounts.stream_bytes.get(stream, 0.0) + total
+    if flow is None:
+        return
+    usage, bound = flow.usage, flow.bound
+    moving = intervals.later(task.delay)
+    for skip in deferral.skipped:
+        if skip.links.intersection(link for link, _units in usage) and moving.meets(skip.since, skip.until):
+            raise DeferredFlowContended(f"a deferred {stream} task overlaps a fast-forwarded span on its links")
+    if moving.lo < network.recorded_since:
+        raise DeferredFlowContended(f"a deferred {stream} task moves before the event run's flows were recorded")
+    for phase, seconds in moving.per_window(windows, least):
+        accounts.add_moved(stream, phase, bound * seconds)
         for link, units in usage:
-            network.moved[link] += total * units
-            flows_on.setdefault(link, []).append((moving, bound * units))
-            on_link = peaks.setdefault(link, {})
-            on_link[stream] = max(on_link.get(stream, 0.0), bound * units)
-    reach = {link: (min(part.lo for part, _load in flows), max(part.hi for part, _load in flows))
-             for link, flows in flows_on.items()}
-    ran: dict[str, list[tuple[float, float, float]]] = {}
-    """Per link: the event run's flows on it while deferred ones are (from, to, load)."""
-    for span in network.recorded or ():
-        since, until = span.since, span.until
-        for link, units in span.usage:
-            if link in reach and since < reach[link][1] and until > max(since, reach[link][0]):
-                ran.setdefault(link, []).append((since, until, span.bound * units))
-                on_link = peaks[link]
-                on_link[span.stream] = max(on_link.get(span.stream, 0.0), span.bound * units)
-    for link, flows in flows_on.items():
+            accounts.add_moved(link, phase, bound * units * seconds)
+    for link, units in usage:
+        network.moved[link] += total * units
+        loads.flows_on.setdefault(link, []).append((moving, bound * units))
+        loads.peak(link, stream, bound * units)
+
+
+def _credit_links(run: Run, loads: _LinkLoads, windows: list[Window], least: float) -> None:
+    """Each link a deferred flow used: ``DeferredFlowContended`` if it could saturate, and its busy
+    seconds while deferred flows and none of the event run's are on it."""
+    accounts, network = run.accounts, run.network
+    ran = _event_flows(network, loads)
+    for link, flows in loads.flows_on.items():
         capacity = network.capacity[link]
-        if sum(peaks[link].values(), 0.0) > capacity * (1 + _OVERLOAD):  # a stream runs one flow at a time
+        if sum(loads.peaks[link].values(), 0.0) > capacity * (1 + _OVERLOAD):  # a stream runs one flow at a time
             _check_load(link, flows, ran.get(link, []), capacity)
         for phase, seconds in _alone(union(intervals for intervals, _load in flows), ran.get(link, []), windows,
                                      least):
             network.busy[link] += seconds
             accounts.add_busy(link, phase, seconds)
-    deferral.credited = len(graph.tasks)
-    deferral.timed_copies = {}
-    if now is not None:
-        network.recorded, network.recorded_since = None, math.inf
 
 
-_Group = tuple[list[tuple[float, float]], list[Spans], list[float], int]
+def _event_flows(network: FlowNetwork, loads: _LinkLoads) -> dict[str, list[tuple[float, float, float]]]:
+    """Per link: the event run's recorded flows on it while deferred ones are (from, to, load);
+    their streams' peaks join ``loads``."""
+    reach = {link: (min(part.lo for part, _load in flows), max(part.hi for part, _load in flows))
+             for link, flows in loads.flows_on.items()}
+    ran: dict[str, list[tuple[float, float, float]]] = {}
+    for span in network.recorded or ():
+        since, until = span.since, span.until
+        for link, units in span.usage:
+            if link in reach and since < reach[link][1] and until > max(since, reach[link][0]):
+                ran.setdefault(link, []).append((since, until, span.bound * units))
+                loads.peak(link, span.stream, span.bound * units)
+    return ran
 
 
-def _group(groups: dict[tuple[str, int, float, float], _Group], task: Task, p: int) -> _Group:
+def _group(groups: dict[tuple[str, int, float, float], _AlikeTasks], task: Task, p: int) -> _AlikeTasks:
     """The group of ``task`` (at position ``p``): tasks alike but for their size (stream, usage,
     rate cap and delay; usages are shared by kind, so told apart by identity)."""
     key = (task.stream, id(task.usage), task.rate_cap, task.delay)
     found = groups.get(key)
     if found is None:
-        found = groups[key] = ([], [], [], p)
+        found = groups[key] = _AlikeTasks(p)
     return found
 
 

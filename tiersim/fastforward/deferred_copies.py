@@ -77,23 +77,27 @@ def copy_references(run: Run, loop: LoopProgress, width: int, times: int) -> dic
     one; the last iteration's deferred tasks depend on deferred tasks of their own iteration
     only; and each compute-side task a deferred one waits for has ended in an iteration of the
     run at most ``times`` back."""
-    graph = run.graph
-    if width != 1:
+    if width != 1 or not _copies_stand_apart(run.graph, loop.first):
         return None
-    deferred, first = graph.deferred, loop.first
+    references = _references(run, loop)
+    if references is None or any(len(loop.first) - 1 - it > times for it in references.values()):
+        return None
+    return references
+
+
+def _copies_stand_apart(graph: TaskGraph, first: list[int]) -> bool:
+    """Whether no event task of the loop waits for a deferred one (on its stream or as a
+    dependency), and the last iteration's deferred tasks depend on deferred tasks of their own
+    iteration only."""
+    deferred = graph.deferred
     for p in range(first[0], len(graph.tasks)):
         if deferred[p]:
             after = graph.stream_next[p]
             if (after >= 0 and not deferred[after]) or any(not deferred[j] for j in graph.dependents[p]):
-                return None
+                return False
     last = first[-1]
-    for p in range(last, len(graph.tasks)):
-        if deferred[p] and any(first[0] <= d < last and deferred[d] for d in graph.deps[p]):
-            return None
-    references = _references(run, loop)
-    if references is None or any(len(first) - 1 - it > times for it in references.values()):
-        return None
-    return references
+    return not any(deferred[p] and any(first[0] <= d < last and deferred[d] for d in graph.deps[p])
+                   for p in range(last, len(graph.tasks)))
 
 
 def _references(run: Run, loop: LoopProgress) -> dict[int, int] | None:
@@ -213,30 +217,46 @@ def _timed_copies(run: Run, deferral: Deferral, template: list[int], inputs: dic
     tails = {graph.tasks[q].stream: 0.0 for q in template}
     for stream in tails:
         tails[stream] = run.ended_at(graph.stream_tail(stream))
-    steps = []
-    for q in template:
-        flow = graph.flows[q]
-        steps.append(CopyStep(q, graph.tasks[q].stream, graph.tasks[q].delay,
-                              flow.size / flow.bound if flow is not None else 0.0, inputs[q]))
+    steps = [_copy_step(run, q, inputs[q]) for q in template]
     if min(tails.values(), default=0.0) < 0 or any(
             run.ended_at(item.at) < 0 for step in steps for item in step.inputs if item.source == BEFORE_LOOP):
         return 0, tails
-    references = stretch.references
-    last = min([times - 1] + [references[item.at] + times - item.iteration for step in steps
-                              for item in step.inputs if item.source == COMPUTE_SIDE])
+    compute_side = [item for step in steps for item in step.inputs if item.source == COMPUTE_SIDE]
+    last = min([times - 1] + [stretch.references[item.at] + times - item.iteration for item in compute_side])
     """The last skipped iteration whose copies' inputs are all known (a compute-side one of
     iteration ``it + m`` is, up to its reference plus ``times``)."""
+    timed, steady, tails = _time_until_steady(run, steps, stretch, compute_side, last, tails)
+    rest = last - len(timed) if steady else 0  # iterations after the listed ones, in closed form
+    _keep_spans(deferral, steps, timed, rest, tails)
+    return len(timed) + rest, tails
+
+
+def _time_until_steady(run: Run, steps: list[CopyStep], stretch: SkippedStretch, compute_side: list[CopyInput],
+                       last: int, tails: dict[str, float]) -> tuple[list[tuple[list[float], list[list[float]]]], bool,
+                                                                  dict[str, float]]:
+    """The copies of skipped iterations 1 to ``last`` timed in turn until they are ``_steady``
+    (their starts, what each is the latest of); whether they are; the streams' ends after them."""
+    references = stretch.references
     timed: list[tuple[list[float], list[list[float]]]] = []
-    steady = False
     for m in range(1, last + 1):
         began_at, terms, tails = _timed_copy(run, steps, stretch, m, tails)
         timed.append((began_at, terms))
-        if m >= 3 and all(item.iteration + m - 2 > references[item.at] for step in steps
-                          for item in step.inputs if item.source == COMPUTE_SIDE):
-            steady = _steady(timed[-3:], last - m, TIME_TOL * max(1.0, max(began_at)))
-            if steady:
-                break
-    rest = last - len(timed) if steady else 0  # iterations after the listed ones, in closed form
+        if m >= 3 and all(item.iteration + m - 2 > references[item.at] for item in compute_side) and _steady(
+                timed[-3:], last - m, TIME_TOL * max(1.0, max(began_at))):
+            return timed, True, tails
+    return timed, False, tails
+
+
+def _copy_step(run: Run, q: int, inputs: list[CopyInput]) -> CopyStep:
+    """Deferred loop task ``q`` as its copies repeat it."""
+    task, flow = run.graph.tasks[q], run.graph.flows[q]
+    return CopyStep(q, task.stream, task.delay, flow.size / flow.bound if flow is not None else 0.0, inputs)
+
+
+def _keep_spans(deferral: Deferral, steps: list[CopyStep], timed: list[tuple[list[float], list[list[float]]]],
+                rest: int, tails: dict[str, float]) -> None:
+    """The timed copies' spans into ``deferral.timed_copies``: one per timed iteration and, for
+    the ``rest`` after them (steady), one progression (which moves its stream's tail)."""
     for k, step in enumerate(steps):
         lasting = step.delay + step.moving
         listed = [Spans(began_at[k], lasting, lasting, 1) for began_at, _terms in timed]
@@ -246,7 +266,6 @@ def _timed_copies(run: Run, deferral: Deferral, template: list[int], inputs: dic
             tails[step.stream] = listed[-1].last  # template order is each stream's order
         if listed:
             deferral.timed_copies[step.task] = listed
-    return len(timed) + rest, tails
 
 
 def _timed_copy(run: Run, steps: list[CopyStep], stretch: SkippedStretch, m: int,

@@ -147,6 +147,27 @@ def union(parts: Iterable[Intervals]) -> Intervals:
     pattern, the union of their first intervals: while it fits in one step, its pieces are
     progressions at that step again, kept as such unless a single interval overlaps them (then
     they are listed, and merged with the rest)."""
+    singles, periodic = _joined(parts)
+    blocks: list[tuple[float, float, list[Spans]]] = []
+    for members in _alike(periodic):
+        block = _pattern_block(members, singles)
+        if block is not None:
+            blocks.append(block)
+    singles = merged(singles)
+    listed: list[tuple[float, float]] = []
+    spans: list[Spans] = []
+    for lo, hi, pieces in blocks:
+        tol = _TOUCH * max(abs(lo), abs(hi))  # touching, to float residue, is not crossing
+        if any(lo < b_hi - tol and hi > b_lo + tol for b_lo, b_hi, other in blocks if other is not pieces):
+            listed += [i for piece in pieces for i in piece.listed()]
+            continue
+        spans += _outside_singles(pieces, lo, hi, tol, singles, listed)
+    return Intervals(merged(singles + listed) if listed else singles, spans)
+
+
+def _joined(parts: Iterable[Intervals]) -> tuple[list[tuple[float, float]], list[Spans]]:
+    """The single intervals of ``parts`` (a progression whose intervals reach each other is one)
+    and their other progressions (of intervals longer than none)."""
     singles: list[tuple[float, float]] = []
     periodic: list[Spans] = []
     for part in parts:
@@ -158,37 +179,40 @@ def union(parts: Iterable[Intervals]) -> Intervals:
                 singles.append((span.first, span.last))
             else:
                 periodic.append(span)
-    blocks: list[tuple[float, float, list[Spans]]] = []
-    for members in _alike(periodic):
-        count, step = members[0].times, members[0].step
-        pattern = merged([(s.first, s.first + s.length) for s in members])
-        lo, hi = pattern[0][0], pattern[-1][1]
-        if hi - lo <= step * (1 + _TOUCH):
-            pieces = [Spans(a, step, b - a, count) for a, b in pattern]
-            joined = [(p.first, p.last) for p in pieces if p.joined()]
-            singles += joined
-            if len(joined) < len(pieces):
-                blocks.append((lo, hi + (count - 1) * step, [p for p in pieces if not p.joined()]))
-        else:
-            singles += [interval for member in members for interval in member.listed()]
-    singles = merged(singles)
-    listed: list[tuple[float, float]] = []
-    spans: list[Spans] = []
-    for lo, hi, pieces in blocks:
-        tol = _TOUCH * max(abs(lo), abs(hi))  # touching, to float residue, is not crossing
-        if any(lo < b_hi - tol and hi > b_lo + tol for b_lo, b_hi, other in blocks if other is not pieces):
-            listed += [i for piece in pieces for i in piece.listed()]
-            continue
-        for start, end in singles:  # what a single interval covers is its own
-            if start < hi - tol and end > lo + tol:
-                left: list[Spans] = []
-                for piece in pieces:
-                    kept, cut = piece.minus(start, end)
-                    left += kept
-                    listed += cut
-                pieces = left
-        spans += pieces
-    return Intervals(merged(singles + listed) if listed else singles, spans)
+    return singles, periodic
+
+
+def _pattern_block(members: list[Spans], singles: list[tuple[float, float]]) -> tuple[float, float, list[Spans]] | None:
+    """Progressions of as many intervals at one step: while the union of their first intervals
+    fits in one step, its pieces at that step (those that reach each other join ``singles``),
+    as (from, to, the pieces left) or None; else all their intervals join ``singles``."""
+    count, step = members[0].times, members[0].step
+    pattern = merged([(s.first, s.first + s.length) for s in members])
+    lo, hi = pattern[0][0], pattern[-1][1]
+    if hi - lo > step * (1 + _TOUCH):
+        singles += [interval for member in members for interval in member.listed()]
+        return None
+    pieces = [Spans(a, step, b - a, count) for a, b in pattern]
+    joined = [(p.first, p.last) for p in pieces if p.joined()]
+    singles += joined
+    if len(joined) == len(pieces):
+        return None
+    return (lo, hi + (count - 1) * step, [p for p in pieces if not p.joined()])
+
+
+def _outside_singles(pieces: list[Spans], lo: float, hi: float, tol: float, singles: list[tuple[float, float]],
+                     listed: list[tuple[float, float]]) -> list[Spans]:
+    """A block's progressions (from ``lo`` to ``hi``, s) without what a single interval covers
+    (that is its own): the parts it cuts join ``listed``."""
+    for start, end in singles:
+        if start < hi - tol and end > lo + tol:
+            left: list[Spans] = []
+            for piece in pieces:
+                kept, cut = piece.minus(start, end)
+                left += kept
+                listed += cut
+            pieces = left
+    return pieces
 
 
 def _alike(periodic: list[Spans]) -> list[list[Spans]]:

@@ -115,18 +115,10 @@ class BoundaryState:
         for k in range(len(self.who)):
             if not self._same_task(before, k):
                 return NOT_ALIKE
-            what, had = self.doing[k], before.doing[k]
-            if isinstance(what, Waiting):
-                if not isinstance(had, Waiting) or what.unmet != had.unmet or what.at_head != had.at_head:
-                    return NOT_ALIKE
-            elif isinstance(what, Delaying):
-                if not isinstance(had, Delaying):
-                    return NOT_ALIKE
-                same = same and abs(what.left - had.left) <= time_tol
-            else:
-                if not isinstance(had, Flowing) or not math.isclose(what.rate, had.rate, rel_tol=REL_TOL):
-                    return NOT_ALIKE
-                same = same and _flow_repeats(what, had, time_tol)
+            doing = _compare_doing(self.doing[k], before.doing[k], time_tol)
+            if doing == NOT_ALIKE:
+                return NOT_ALIKE
+            same = same and doing == REPEATS
         return REPEATS if same and close(self.timers, before.timers, time_tol) else ALIKE
 
     def _same_task(self, before: BoundaryState, k: int) -> bool:
@@ -148,6 +140,23 @@ class BoundaryState:
                 out.extend((what.left, what.to_finish, what.since_start))
         out.extend(self.timers)
         return out
+
+
+def _compare_doing(what: Doing, had: Doing, time_tol: float) -> int:
+    """How one pending task compares with what it did a period before: ``NOT_ALIKE`` (doing
+    something else, or flowing at another rate), ``ALIKE``, or ``REPEATS`` (the same seconds and
+    bytes to go, to ``time_tol`` s and float residue)."""
+    if isinstance(what, Waiting):
+        if not isinstance(had, Waiting) or what.unmet != had.unmet or what.at_head != had.at_head:
+            return NOT_ALIKE
+        return REPEATS
+    if isinstance(what, Delaying):
+        if not isinstance(had, Delaying):
+            return NOT_ALIKE
+        return REPEATS if abs(what.left - had.left) <= time_tol else ALIKE
+    if not isinstance(had, Flowing) or not math.isclose(what.rate, had.rate, rel_tol=REL_TOL):
+        return NOT_ALIKE
+    return REPEATS if _flow_repeats(what, had, time_tol) else ALIKE
 
 
 def _flow_repeats(what: Flowing, had: Flowing, time_tol: float) -> bool:
