@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
+from typing import TypeAlias
 
 import simpy
 from simpy.events import Timeout
 
-Environment = simpy.Environment
-Event = simpy.Event
+Environment: TypeAlias = simpy.Environment
+Event: TypeAlias = simpy.Event
 """What a callback receives: its ``value`` is the one given to ``Clock.call_after``."""
 
 
