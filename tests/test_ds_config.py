@@ -193,6 +193,15 @@ def test_auto_that_cannot_be_filled_is_one_line(tmp_path: Path, capsys: pytest.C
     assert len(err.strip().splitlines()) == 1 and message in err, err
 
 
+def test_hidden_size_auto_follows_the_model_flag(tmp_path: Path) -> None:
+    """``--model`` replaces the model before the config is applied: its hidden size fills "auto"."""
+    ds = _ds(tmp_path, {**BASE, "zero_optimization": {"stage": 3, "reduce_bucket_size": "auto"}})
+    with pytest.warns(DeepSpeedAutoFilled, match="reduce_bucket_size=16777216"):
+        (config,) = load_scenario(_scenario(tmp_path), ["model.layers=4"], ds_config=ds,
+                                  model="meta-llama/Llama-2-7b-hf")
+    assert config.model.hidden == 4096 and config.training.reduce_bucket_size == 4096**2
+
+
 def test_hidden_size_auto_needs_the_model_hidden() -> None:
     with pytest.raises(ConfigError, match="zero_optimization.reduce_bucket_size: is \"auto\".*no model.hidden"):
         fill_auto({"zero_optimization": {"reduce_bucket_size": "auto"}}, {"model": "a-name"}, "ds.json")

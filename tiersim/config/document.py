@@ -210,22 +210,28 @@ def _put_mapping(node: dict[str, Any], parts: list[str], value: Any, origin: Ori
     return {**node, key: _put_mapping(child, parts, value, origin, path, depth + 1)}
 
 
-def load_document(path: str | Path, ds_config: str | Path | None = None) -> ScenarioDocument:
-    """Read a scenario file into a document (profiles looked up next to it first). ``ds_config``:
-    a DeepSpeed config whose ZeRO, offload, aio, batch and precision settings replace the
-    scenario's, read as DeepSpeed reads it (``tiersim.config.ds_config``); the ``"auto"`` values
-    filled are named in one ``DeepSpeedAutoFilled`` warning."""
+def load_document(path: str | Path) -> ScenarioDocument:
+    """Read a scenario file into a document (profiles looked up next to it first)."""
     path = Path(path)
     data = read_yaml(path)
     if not isinstance(data, dict):
         raise ConfigError(str(path), "", "a scenario must be a mapping")
     if "model" in data:
         data = {**data, "model": expand_model(data["model"], str(path), path.parent)}
-    if ds_config is not None:
-        data, filled = apply_ds_config(data, read_ds_config(ds_config), str(ds_config))
-        if filled is not None:
-            warnings.warn(DeepSpeedAutoFilled(f"{ds_config}: {filled}"), stacklevel=3)
     return ScenarioDocument(data, str(path), (path.parent,))
+
+
+def with_ds_config(document: ScenarioDocument, ds_config: str | Path | None) -> ScenarioDocument:
+    """``document`` with the ZeRO, offload, aio, batch and precision settings of a DeepSpeed
+    config, read as DeepSpeed reads it (``tiersim.config.ds_config``; None: as it is). Its
+    ``"auto"`` values are filled from the document (the model ``--model`` set included) and
+    named in one ``DeepSpeedAutoFilled`` warning."""
+    if ds_config is None:
+        return document
+    data, filled = apply_ds_config(document.data, read_ds_config(ds_config), str(ds_config))
+    if filled is not None:
+        warnings.warn(DeepSpeedAutoFilled(f"{ds_config}: {filled}"), stacklevel=3)
+    return replace(document, data=data)
 
 
 MODEL_FLAG = Origin("--model")
@@ -248,5 +254,7 @@ def load_scenario(
     """Read, override and validate a scenario; one ``RunConfig`` per (selected) strategy.
     ``force`` lifts the work limit (``tiersim.config.worksize``). ``ds_config``: a DeepSpeed config whose
     ZeRO, offload, aio, batch and precision settings replace the scenario's (``--set`` still
-    wins; see ``load_document``). ``model``: ``--model``'s name or config.json, set before ``--set``."""
-    return with_model(load_document(path, ds_config), model).with_overrides(overrides).configs(strategies, force)
+    wins; see ``with_ds_config``). ``model``: ``--model``'s name or config.json, set before
+    ``ds_config`` and ``--set``."""
+    document = with_ds_config(with_model(load_document(path), model), ds_config)
+    return document.with_overrides(overrides).configs(strategies, force)
