@@ -254,8 +254,10 @@ def test_train_batch_and_accumulation_set_the_micro_batch(tmp_path: Path) -> Non
 @pytest.mark.parametrize(("change", "key"), [
     ({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}},
      "zero_optimization.offload_param.device: \"cpu\": parameter offload"),
-    ({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 0.5}}},
-     "zero_optimization.offload_optimizer.ratio: 0.5: partial optimizer offload"),
+    ({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "ratio": 0.5}}},
+     "zero_optimization.offload_optimizer.ratio: 0.5 with device \"nvme\": tiersim models partial offload"),
+    ({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 1.5}}},
+     "zero_optimization.offload_optimizer.ratio: expected a number from 0 to 1, got 1.5"),
     ({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme"}}},
      "zero_optimization.offload_optimizer.device: 'nvme' at ZeRO stage 2"),
     ({"zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu"}}},

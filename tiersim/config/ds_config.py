@@ -9,8 +9,8 @@ changes nothing passes), and puts the modelled ones into the scenario, DeepSpeed
 the file is silent: batch (``tiersim.config.ds_batch``), precision, ZeRO stage, sub-group and
 bucket sizes, gradient accumulation dtype, and the offload device, which picks the strategies:
 ``cpu`` keeps the scenario's ``dram``/``cxl`` entries (both run DeepSpeed's CPU offload; they
-differ in the numactl policy, which the file does not hold), ``nvme`` its ``nvme`` entry (with the
-swap and aio settings), no offload ``gpu``.
+differ in the numactl policy, which the file does not hold; ``ratio`` becomes their ``ratio``),
+``nvme`` its ``nvme`` entry (with the swap and aio settings), no offload ``gpu``.
 """
 
 from __future__ import annotations
@@ -179,7 +179,21 @@ def _apply_offload(out: dict[str, Any], settings: dict[str, Any], stage: int, so
     kinds: dict[str, Callable[[str, str, object], Any]] = {"pipeline_read": _flag, "pipeline_write": _flag}
     swap = {option: kinds.get(option, _whole)(source, name, settings.get(name, default))
             for option, (name, default) in _NVME_OPTIONS.items()}
-    out["strategies"] = _strategies(out.get("strategies"), device, swap if device == "nvme" else {})
+    ratio = _cpu_options(settings, device, source)
+    out["strategies"] = _strategies(out.get("strategies"), device, swap if device == "nvme" else ratio)
+
+
+def _cpu_options(settings: dict[str, Any], device: str, source: str) -> dict[str, Any]:
+    """``offload_optimizer.ratio`` as the ``dram``/``cxl`` option ``ratio`` (DeepSpeed's default
+    1.0: everything on the CPU); below 1 it needs the CPU as the offload device."""
+    key = _OFFLOAD + "ratio"
+    if key not in settings or device == "none":
+        return {}
+    ratio = _fraction(source, key, settings[key])
+    if device == "nvme" and ratio < 1:
+        raise ConfigError(source, key, f"{ratio} with device \"nvme\": tiersim models partial offload with the "
+                                       "CPU (DeepSpeed's hybrid optimizer needs DeepSpeedCPUAdam)")
+    return {"ratio": ratio} if device == "cpu" else {}
 
 
 def _strategies(entries: object, device: str, options: dict[str, Any]) -> list[Any]:
@@ -261,6 +275,12 @@ def _whole(source: str, key: str, value: object) -> int:
     if not isinstance(value, (int, float)) or not _is_number(value) or value != int(value) or value <= 0:
         raise ConfigError(source, key, f"expected a positive whole number, got {_show(value)}")
     return int(value)
+
+
+def _fraction(source: str, key: str, value: object) -> float:
+    if not _is_number(value) or not 0 <= value <= 1:  # type: ignore[operator]
+        raise ConfigError(source, key, f"expected a number from 0 to 1, got {_show(value)}")
+    return float(value)  # type: ignore[arg-type]
 
 
 def _stage(source: str, key: str, value: object) -> int:

@@ -87,7 +87,8 @@ KEYS: dict[str, Key] = {
     "zero_optimization.offload_optimizer.buffer_count": _modelled("strategies.nvme.buffer_count"),
     "zero_optimization.offload_optimizer.pipeline_read": _modelled("strategies.nvme.pipeline_read"),
     "zero_optimization.offload_optimizer.pipeline_write": _modelled("strategies.nvme.pipeline_write"),
-    "zero_optimization.offload_optimizer.ratio": _refused("partial optimizer offload (ZeRO-Offload++)", 1, 1.0),
+    "zero_optimization.offload_optimizer.ratio": _modelled("strategies.dram.ratio and strategies.cxl.ratio "
+                                                           "(partial offload, ZeRO-3, device cpu)"),
     "zero_optimization.offload_optimizer.nvme_path": _ignored("the path; the drives are hardware.nvme"),
     "zero_optimization.offload_optimizer.fast_init": _ignored("initialization only"),
     "zero_optimization.offload_param.device": _refused("parameter offload (ZeRO-Infinity offload_param)",

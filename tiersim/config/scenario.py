@@ -100,9 +100,17 @@ def scenario_from_dict(
         for strategy, options in entries.items()
     ]
     for config in configs:
+        refuse_unmodelled(config, source)
         check_run(config, source, force)
         check_bytes(config, source)
     return configs
+
+
+def refuse_unmodelled(config: RunConfig, source: str) -> None:
+    """A ConfigError for a run whose strategy refuses its settings (``Strategy.refusal``)."""
+    refused = STRATEGIES[config.strategy](config.options).refusal(config.training)
+    if refused is not None:
+        raise ConfigError(source, *refused)
 
 
 def _check_sections(data: dict[str, Any], source: str) -> None:

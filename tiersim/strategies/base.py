@@ -19,7 +19,7 @@ from tiersim.engine.schedule import Session
 from tiersim.strategies.builder import StepBuilder, rank_link_capacity
 from tiersim.strategies.iteration import schedule_iteration
 from tiersim.strategies.placement import Misfit, MissingDevice, Placement, Unfit, place_gpu_common
-from tiersim.workload import LayerWork, StepShape, TrainingStep
+from tiersim.workload import LayerWork, StepShape, TrainingSpec, TrainingStep
 
 
 @dataclass(frozen=True)
@@ -106,6 +106,11 @@ class Strategy(ABC):
 
     def check(self, hw: Hardware) -> MissingDevice | None:
         """The device this strategy needs that ``hw`` lacks, or None."""
+        return None
+
+    def refusal(self, training: TrainingSpec) -> tuple[str, str] | None:
+        """A setting of ``training`` or of this strategy's options that DeepSpeed refuses, or
+        that tiersim does not model with this strategy: (its dotted field, why); None if none."""
         return None
 
     @abstractmethod

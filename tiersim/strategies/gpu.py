@@ -3,13 +3,10 @@ the GPU, bound by HBM bandwidth (it streams every state byte once per step)."""
 
 from __future__ import annotations
 
-import math
-
 from tiersim.config.hardware import Hardware
-from tiersim.engine import Task
 from tiersim.strategies.base import Strategy
 from tiersim.strategies.builder import StepBuilder, first_apart
-from tiersim.strategies.kinds import ADAM_READ_BYTES, ADAM_WRITE_BYTES
+from tiersim.strategies.kinds import gpu_adam_task
 from tiersim.strategies.placement import Placement
 from tiersim.workload import LayerWork, StepShape, TrainingStep
 
@@ -39,9 +36,6 @@ class GPUResident(Strategy):
         return shape.subgroups
 
     def optimizer_step(self, builder: StepBuilder, begin: str) -> None:
-        per_element = ADAM_READ_BYTES + ADAM_WRITE_BYTES + builder.step.lp_bytes
         groups = builder.step.subgroups
         for i in builder.loop(first_apart(builder.step.subgroup_sizes)):
-            group = groups[i]
-            builder.add(Task(f"step.{group.index}.adam", "gpu", "optimizer_step", "adam", 0.0,
-                             group.numel * per_element, (("hbm", 1.0),), math.inf, (begin,)))
+            builder.add(gpu_adam_task(builder, groups[i], (begin,)))

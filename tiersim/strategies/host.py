@@ -12,6 +12,10 @@ converts it to fp32 on the CPU (``converts_on_host``); the host thread waits for
 Step, per sub-group: CPU Adam, then the updated params converted to 16 bits on the CPU and
 copied H2D from that pageable temporary (a blocking copy, before the next sub-group).
 
+With ``ratio`` below 1 (DeepSpeed's partial offload, ``tiersim.strategies.partial``) the last
+sub-groups' state stays in HBM: their boundary gradients go back H2D after the staging copy and
+the GPU updates them after the CPU's sub-groups.
+
 ``cxl`` is the same code path with every host allocation weighted-interleaved across DRAM and
 CXL memory (numactl --weighted-interleave), so CPU Adam, the CPU copies and the DMA engines
 read and write CXL memory directly.
@@ -19,7 +23,7 @@ read and write CXL memory directly.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +33,7 @@ from tiersim.config.schema import number
 from tiersim.frozen import by_fields
 from tiersim.strategies import footprint
 from tiersim.strategies.base import ScheduleHints, Strategy
-from tiersim.strategies.builder import StepBuilder, first_apart
+from tiersim.strategies.builder import StepBuilder
 from tiersim.strategies.footprint import pinned
 from tiersim.strategies.gradients import (
     PARTITION_STREAM,
@@ -39,10 +43,18 @@ from tiersim.strategies.gradients import (
     gradients_to_host,
     params_to_gpu,
 )
-from tiersim.strategies.kinds import ADAM_STATE_BYTES, FP32_BYTES, adam_kind, host_copy_kind, pcie_kind
+from tiersim.strategies.kinds import (
+    ADAM_STATE_BYTES,
+    FP32_BYTES,
+    adam_kind,
+    gpu_adam_task,
+    host_copy_kind,
+    pcie_kind,
+)
 from tiersim.strategies.memory import HostMemory
+from tiersim.strategies.partial import PARTIAL_FROM, Split, cpu_groups, split
 from tiersim.strategies.placement import MissingDevice, Placement, largest_partition
-from tiersim.workload import LayerWork, StepShape, TrainingStep
+from tiersim.workload import LayerWork, StepShape, TrainingSpec, TrainingStep
 
 GRADIENT_HOOK_THREADS = 1
 """Threads of the boundary gradient copy. It runs inside a backward hook, and the study's node
@@ -50,12 +62,53 @@ stays at its forward CPU load through the DRAM backward (70B-dram-psutil.csv: 3.
 CPUs in both), which a copy on a rank's 56 threads would visibly raise."""
 
 
+@dataclass(frozen=True)
+class HostOptions:
+    """CPU offload's options."""
+
+    ratio: float = number(1.0, ge=0, le=1, doc="fraction of the optimizer sub-groups updated on the CPU "
+                                               "(DeepSpeed offload_optimizer.ratio, ZeRO-3 only); the rest "
+                                               "stay in HBM and the GPU updates them")
+
+    def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
+        return by_fields(self)
+
+
 class HostOffload(Strategy):
     """CPU offload of the optimizer; subclasses choose the host memory policy."""
 
     name = "dram"
     summary = "ZeRO-Offload: state in pinned DRAM, CPU Adam"
+    Options = HostOptions
     hints = ScheduleHints(accumulation_copies=frozenset({PARTITION_STREAM}))
+
+    def refusal(self, training: TrainingSpec) -> tuple[str, str] | None:
+        ratio = self.options.ratio
+        if ratio == 1:
+            return None
+        where = f"strategies.{self.name}.ratio"
+        if training.zero_stage < 3:
+            return where, (f"{ratio}: partial offload is ZeRO-3's (DeepSpeed's stage_1_and_2.py does not read "
+                           f"offload_optimizer.ratio), and training.zero_stage is {training.zero_stage}")
+        if not at_least(training.deepspeed_version, PARTIAL_FROM):
+            return where, (f"{ratio}: tiersim models partial offload from DeepSpeed 0.15.4 on, and "
+                           f"training.deepspeed_version is {training.deepspeed_version}")
+        return None
+
+    def check(self, hw: Hardware) -> MissingDevice | None:
+        """Partial offload updates part of the state on the GPU."""
+        return MissingDevice("hbm", "GPU for the GPU's sub-groups") if self.options.ratio < 1 and not hw.has_gpu \
+            else None
+
+    def split(self, step: TrainingStep) -> Split:
+        """Which sub-groups and which part of each layer's partition the CPU updates (kept for
+        the last step asked about: the hooks ask once per layer)."""
+        known = self._split
+        if known is None or known[0] is not step:
+            known = self._split = (step, split(step, self.options.ratio))
+        return known[1]
+
+    _split: tuple[TrainingStep, Split] | None = None
 
     def memory(self, hw: Hardware) -> HostMemory:
         """Where host allocations land."""
@@ -78,16 +131,21 @@ class HostOffload(Strategy):
         ranks = step.training.data_parallel
         pin = pinned if hw.pinned else int
         rank = step.rank_params
-        largest = step.largest_subgroup
+        cpu, largest, groups = rank, step.largest_subgroup, step.subgroups
+        if self.options.ratio < 1:  # the GPU's sub-groups keep fp32 params, m, v and gradients in HBM
+            parts = self.split(step)
+            cpu, largest, groups = parts.cpu_elements, parts.largest_cpu_group, groups[:parts.cpu_groups]
+            on_gpu = parts.gpu_elements
+            placement.put("hbm", "fp32 params, Adam m, v (GPU sub-groups)", (FP32_BYTES + ADAM_STATE_BYTES) * on_gpu)
+            placement.put("hbm", "fp32 gradients (GPU sub-groups)", FP32_BYTES * on_gpu)
         host = [
-            ("fp32 params", FP32_BYTES * rank, None),
-            ("Adam m, v", ADAM_STATE_BYTES * rank, None),
-            ("fp32 gradients (per sub-group)", FP32_BYTES * rank,
-             sum(pin(FP32_BYTES * g.numel) for g in step.subgroups)),
+            ("fp32 params", FP32_BYTES * cpu, None),
+            ("Adam m, v", ADAM_STATE_BYTES * cpu, None),
+            ("fp32 gradients (per sub-group)", FP32_BYTES * cpu, sum(pin(FP32_BYTES * g.numel) for g in groups)),
             ("gradient partitions (grad_accum_dtype)", step.grad_accum_bytes * rank, pin(step.grad_accum_bytes * rank)),
             staging(step, pin),
             ("16-bit temporary of the H2D copy", step.lp_bytes * largest, None),
-            ("retained after the first step", 0, footprint.FIRST_STEP_RETAINED_BYTES * rank),
+            ("retained after the first step", 0, footprint.FIRST_STEP_RETAINED_BYTES * cpu),
             ("process runtime", 0, footprint.PROCESS_HOST_BYTES),
         ]
         for what, allocated, held in host:
@@ -110,26 +168,55 @@ class HostOffload(Strategy):
         if converts_on_host(builder.step):
             return _converted_on_host(builder, memory, index, kept)
         staged = fp32_gradients_d2h(builder, memory, index, layer, kept)
+        part = builder.step.rank_partitions[index]
+        cpu = part if self.options.ratio == 1 else self.split(builder.step).layer_cpu[index]
+        if cpu < part:  # the GPU sub-groups' share, back into their fp32 gradient in HBM
+            h2d = pcie_kind(builder, "h2d", "backward", memory, stream=PARTITION_STREAM)
+            builder.add(h2d.task(f"m{micro}.bwd.{index}.fp32_grad_h2d", (part - cpu) * FP32_BYTES, (staged,)))
+        if not cpu:
+            return staged
         copy = host_copy_kind(builder, "backward", "grad_copy", memory, FP32_BYTES, FP32_BYTES, GRADIENT_HOOK_THREADS)
-        return builder.add(copy.task(f"m{micro}.bwd.{index}.grad_copy", builder.step.rank_partitions[index],
-                                    (staged,)))
+        return builder.add(copy.task(f"m{micro}.bwd.{index}.grad_copy", cpu, (staged,)))
+
+    def backward_keys(self, builder: StepBuilder, micro: int) -> tuple[Hashable, ...]:
+        """Layers differ by shape and, under partial offload, by the part of their partition the
+        CPU updates."""
+        keys = super().backward_keys(builder, micro)
+        if self.options.ratio == 1:
+            return keys
+        layer_cpu = self.split(builder.step).layer_cpu[::-1]
+        parts = builder.step.rank_partitions[::-1]
+        return tuple((key, cpu == part, cpu == 0) for key, cpu, part in zip(keys, layer_cpu, parts, strict=True))
 
     def accumulation_links(self, builder: StepBuilder) -> frozenset[str]:
         return gradient_copy_links(builder, self.memory(builder.hw))
 
     def offload_task_count(self, shape: StepShape) -> int:
-        return gradient_offload_tasks(shape) + 2 * shape.layers  # the boundary's fp32 D2H and CPU copy
+        """The boundary's fp32 D2H and CPU copy per layer; under partial offload, where the
+        layers' partitions are not counted, a layer may also copy H2D (the one layer whose
+        partition straddles the CPU's and the GPU's sub-groups has both, so the count is at
+        most one over what is built)."""
+        extra = 1 if self.options.ratio < 1 else 0
+        return gradient_offload_tasks(shape) + 2 * shape.layers + extra
 
     def step_task_count(self, shape: StepShape, hw: Hardware) -> int:
-        return shape.subgroups * (3 if hw.has_gpu else 1)  # Adam, then the conversion and H2D
+        cpu = cpu_groups(shape.subgroups, self.options.ratio)
+        return cpu * (3 if hw.has_gpu else 1) + shape.subgroups - cpu  # Adam, the conversion and H2D; GPU Adam
 
     def optimizer_step(self, builder: StepBuilder, begin: str) -> None:
+        """The CPU's sub-groups in order (CPU Adam, the 16-bit copy H2D that the host waits
+        for), then the GPU's, launched one after another on the GPU's stream."""
         memory = self.memory(builder.hw)
         adam = adam_kind(builder, memory)
         done = begin
         groups = builder.step.subgroups
-        for i in builder.loop(first_apart(builder.step.subgroup_sizes)):
+        on_cpu = cpu_groups(len(groups), self.options.ratio)
+        keys = tuple((i in (0, on_cpu), i < on_cpu, size) for i, size in enumerate(builder.step.subgroup_sizes))
+        for i in builder.loop(keys):
             group = groups[i]
+            if i >= on_cpu:
+                done = builder.add(gpu_adam_task(builder, group, (done,)))
+                continue
             updated = builder.add(adam.task(f"step.{group.index}.adam", group.numel, (done,)))
             done = params_to_gpu(builder, memory, group, updated)
 
@@ -168,8 +255,9 @@ def _converted_on_host(builder: StepBuilder, memory: HostMemory, index: int, kep
 
 
 @dataclass(frozen=True)
-class InterleaveOptions:
-    """Page weights of the DRAM:CXL weighted interleave (numactl --weighted-interleave)."""
+class InterleaveOptions(HostOptions):
+    """CPU offload's options and the page weights of the DRAM:CXL weighted interleave (numactl
+    --weighted-interleave)."""
 
     dram_weight: float = number(12, gt=0, doc="DRAM's page weight: dram_weight / (dram_weight + cxl_weight) "
                                               "of every host allocation is in DRAM")
@@ -188,7 +276,7 @@ class CXLInterleave(HostOffload):
     Options = InterleaveOptions
 
     def check(self, hw: Hardware) -> MissingDevice | None:
-        return None if hw.cxl is not None else MissingDevice("cxl", "CXL devices")
+        return super().check(hw) or (None if hw.cxl is not None else MissingDevice("cxl", "CXL devices"))
 
     def memory(self, hw: Hardware) -> HostMemory:
         return HostMemory.interleave(hw, self.options.dram_weight, self.options.cxl_weight)

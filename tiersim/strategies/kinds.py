@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import math
 
+from tiersim.engine import Task
 from tiersim.strategies.builder import StepBuilder, TaskKind
 from tiersim.strategies.memory import HostMemory
+from tiersim.workload import SubGroup
 
 FP32_BYTES = 4
 """Bytes per element of fp32 master weights, Adam moments and the optimizer's gradients."""
@@ -33,6 +35,15 @@ def adam_kind(builder: StepBuilder, memory: HostMemory) -> TaskKind:
     usage = memory.access(ADAM_READ_BYTES / per_element, ADAM_WRITE_BYTES / per_element)
     overhead = builder.hw.cpu.adam_step_overhead or 0.0
     return TaskKind("cpu", "optimizer_step", "adam", overhead, usage, cap, per_element)
+
+
+def gpu_adam_task(builder: StepBuilder, group: SubGroup, deps: tuple[str, ...]) -> Task:
+    """GPU Adam over a sub-group on the compute stream, bound by HBM bandwidth: it reads and
+    writes the fp32 state (``ADAM_READ_BYTES``, ``ADAM_WRITE_BYTES``) and writes the 16-bit
+    parameter copy, once per element."""
+    per_element = ADAM_READ_BYTES + ADAM_WRITE_BYTES + builder.step.lp_bytes
+    return Task(f"step.{group.index}.adam", "gpu", "optimizer_step", "adam", 0.0, group.numel * per_element,
+                (("hbm", 1.0),), math.inf, deps)
 
 
 def host_copy_kind(builder: StepBuilder, phase: str, category: str, memory: HostMemory, read: float,
