@@ -4,7 +4,7 @@ Draws scenarios beyond the test suite's (which keeps to 12 layers to stay quick)
 layers, 1 to 8 GPUs, 1 to 6 micro-steps, every ZeRO stage, sub-group size, CXL device count and
 interleave weights, NVMe drive count, swap buffers, pipelining and queue depth, NVLink or a PCIe
 fabric, every strategy; simulates each that fits with and without fast-forward for ``--seconds``
-and prints every one that does not agree to 1e-9 (``assert_same`` of tests/test_session.py) with
+and prints every one that does not agree to 1e-9 (``assert_same`` of tests/equivalence/test_session.py) with
 its relative iteration-time difference and how far the full simulation's own iteration times
 spread under nudges of a rate by 1e-12 (``spreads``: float residue for a stable schedule), and
 every figure that differs by more than twice its own spread (``beyond_spread``), then the counts.
@@ -22,7 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "equivalence"))
 
 from test_session import assert_same, beyond_spread, spreads  # noqa: E402
 

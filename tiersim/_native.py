@@ -7,7 +7,7 @@ beside their sources, and writes ``_native.json``: for each source it compiled, 
 beside it, their shared library is there and ``TIERSIM_PURE_PYTHON`` is not set; otherwise all
 of them are imported from their sources (the compiled modules call one another directly, so it
 is all or none): an edited source is never shadowed by an extension built from the old one.
-Both ways give the same results (tests/test_native.py); the compiled one costs about half the
+Both ways give the same results (tests/equivalence/test_native.py); the compiled one costs about half the
 instructions per run.
 
 The check costs little at import: nothing is read where no extension was built; where one was,

@@ -5,7 +5,7 @@ device profile field: per section a table of the dotted path, the type, the unit
 in (from the field helper: ``size`` bytes, ``rate`` bytes/s, ``flops`` FLOP/s, ``duration`` s),
 the default, the bounds and the meaning (the field's ``doc`` metadata, else the docstring that
 follows it in the class body). ``python -m tiersim.config.field_reference --write`` rewrites both
-pages; ``tests/test_field_reference.py`` checks that the committed ones match.
+pages; ``tests/system/test_field_reference.py`` checks that the committed ones match.
 
 The strategies' ``Options`` come from ``tiersim.strategies``, whose package imports the engine
 (and with it SimPy); nothing here imports pandas.

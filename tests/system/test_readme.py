@@ -11,7 +11,7 @@
 
 The README shows one example per main job (run, plan, sweep, replay a log, read a DeepSpeed
 config, import a log, fit); the rest of the command line, calibration included, is in
-``docs/guide/``, whose blocks ``tests/test_docs.py`` runs.
+``docs/guide/``, whose blocks ``tests/system/test_docs.py`` runs.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
 BLOCKS = re.findall(r"^```(\w+)\n(.*?)^```", README, flags=re.DOTALL | re.MULTILINE)
 QUICKSTART = BLOCKS[0][1]

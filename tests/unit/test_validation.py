@@ -235,7 +235,7 @@ def test_end_to_end_tiny_calibration_then_validation(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["host-tiny.yaml"]
     # The calibrated profile is one `tiersim run` can use: a small model on this host's CPU,
     # DRAM and disk (the GPU side still from the scenario's profiles).
-    scenario = Path(__file__).resolve().parent.parent / "scenarios" / "quickstart.yaml"
+    scenario = Path(__file__).resolve().parents[2] / "scenarios" / "quickstart.yaml"
     configs = load_scenario(scenario, [f"hardware.host={tmp_path / 'host-tiny.yaml'}", "hardware.nvme=null",
                                        "model.layers=2",
                                        "model.hidden=1024", "model.heads=8", "model.kv_heads=8", "model.ffn=2816"],

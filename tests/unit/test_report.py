@@ -11,7 +11,7 @@ import pytest
 from tiersim import cli
 from tiersim.analysis.report import TABLE_WIDTH, format_table
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_narrow_table_is_unchanged() -> None:

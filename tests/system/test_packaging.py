@@ -19,7 +19,7 @@ from setuptools import find_packages
 from tiersim import cli
 from tiersim.config.bundled import KINDS, bundled_dir, resolve
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_every_package_is_listed_in_pyproject() -> None:

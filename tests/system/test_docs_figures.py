@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from browser import blank_fraction, browser_or_skip, png_size
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MAKE = ROOT / "docs" / "figures" / "make.py"
 
 

@@ -14,7 +14,7 @@ Any other info string, or none, fails: a block either runs or says it does not.
 A page's ``bash`` lines and ``python`` blocks run in document order, in a scratch folder of its
 own holding copies of ``scenarios/``, ``sweeps/``, ``device_profiles/``, ``systems/`` and the
 log excerpts of ``tests/fixtures/logs/`` (the README's commands run the same way, in
-``tests/test_readme.py``). Beside that folder, ``../shared`` links to the reference material:
+``tests/system/test_readme.py``). Beside that folder, ``../shared`` links to the reference material:
 the first ``shared/`` holding ``reference/`` next to the checkout or above it, or the folder
 ``TIERSIM_SHARED`` names. Where there is none, the lines that read ``../shared/`` are skipped;
 where there is one, they run. A step that runs torch (``tiersim calibrate`` or ``tiersim
@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 PAGES = sorted(DOCS.rglob("*.md"))
 FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```[ \t]*$", flags=re.DOTALL | re.MULTILINE)

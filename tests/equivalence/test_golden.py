@@ -1,6 +1,6 @@
 """Golden results: the bundled scenarios, fixed seed, must reproduce their recorded summaries.
 
-A deliberate model change updates them with ``python tests/test_golden.py --update`` (and the
+A deliberate model change updates them with ``python tests/equivalence/test_golden.py --update`` (and the
 commit says why the numbers moved).
 """
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-GOLDEN = Path(__file__).resolve().parent / "golden"
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 SCENARIOS = ["quickstart", "llama2-70b-offload", "seed-20b"]
 
 

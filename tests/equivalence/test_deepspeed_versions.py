@@ -26,7 +26,7 @@ from tiersim.workload import build_step
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_session import assert_agrees, assert_same, generated  # noqa: E402  (the fast-forward checks)
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
 M = 1 << 20
 """Elements of a 1024 x 1024 tensor."""

@@ -21,7 +21,7 @@ from tiersim.simulate import simulate
 from tiersim.sweeping.points import load_sweep, plan_sweep
 from tiersim.sweeping.runner import run_sweep
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
 SEVENTY_B = ROOT / "scenarios" / "llama2-70b-offload.yaml"
 

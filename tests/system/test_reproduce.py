@@ -12,7 +12,7 @@ from nbrun import execute_notebook, is_plotly
 
 from tiersim.analysis.reproduce import MEASURED_COLUMNS, phase_figure, run_study, speedup_table, study_scenarios
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SIZES = ("20B", "30B", "40B", "52B", "70B")
 
 

@@ -18,7 +18,7 @@ from tiersim.config.document import load_scenario
 from tiersim.results import PHASES, Result
 from tiersim.simulate import simulate
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
 SEVENTY_B = ROOT / "scenarios" / "llama2-70b-offload.yaml"
 FLOAT = 1e-9

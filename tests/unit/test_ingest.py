@@ -26,7 +26,7 @@ from tiersim.ingest.numactl import RankBinding, parse_binding
 from tiersim.ingest.printed_values import boolean, model_fields, whole
 from tiersim.ingest.training_log import GIB, read_log
 
-LOGS = Path(__file__).resolve().parent / "fixtures" / "logs"
+LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 DRAM, CXL, NVME = (LOGS / f"70B-{name}.log" for name in ("dram", "cxl-interleave-12-5", "nvme"))
 POLARIS = LOGS / "polaris-13B-dp4-mb4.log"
 NVME_NODE = LOGS / "nvme-node-70B.log"

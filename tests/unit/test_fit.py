@@ -20,9 +20,9 @@ from tiersim.fitting.system import load_system
 from tiersim.ingest.training_log import read_log
 from tiersim.simulate import simulate
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SYSTEM = ROOT / "systems" / "seed-node.yaml"
-LOGS = Path(__file__).resolve().parent / "fixtures" / "logs"
+LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 SEED_LOGS = [LOGS / f"70B-{name}.log" for name in ("dram", "cxl-interleave-12-5", "nvme")]
 
 TRUTH = {

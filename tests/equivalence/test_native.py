@@ -16,7 +16,7 @@ from tiersim import _native
 from tiersim.config.document import load_scenario
 from tiersim.simulate import simulate
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ["quickstart", "llama2-70b-offload", "seed-20b"]
 SETTINGS = [[], ["training.global_batch=64"], ["hardware.nvme.count=2", "strategies.nvme.pipeline_read=true"]]
 
@@ -36,7 +36,8 @@ def summaries() -> list[dict[str, object]]:
 def test_the_sources_give_what_the_compiled_engine_gives() -> None:
     """The same summaries, every number of them, from the modules imported from their sources
     (``TIERSIM_PURE_PYTHON``) as from this process's engine (compiled where it was built)."""
-    code = ("import json, tiersim, tiersim._native as n, tiersim.engine.flows as f, tests.test_native as t; "
+    code = ("import json, tiersim, tiersim._native as n, tiersim.engine.flows as f, "
+            "tests.equivalence.test_native as t; "
             "print(json.dumps({'active': n.ACTIVE, 'flows': f.__file__, 'summaries': t.summaries()}))")
     env = {**os.environ, _native.PURE_ENV: "1", "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True,

@@ -19,9 +19,9 @@ from tiersim.strategies import footprint
 from tiersim.strategies.estimator import largest_module_params, zero3_estimate
 from tiersim.strategies.footprint import pinned
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MEASURED = ROOT / "scenarios" / "measured"
-LOGS = Path(__file__).resolve().parent / "fixtures" / "logs"
+LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 RUNS = {"dram": "70B-dram", "cxl": "70B-cxl-interleave-12-5", "nvme": "70B-nvme"}
 
 

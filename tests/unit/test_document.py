@@ -14,7 +14,7 @@ from tiersim.config.document import SET, Origin, load_document
 from tiersim.errors import ConfigError
 from tiersim.sweeping.points import load_sweep, plan_sweep
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
 
 BAD_VALUES = [

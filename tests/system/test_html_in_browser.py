@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from browser import PageReport, blank_fraction, browser_or_skip, inspect_pages, png_size
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SEVENTY_B = str(ROOT / "scenarios" / "llama2-70b-offload.yaml")
 SMALL = ["--set", "model.layers=6", "--set", "training.global_batch=2"]
 VIEWPORT = (1280, 900)

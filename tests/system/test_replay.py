@@ -20,7 +20,7 @@ from tiersim.simulate import simulate
 
 SYSTEM = ROOT / "systems" / "seed-node.yaml"
 FITTED = ROOT / "device_profiles" / "seed-node.yaml"
-SEED_LOGS = Path(__file__).resolve().parent / "fixtures" / "logs"
+SEED_LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 KEYS = ("forward_s", "backward_s", "step_s", "iteration_s")
 
 

@@ -32,7 +32,7 @@ from tiersim.simulate import simulate
 from tiersim.strategies import STRATEGIES
 from tiersim.workload import build_step
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
 SEVENTY_B = ROOT / "scenarios" / "llama2-70b-offload.yaml"
 REL = 1e-9

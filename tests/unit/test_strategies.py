@@ -23,7 +23,7 @@ from tiersim.strategies.gradients import PARTITION_STREAM
 from tiersim.strategies.placement import Misfit, MissingDevice
 from tiersim.workload import build_step
 
-QUICKSTART = Path(__file__).resolve().parent.parent / "scenarios" / "quickstart.yaml"
+QUICKSTART = Path(__file__).resolve().parents[2] / "scenarios" / "quickstart.yaml"
 SMALL = ["model.layers=4", "training.sub_group_size=2e8"]
 VARIANTS: dict[str, list[str]] = {
     "small": SMALL,

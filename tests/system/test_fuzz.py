@@ -8,7 +8,7 @@ Examples per test: ``TIERSIM_FUZZ_EXAMPLES`` (default 60: 720 examples, about 76
 reported in docs/guide/scenarios.md; ``TIERSIM_FUZZ_REPORT=FILE`` writes the inputs per command and exit
 status there. The task limit is lowered to ``FUZZ_MAX_TASKS`` so that a generated
 scenario at the limit still runs in well under a second (the limit itself is tested in
-``tests/test_limits.py``).
+``tests/unit/test_limits.py``).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 
 from tiersim import cli
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
 QUICKSTART_DATA = yaml.safe_load(QUICKSTART.read_text())
 EXAMPLES = int(os.environ.get("TIERSIM_FUZZ_EXAMPLES", "60"))

@@ -22,7 +22,7 @@ from tiersim.config.units import parse_bytes, parse_flops, parse_rate, parse_tim
 from tiersim.strategies import STRATEGIES
 from tiersim.workload import ModelSpec, TrainingSpec
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ROW = re.compile(r"^\| `(?P<path>[^`]+)` \| (?P<cells>.*) \|$")
 
 
