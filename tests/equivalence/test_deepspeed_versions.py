@@ -192,6 +192,7 @@ def test_the_0_13_host_path_is_the_same_with_and_without_fast_forward(strategy: 
     assert_same(simulate(config), simulate(config, fast_forward=False))
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_generated_0_13_scenarios_are_the_same_with_and_without_fast_forward(data: st.DataObject) -> None:

@@ -480,6 +480,7 @@ def generated(draw: st.DrawFn) -> RunConfig:
     return load_scenario(draw(st.sampled_from([QUICKSTART, SEVENTY_B])), overrides, [strategy])[0]
 
 
+@pytest.mark.slow
 @settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(config=generated())
 def test_generated_scenarios_are_the_same_with_and_without_fast_forward(config: RunConfig) -> None:

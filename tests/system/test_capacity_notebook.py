@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 from nbrun import execute_notebook, is_plotly
 
 
+@pytest.mark.slow
 def test_capacity_planning_notebook_executes() -> None:
     outputs = execute_notebook("capacity_planning.ipynb")
     assert sum(is_plotly(o) for o in outputs) >= 4

@@ -77,6 +77,7 @@ def test_out_and_plot_say_what_they_wrote(tmp_path: Path) -> None:
     assert plot.stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_set_override_changes_the_run() -> None:
     base = json.loads(tiersim("run", str(QUICKSTART), "--strategy", "dram", "--format", "json").stdout)
     more = json.loads(tiersim("run", str(QUICKSTART), "--strategy", "dram", "--format", "json",
@@ -86,6 +87,7 @@ def test_set_override_changes_the_run() -> None:
     assert more_r["phases"]["optimizer_step_s"] == pytest.approx(base_r["phases"]["optimizer_step_s"])
 
 
+@pytest.mark.slow
 def test_profiles_lists_and_shows() -> None:
     listing = tiersim("profiles", "--kind", "gpu")
     assert listing.returncode == 0
@@ -151,6 +153,7 @@ def test_missing_file_and_bad_set(tmp_path: Path) -> None:
     assert bad_set.returncode == 2 and "expected KEY=VALUE" in bad_set.stderr
 
 
+@pytest.mark.slow
 def test_set_strategy_option_by_name() -> None:
     base = json.loads(tiersim("run", str(QUICKSTART), "--strategy", "nvme", "--format", "json").stdout)
     piped = json.loads(tiersim("run", str(QUICKSTART), "--strategy", "nvme", "--format", "json",
@@ -161,6 +164,7 @@ def test_set_strategy_option_by_name() -> None:
     assert unknown.returncode == 2 and "strategy 'warp' is not in this scenario" in unknown.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("args", "message"), [
     (["--profile", "device_profiles/h200.yaml"], "expected a host profile"),
     (["--threads", "0"], "must be at least 1"),

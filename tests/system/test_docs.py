@@ -17,8 +17,8 @@ log excerpts of ``tests/fixtures/logs/`` (the README's commands run the same way
 ``tests/system/test_readme.py``). Beside that folder, ``../shared`` links to the reference material:
 the first ``shared/`` holding ``reference/`` next to the checkout or above it, or the folder
 ``TIERSIM_SHARED`` names. Where there is none, the lines that read ``../shared/`` are skipped;
-where there is one, they run. A step that runs torch (``tiersim calibrate`` or ``tiersim
-validate``, about a minute) is marked ``slow``.
+where there is one, they run. Every step is marked ``slow``: each runs a command in a subprocess
+(a second or more; ``tiersim calibrate`` about a minute), after the page's earlier steps.
 """
 
 from __future__ import annotations
@@ -189,12 +189,12 @@ def test_yaml_blocks_parse(page: Path) -> None:
 
 
 def _param(page: Path, index: int, kind: str, text: str) -> object:
-    """A step as a test case, ``slow`` where it runs torch."""
-    marks = [pytest.mark.slow] if re.search(r"tiersim (calibrate|validate)\b", text) else []
-    return pytest.param(page, index, kind, text, marks=marks,
+    """A step as a test case, named by its page, index and first words."""
+    return pytest.param(page, index, kind, text,
                         id=f"{page.relative_to(DOCS)}:{index}:{' '.join(text.split()[:3])}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("page", "index", "kind", "text"), [_param(*step) for step in STEPS])
 def test_docs_step_runs_as_written(page: Path, index: int, kind: str, text: str, pages: dict[Path, _Page],
                                    tmp_path_factory: pytest.TempPathFactory) -> None:

@@ -47,6 +47,7 @@ def test_seed_figure_marks_the_bundled_70b_measurements() -> None:
     assert set(measured["strategy"]) == {"dram", "cxl", "nvme"} and set(measured["model"]) == {"70B"}
 
 
+@pytest.mark.slow
 def test_make_script_writes_every_figure(tmp_path: Path) -> None:
     browser_or_skip()
     make = _make_module()

@@ -121,6 +121,7 @@ def _sweep_frame(times: dict[tuple[int, str], float | None], extra: dict[str, ob
     return pd.DataFrame(rows)
 
 
+@pytest.mark.slow
 def test_compare_two_sweeps(tmp_path: Path) -> None:
     a = _sweep_frame({(4, "dram"): 1.0, (4, "nvme"): 10.0, (8, "dram"): 2.0, (8, "nvme"): None, (16, "dram"): 4.0})
     b = _sweep_frame({(4, "dram"): 1.0, (4, "nvme"): 5.0, (8, "dram"): 2.0, (8, "nvme"): 12.0, (32, "dram"): 8.0},

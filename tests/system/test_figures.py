@@ -79,6 +79,7 @@ def test_static_export_without_a_browser_exits_2_with_one_line(tmp_path: Path,
     assert proc.stdout == "" and not out.exists()  # refused before simulating anything
 
 
+@pytest.mark.slow
 def test_run_plot_png_is_at_least_800_by_500(tmp_path: Path) -> None:
     browser_or_skip()
     out = tmp_path / "out.png"
@@ -90,6 +91,7 @@ def test_run_plot_png_is_at_least_800_by_500(tmp_path: Path) -> None:
     assert blank_fraction(png) < 0.9
 
 
+@pytest.mark.slow
 def test_svg_and_pdf_by_extension(tmp_path: Path, results: list) -> None:
     browser_or_skip()
     fig = stack_figures([phase_bars(results), timeline_figure(results[-1])], title="quickstart")
@@ -185,6 +187,7 @@ def test_largest_model_memory_matches_the_fit_answer(scenario: plan.Scenario) ->
     assert len(capacities) == memory.groupby(["strategy", "tier"]).ngroups
 
 
+@pytest.mark.slow
 def test_plan_plot_from_the_cli(tmp_path: Path) -> None:
     out = tmp_path / "plan.html"
     proc = tiersim("plan", str(ROOT / "scenarios" / "llama2-70b-offload.yaml"), "--objective", "fastest",

@@ -170,12 +170,14 @@ corrupted = st.tuples(st.integers(0, len(QUICKSTART_BYTES)), st.integers(0, 40),
     lambda c: QUICKSTART_BYTES[:c[0]] + c[2] + QUICKSTART_BYTES[c[0] + c[1]:])
 
 
+@pytest.mark.slow
 @fuzz_settings(2)
 @given(content=st.one_of(st.binary(max_size=600), corrupted), command=commands)
 def test_arbitrary_bytes(tmp_path: Path, content: bytes, command: str) -> None:
     run_command(command, _write(tmp_path, content), tmp_path)
 
 
+@pytest.mark.slow
 @fuzz_settings(2)
 @given(tree=trees, command=commands)
 def test_arbitrary_yaml_trees(tmp_path: Path, tree: Any, command: str) -> None:
@@ -199,6 +201,7 @@ def _mutated(base: dict[str, Any], edits: list[tuple[str, Any]]) -> dict[str, An
     return data
 
 
+@pytest.mark.slow
 @fuzz_settings(3)
 @given(edits=st.lists(st.tuples(st.sampled_from(FIELDS), st.one_of(plausible, plausible, trees, st.just("<delete>"))),
                       min_size=1, max_size=4),

@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SEVENTY_B = str(ROOT / "scenarios" / "llama2-70b-offload.yaml")
 SMALL = ["--set", "model.layers=6", "--set", "training.global_batch=2"]
 VIEWPORT = (1280, 900)
+pytestmark = pytest.mark.slow  # the pages fixture runs five commands and a browser
 
 PAGES = {
     # kind: (command line, plots the page must hold)

@@ -43,6 +43,7 @@ HOSTILE = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(HOSTILE))
 @pytest.mark.parametrize("command", ["run", "plan", "sweep"])
 def test_hostile_scenario_files_are_one_line_and_exit_2(tmp_path: Path, case: str, command: str) -> None:
@@ -75,6 +76,7 @@ def test_a_directory_is_not_a_scenario(tmp_path: Path) -> None:
     one_line_exit_2(tiersim("run", str(tmp_path)), f"{tmp_path}:", "cannot read file")
 
 
+@pytest.mark.slow
 def test_unknown_profile_typo_with_a_broken_yaml_on_the_profile_path(tmp_path: Path) -> None:
     profiles = tmp_path / "profiles"
     profiles.mkdir()
@@ -87,6 +89,7 @@ def test_unknown_profile_typo_with_a_broken_yaml_on_the_profile_path(tmp_path: P
     one_line_exit_2(tiersim("profiles", "h100-sxmm", env=env), "unknown profile 'h100-sxmm' (known: a100-80gb")
 
 
+@pytest.mark.slow
 def test_profiles_name_unknown_lists_every_known_name() -> None:
     line = one_line_exit_2(tiersim("profiles", "h900"), "unknown profile 'h900'")
     for name in ("a100-80gb", "h100-sxm", "samsung-pm9a3", "xeon-8480"):

@@ -10,6 +10,8 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -22,6 +24,7 @@ def test_ruff_is_clean() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+@pytest.mark.slow
 def test_mypy_is_clean() -> None:
     done = _run("mypy", "--no-incremental", "--cache-dir", "/dev/null")
     assert done.returncode == 0, done.stdout[-5000:] + done.stderr

@@ -62,6 +62,7 @@ def test_quickstart_second_command_is_what_ci_runs() -> None:
     assert commands[1] in (ROOT / ".ci" / "run").read_text().splitlines()
 
 
+@pytest.mark.slow
 def test_quickstart_first_command_runs_as_written(tmp_path: Path) -> None:
     commands = [line for line in QUICKSTART.splitlines() if line and not line.startswith("#")]
     copy = tmp_path / "tiersim"
@@ -74,6 +75,7 @@ def test_quickstart_first_command_runs_as_written(tmp_path: Path) -> None:
     assert [line.split()[0] for line in table[3:] if not line.startswith(" ")] == ["gpu", "dram", "cxl", "nvme"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("line", BASH_LINES, ids=lambda line: " ".join(line.split()[:4]))
 def test_bash_line_runs_as_written(line: str, workdir: Path) -> None:
     proc = subprocess.run(["bash", "-c", line], cwd=workdir, capture_output=True, text=True, timeout=900,
@@ -93,6 +95,7 @@ def test_yaml_block_is_the_bundled_sweep_and_runs(workdir: Path) -> None:
     assert proc.returncode == 0, proc.stderr
 
 
+@pytest.mark.slow
 def test_python_block_runs_as_written(workdir: Path) -> None:
     (body,) = [b for lang, b in BLOCKS if lang == "python"]
     proc = subprocess.run([sys.executable, "-c", body], cwd=workdir, capture_output=True, text=True, timeout=300,

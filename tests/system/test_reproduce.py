@@ -120,11 +120,13 @@ def test_phase_figure_marks_measured_values_beside_predicted(seed) -> None:
         phase_figure(seed, measured.drop(columns="seconds"))
 
 
+@pytest.mark.slow
 def test_notebook_executes() -> None:
     outputs = execute_notebook("seed_experiment.ipynb")
     assert any(is_plotly(o) for o in outputs)
 
 
+@pytest.mark.slow
 def test_reproduce_compares_the_measured_70b_runs(tmp_path: Path) -> None:
     """The node fitted to the study's three 70B logs reproduces every measured phase within 5%
     (and the iteration, which also holds Megatron's time between DeepSpeed's timers)."""

@@ -71,6 +71,7 @@ def test_plan_is_a_cartesian_product_in_file_order() -> None:
     assert all(r.config.training.sub_group_size == 10**10 for r in runs)
 
 
+@pytest.mark.slow
 def test_rows_are_the_same_in_process_on_a_pool_and_on_a_dask_cluster() -> None:
     distributed = pytest.importorskip("distributed")
     inline = tiersim.sweep(SMALL, jobs=1)
@@ -152,6 +153,7 @@ def test_a_pool_stores_the_batches_finished_while_the_parent_was_busy_together(
     assert stored == [[0], [1, 2, 3, 4, 6, 7, 8, 9]]
 
 
+@pytest.mark.slow
 def test_killed_sweep_resumed_gives_the_same_file(tmp_path: Path) -> None:
     sweep_file = write(tmp_path / "longer.yaml", LONGER)
     full = run_sweep(sweep_file, jobs=1, out=tmp_path / "full")
@@ -177,6 +179,7 @@ def test_killed_sweep_resumed_gives_the_same_file(tmp_path: Path) -> None:
     pd.testing.assert_frame_equal(results(resumed), results(uninterrupted))
 
 
+@pytest.mark.slow
 def test_ctrl_c_keeps_parts_exits_130_and_says_how_to_resume(tmp_path: Path) -> None:
     sweep_file = write(tmp_path / "longer.yaml", LONGER)
     out = tmp_path / "out"
@@ -222,6 +225,7 @@ def _start_killable_sweep(tmp_path: Path, jobs: str) -> tuple[subprocess.Popen[s
     return proc, sweep_file, out
 
 
+@pytest.mark.slow
 def test_sigterm_keeps_parts_says_how_many_runs_are_saved_and_exits_143(tmp_path: Path) -> None:
     proc, sweep_file, out = _start_killable_sweep(tmp_path, "2")
     workers = _children(proc.pid)
@@ -250,6 +254,7 @@ def test_workers_die_with_their_parent_on_kill_9(tmp_path: Path) -> None:
     assert not any(_alive(w) for w in workers)
 
 
+@pytest.mark.slow
 def test_a_worker_killed_from_outside_stops_the_sweep_in_one_line_keeping_its_parts(tmp_path: Path) -> None:
     proc, sweep_file, out = _start_killable_sweep(tmp_path, "2")
     worker = min(_children(proc.pid))
@@ -319,6 +324,7 @@ def test_a_sweep_whose_runs_all_fail_still_prints_its_table(
     assert out.count("ERROR") == 2 and "ValueError: no" in out
 
 
+@pytest.mark.slow
 def test_running_a_finished_sweep_again_says_what_to_do_in_one_line(tmp_path: Path) -> None:
     sweep_file = write(tmp_path / "s.yaml", SMALL)
     first = tiersim_cli("sweep", str(sweep_file), "--jobs", "1", cwd=tmp_path)
@@ -334,6 +340,7 @@ def test_running_a_finished_sweep_again_says_what_to_do_in_one_line(tmp_path: Pa
     assert resumed.returncode == 0 and "32 resumed, 0 computed" in resumed.stdout
 
 
+@pytest.mark.slow
 def test_resume_after_a_factor_changed_from_numbers_to_unit_strings_is_refused(tmp_path: Path) -> None:
     numbers = {"base": str(QUICKSTART), "set": ["model.layers=2"],
                "grid": {"strategy": ["dram"], "hardware.dram_capacity": [274877906944, 549755813888]}}
@@ -401,6 +408,7 @@ def test_the_results_file_is_what_its_parts_consolidate_to(tmp_path: Path, monke
     assert pq.read_table(out / "results.parquet").equals(expected, check_metadata=True)
 
 
+@pytest.mark.slow
 def test_a_bad_argument_names_the_parameter_from_python_and_the_flag_from_the_cli(tmp_path: Path) -> None:
     for kwargs, name in (({"jobs": 0}, "jobs"), ({"chunk_size": 0}, "chunk_size")):
         with pytest.raises(ConfigError) as raised:
@@ -428,6 +436,7 @@ def test_points_strategy_factor_and_strategy_options(tmp_path: Path) -> None:
     assert df["peak_dram_bytes"].iloc[1] > df["peak_dram_bytes"].iloc[0]  # more pinned swap buffers
 
 
+@pytest.mark.slow
 def test_set_applies_to_every_run(tmp_path: Path) -> None:
     sweep_file = write(tmp_path / "s.yaml", {"base": str(QUICKSTART),
                                              "grid": {"strategy": ["dram"], "model.layers": [2, 4]}})
@@ -458,6 +467,7 @@ BAD = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(BAD))
 def test_bad_sweep_files_are_one_line_and_exit_2(tmp_path: Path, case: str) -> None:
     text, field = BAD[case]
@@ -470,6 +480,7 @@ def test_bad_sweep_files_are_one_line_and_exit_2(tmp_path: Path, case: str) -> N
     assert not (tmp_path / "out").exists()  # validated up front: nothing ran
 
 
+@pytest.mark.slow
 def test_set_on_a_factor_or_bad_field_is_one_line_and_exit_2(tmp_path: Path) -> None:
     sweep_file = write(tmp_path / "s.yaml", {"base": str(QUICKSTART), "grid": {"model.layers": [2]}})
     for arg, field in (("model.layers=4", "--set: model.layers"), ("model.layerss=2", "--set: model.layerss")):

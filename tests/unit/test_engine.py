@@ -306,6 +306,7 @@ def test_a_timer_a_slower_flow_no_longer_needs_is_withdrawn() -> None:
     assert run.events == 3
 
 
+@pytest.mark.slow
 @given(g=random_graphs())
 @settings(max_examples=200, deadline=None)
 def test_every_timer_that_fires_ends_a_flow(g: TaskGraph) -> None:

@@ -51,6 +51,7 @@ def synthetic_logs(tmp_path: Path) -> list[Path]:
     return logs
 
 
+@pytest.mark.slow
 def test_fit_recovers_a_known_machine_from_logs_tiersim_wrote(tmp_path: Path) -> None:
     fit = fit_system(load_system(SYSTEM), synthetic_logs(tmp_path))
     assert {f.unknown.key for f in fit.figures} == set(TRUTH)
@@ -61,6 +62,7 @@ def test_fit_recovers_a_known_machine_from_logs_tiersim_wrote(tmp_path: Path) ->
     assert len(fit.residuals) == 11 > len(fit.figures)
 
 
+@pytest.mark.slow
 def test_seed_fit_reproduces_every_measured_phase_within_5_percent() -> None:
     fit = fit_system(load_system(SYSTEM), SEED_LOGS)
     phases = [r for r in fit.residuals if r.measured.quantity in ("forward", "backward", "optimizer_step")]
@@ -71,6 +73,7 @@ def test_seed_fit_reproduces_every_measured_phase_within_5_percent() -> None:
         assert f.interval[0] <= f.value <= f.interval[1]
 
 
+@pytest.mark.slow
 def test_committed_seed_node_is_this_fit() -> None:
     """device_profiles/seed-node.yaml holds the figures this fit finds (to 0.5%)."""
     node = load_profile_file(ROOT / "device_profiles" / "seed-node.yaml")
@@ -80,6 +83,7 @@ def test_committed_seed_node_is_this_fit() -> None:
         assert getattr(getattr(node, f.unknown.part), f.unknown.figure) == pytest.approx(f.value, rel=5e-3)
 
 
+@pytest.mark.slow
 def test_fit_command_writes_a_profile_run_uses(tmp_path: Path) -> None:
     logs = synthetic_logs(tmp_path)
     out = tmp_path / "profiles" / "seed-node.yaml"
@@ -111,6 +115,7 @@ def _system(tmp_path: Path, **changes: object) -> Path:
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("changes", "message"), [
     ({"fit": {"cpu.turbo": {"min": 1, "max": 2}}}, "fit.cpu.turbo: not a numeric figure of the cpu profile"),
     ({"fit": {"tape.bandwidth": {"min": 1, "max": 2}}}, "fit.tape.bandwidth: no part 'tape'"),
@@ -149,6 +154,7 @@ POLARIS_RUNS = (
 """The shared Polaris runs' shapes (13B on 4 and 1 GPUs, 7B with 4 micro-steps), from one log excerpt."""
 
 
+@pytest.mark.slow
 def test_fit_recovers_a_synthetic_polaris_from_logs_tiersim_wrote(tmp_path: Path) -> None:
     """The round trip on a node tiersim writes: unbound ranks, no flash attention, DeepSpeed 0.13."""
     system = load_system(POLARIS)

@@ -120,6 +120,7 @@ def test_scenario_of_each_log(log: Path, strategy: str) -> None:
                          "block_size": 1 << 20, "queue_depth": 8, "thread_count": 1}
 
 
+@pytest.mark.slow
 def test_imported_scenario_names_its_unknowns(tmp_path: Path) -> None:
     proc = tiersim("import-log", str(CXL), "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
@@ -134,6 +135,7 @@ def test_imported_scenario_names_its_unknowns(tmp_path: Path) -> None:
     assert filled.returncode == 0, filled.stderr
 
 
+@pytest.mark.slow
 def test_import_log_json_and_table() -> None:
     proc = tiersim("import-log", str(DRAM), str(NVME), "--format", "json")
     assert proc.returncode == 0, proc.stderr

@@ -26,6 +26,7 @@ QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
 SEVENTY_B = ROOT / "scenarios" / "llama2-70b-offload.yaml"
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     scenario=st.sampled_from([QUICKSTART, SEVENTY_B]),
@@ -115,6 +116,7 @@ def test_a_sweep_past_its_task_limit_is_refused_unless_forced(monkeypatch: pytes
     assert len(plan_sweep(load_sweep(spec), force=True)) == 4
 
 
+@pytest.mark.slow
 def test_planning_reports_progress_and_the_size_of_the_work() -> None:
     spec = {"base": str(QUICKSTART), "set": {"model.layers": 1},
             "grid": {"strategy": ["dram"], "training.seq_len": list(range(1, 2501))}}

@@ -208,6 +208,7 @@ def test_missing_price_is_a_config_error(tmp_path: Path) -> None:
     assert frame.iloc[0]["cost_usd"] is None
 
 
+@pytest.mark.slow
 def test_plan_cli_table_and_json(small: Path) -> None:
     proc = tiersim("plan", str(small), "--objective", "fastest", "--dram-gib", "96,192", "--cxl-counts", "2",
                    "--nvme-counts", "1", "--format", "json")
@@ -221,6 +222,7 @@ def test_plan_cli_table_and_json(small: Path) -> None:
     assert lines[1].split()[:2] == ["rank", "strategy"] and lines[3].split()[:2] == ["1", "dram"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args", [
     ["--objective", "fastest", "--dram-gib", "x"],
     ["--objective", "fastest", "--cxl-counts", "0"],
@@ -252,6 +254,7 @@ def test_plan_top_shows_the_first_rows(small: Path) -> None:
     assert ranks == ["1", "2"]
 
 
+@pytest.mark.slow
 def test_plan_without_an_answer_exits_1_naming_the_nearest_miss(small: Path) -> None:
     args = ["plan", str(small), "--objective", "cheapest", "--dram-gib", "96,192", "--cxl-counts", "2",
             "--nvme-counts", "1", "--format", "json"]

@@ -59,6 +59,7 @@ def test_bundled_scenarios_add_up(scenario: Path) -> None:
         assert float(copies["utilisation"].iloc[0]) <= 1.0  # was 1.06-1.14 when counted by label
 
 
+@pytest.mark.slow
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     scenario=st.sampled_from([QUICKSTART, SEVENTY_B]),

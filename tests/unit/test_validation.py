@@ -25,6 +25,7 @@ NUMELS = (40_000, 17_001, 65_536)
 KiB = 1 << 10
 
 
+@pytest.mark.slow
 def test_dram_executor_matches_plain_adam() -> None:
     init = make_initial_state(NUMELS, seed=3)
     ref = reference_adam(init, steps=3)
@@ -210,6 +211,7 @@ TINY_PLAN = CalibrationPlan(
 )
 
 
+@pytest.mark.slow
 def test_end_to_end_tiny_calibration_then_validation(tmp_path: Path) -> None:
     ticks: list[str] = []
     result = run_calibration(TINY_PLAN, tmp_path / "host-tiny.yaml", tmp_path, on_point=ticks.append)
@@ -246,6 +248,7 @@ def test_end_to_end_tiny_calibration_then_validation(tmp_path: Path) -> None:
         assert run.fits and run.iteration_time_s is not None and run.iteration_time_s > 0
 
 
+@pytest.mark.slow
 def test_drift_correction_scales_rates_and_keeps_shape(tmp_path: Path) -> None:
     """A 2x faster CPU and a disk reading at half speed: Adam rates double, read bandwidth
     halves, every fitted shape parameter (overhead, latency, queueing) stays."""
@@ -261,6 +264,7 @@ def test_drift_correction_scales_rates_and_keeps_shape(tmp_path: Path) -> None:
     assert "CPU Adam +100%" in Drift(adam=2.0, read=0.5).describe() and "disk read -50%" in Drift(read=0.5).describe()
 
 
+@pytest.mark.slow
 def test_drift_reference_is_the_calibration_record_at_the_probe_point(tmp_path: Path) -> None:
     """The probes compare with the calibration's raw time at their own point (scaled to the
     probe's size), so the fit's residual there is not taken for drift; without such a record,
