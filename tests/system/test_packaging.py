@@ -59,6 +59,7 @@ def test_the_wheel_ships_profiles_scenarios_and_sweeps(wheel: Path, tmp_path: Pa
     assert not any(Path(n).name.startswith("host-") for n in names)
 
 
+@pytest.mark.slow
 def test_the_wheel_ships_the_model_catalogue(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {"tiersim/catalogue/__init__.py", "tiersim/catalogue/models.json"} <= names

@@ -8,7 +8,7 @@ module: ``loops`` (runs of alike iterations), ``state`` (a run's state at a boun
 ``transient`` (geometric transients in closed form), ``deferred`` (background copies timed by
 recursion, credited to the counters), ``deferred_copies`` (those of skipped iterations),
 ``spans`` (their intervals in arithmetic progression) and ``session`` (the loop that ties them).
-The engine and the strategies never import it (tests/test_layout.py); ``simulate`` picks it.
+The engine and the strategies never import it (tests/system/test_layout.py); ``simulate`` picks it.
 """
 
 from tiersim.fastforward.session import FastForwardSession, run_schedule

@@ -18,7 +18,7 @@ from tiersim.strategies.kinds import ADAM_READ_BYTES, ADAM_WRITE_BYTES
 from tiersim.strategies.partial import split
 from tiersim.workload import build_step, step_shape
 
-QUICKSTART = Path(__file__).resolve().parent.parent / "scenarios" / "quickstart.yaml"
+QUICKSTART = Path(__file__).resolve().parents[2] / "scenarios" / "quickstart.yaml"
 SMALL = ["model.layers=4", "training.sub_group_size=1e8"]
 
 

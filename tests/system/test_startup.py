@@ -12,7 +12,7 @@ import pytest
 
 from tiersim import cli
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("pandas", "scipy", "plotly", "numpy", "pyarrow", "hashlib")
 """Modules no quick command may import: the data-frame, fitting and figure libraries, and the
 hashing the compiled engine's check needs only where something was built and since changed."""

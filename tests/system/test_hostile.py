@@ -16,7 +16,7 @@ import pytest
 
 from tiersim.sweeping.store import LOCK_FILE, folder_lock
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LOGS = ROOT / "tests" / "fixtures" / "logs"
 LOG = LOGS / "70B-nvme.log"
 SYSTEM = ROOT / "systems" / "seed-node.yaml"
@@ -108,6 +108,7 @@ SPECIAL_PATHS = {
 """/dev and /proc as inputs and outputs: command line, what the line must say."""
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(SPECIAL_PATHS))
 def test_dev_and_proc_paths_are_one_line(case: str) -> None:
     argv, expected = SPECIAL_PATHS[case]
@@ -178,6 +179,7 @@ MALFORMED_LOGS = {
 """The issue's malformed training logs and more of their kind: (text in 70B-nvme.log, replacement)."""
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", [*MALFORMED_LOGS, "binary", "empty", "truncated", "header only"])
 @pytest.mark.parametrize("command", ["import-log", "replay"])
 def test_a_malformed_log_is_read_or_refused_in_one_line(tmp_path: Path, case: str, command: str) -> None:
