@@ -90,6 +90,9 @@ class FlowSpec:
         self.bound = bound
         self.stream = stream
 
+    def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
+        return FlowSpec, (self.size, self.usage, self.rate_cap, self.bound, self.stream)
+
 
 @dataclass
 class TaskGraph:
