@@ -81,6 +81,10 @@ class HardwareSpec:
     dram: str = "ddr5-4800-8ch"
     """DRAM profile name of one socket; with ``host``, the host profile's DRAM is used instead."""
     dram_capacity: int | None = size(None, gt=0, doc="DRAM bytes per socket, in place of the profile's capacity")
+    host_memory_in_use: int = size(0, doc="bytes of the node's DRAM in use before the job starts (the OS, "
+                                          "other processes; psutil's 'used'), spread evenly over the "
+                                          "sockets' DRAM nodes; where it is more than the 2% headroom it "
+                                          "takes the headroom's place")
     cxl: DeviceCount | None = None
     """The node's CXL memory expanders (profile and count); None: no CXL memory."""
     nvme: DeviceCount | None = None
@@ -110,6 +114,8 @@ class Hardware:
     cxl_count: int
     nvme: NVMeProfile | None
     nvme_count: int
+    host_memory_in_use: int = 0
+    """Bytes of the node's DRAM in use before the job, over all sockets (``usable``)."""
 
     @property
     def ranks_per_socket(self) -> int:
@@ -246,8 +252,12 @@ class Hardware:
         return self.nvme_count / self.gpus
 
     def usable(self, tier: str) -> int:
-        """Bytes of a tier a run may hold: its capacity less the tier's ``HEADROOM``."""
-        return int(self.capacity(tier) * (1.0 - HEADROOM[tier]))
+        """Bytes of a tier a run may hold: its capacity less the tier's ``HEADROOM``, or for DRAM
+        less ``host_memory_in_use`` where that is more."""
+        capacity = self.capacity(tier)
+        if tier == "dram" and self.host_memory_in_use > capacity * HEADROOM[tier]:
+            return capacity - self.host_memory_in_use
+        return int(capacity * (1.0 - HEADROOM[tier]))
 
     def capacity(self, tier: str) -> int:
         """Bytes of a tier: per GPU for ``hbm``, whole node for host tiers (0 if absent)."""
@@ -275,6 +285,10 @@ def resolve_hardware(spec: HardwareSpec, source: str, search: tuple[Path, ...] =
     cxl, nvme = _memory_devices(spec, host, source, search)
     cores = spec.cores_per_rank or max(1, cpu.cores_per_socket * spec.sockets // spec.gpus)
     _check_cpu(spec, cpu, cores, source)
+    dram_capacity = spec.dram_capacity or dram.capacity
+    if spec.host_memory_in_use >= dram_capacity * spec.sockets:
+        raise ConfigError(source, "hardware.host_memory_in_use", f"{spec.host_memory_in_use / 1e9:.1f} GB in use "
+                          f"leaves nothing of the node's {dram_capacity * spec.sockets / 1e9:.1f} GB of DRAM")
     return Hardware(
         gpu=gpu,
         gpus=spec.gpus,
@@ -287,11 +301,12 @@ def resolve_hardware(spec: HardwareSpec, source: str, search: tuple[Path, ...] =
         numa_bound=spec.numa_bound,
         adam_simd=spec.adam_simd,
         dram=dram,
-        dram_capacity_per_socket=spec.dram_capacity or dram.capacity,
+        dram_capacity_per_socket=dram_capacity,
         cxl=cxl,
         cxl_count=spec.cxl.count if spec.cxl else 0,
         nvme=nvme,
         nvme_count=spec.nvme.count if spec.nvme else (1 if nvme is not None else 0),
+        host_memory_in_use=spec.host_memory_in_use,
     )
 
 

@@ -54,15 +54,18 @@ def fp32_gradients_d2h(builder: StepBuilder, memory: HostMemory, index: int, lay
     return builder.add(kind.task(name, num_bytes, (ready, *after)))
 
 
-def params_to_gpu(builder: StepBuilder, memory: HostMemory, group: SubGroup, after: str) -> str:
+def params_to_gpu(builder: StepBuilder, memory: HostMemory, group: SubGroup, after: str,
+                  temporary: HostMemory | None = None) -> str:
     """ZeRO-3 ``_reassign_or_swap_out_partitioned_parameters``: a sub-group's updated fp32
-    params become the GPU's 16-bit partition by a blocking ``copy_``, which converts on the
-    CPU into a fresh (pageable) tensor and copies that H2D at the pageable rate. Returns the
-    copy (``after`` itself on a host-only machine: the CPU validation of the offload path)."""
+    params (in ``memory``) become the GPU's 16-bit partition by a blocking ``copy_``, which
+    converts on the CPU into a fresh (pageable) tensor (in ``temporary``; None: ``memory``) and
+    copies that H2D at the pageable rate. Returns the copy (``after`` itself on a host-only
+    machine: the CPU validation of the offload path)."""
     if not builder.hw.has_gpu:
         return after
     lp = builder.step.lp_bytes
-    convert = host_copy_kind(builder, "optimizer_step", "convert", memory, FP32_BYTES, lp, builder.hw.rank_cores)
+    convert = host_copy_kind(builder, "optimizer_step", "convert", memory, FP32_BYTES, lp, builder.hw.rank_cores,
+                             temporary)
     converted = builder.add(convert.task(f"step.{group.index}.convert", group.numel, (after,)))
-    h2d = pcie_kind(builder, "h2d", "optimizer_step", memory, builder.hw.pageable_bandwidth)
+    h2d = pcie_kind(builder, "h2d", "optimizer_step", temporary or memory, builder.hw.pageable_bandwidth)
     return builder.add(h2d.task(f"step.{group.index}.h2d", group.numel * lp, (converted,)))

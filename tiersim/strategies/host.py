@@ -16,22 +16,23 @@ With ``ratio`` below 1 (DeepSpeed's partial offload, ``tiersim.strategies.partia
 sub-groups' state stays in HBM: their boundary gradients go back H2D after the staging copy and
 the GPU updates them after the CPU's sub-groups.
 
-``cxl`` is the same code path with every host allocation weighted-interleaved across DRAM and
-CXL memory (numactl --weighted-interleave), so CPU Adam, the CPU copies and the DMA engines
-read and write CXL memory directly.
+``cxl`` is the same code path with host memory on DRAM and CXL nodes under a numactl policy
+(``tiersim.strategies.host_layout``): by default weighted-interleaved (numactl
+--weighted-interleave), or bound to DRAM first and spilling to CXL in DeepSpeed's allocation
+order (-m). CPU Adam, the CPU copies and the DMA engines read and write each tensor's bytes
+where they are.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from tiersim.config.deepspeed_version import at_least
 from tiersim.config.hardware import Hardware
 from tiersim.config.schema import number
 from tiersim.frozen import by_fields
-from tiersim.strategies import footprint
 from tiersim.strategies.base import ScheduleHints, Strategy
 from tiersim.strategies.builder import StepBuilder
 from tiersim.strategies.footprint import pinned
@@ -42,6 +43,22 @@ from tiersim.strategies.gradients import (
     gradient_offload_tasks,
     gradients_to_host,
     params_to_gpu,
+)
+from tiersim.strategies.host_layout import (
+    ADAM_STATE,
+    CONVERT_TEMPORARY,
+    FP32_GRADS,
+    FP32_PARAMS,
+    GRAD_PARTITIONS,
+    H2D_TEMPORARY,
+    STAGING,
+    Allocation,
+    DRAMPolicy,
+    HostLayout,
+    MemoryPolicy,
+    Piece,
+    allocations,
+    host_layout,
 )
 from tiersim.strategies.kinds import (
     ADAM_STATE_BYTES,
@@ -61,14 +78,18 @@ GRADIENT_HOOK_THREADS = 1
 stays at its forward CPU load through the DRAM backward (70B-dram-psutil.csv: 3.2-3.3% of 224
 CPUs in both), which a copy on a rank's 56 threads would visibly raise."""
 
+RATIO_DOC = ("fraction of the optimizer sub-groups updated on the CPU (DeepSpeed offload_optimizer.ratio, "
+             "ZeRO-3 only); the rest stay in HBM and the GPU updates them")
+
 
 @dataclass(frozen=True)
 class HostOptions:
-    """CPU offload's options."""
+    """CPU offload's options, and the memory policy of each rank on its socket's DRAM node alone."""
 
-    ratio: float = number(1.0, ge=0, le=1, doc="fraction of the optimizer sub-groups updated on the CPU "
-                                               "(DeepSpeed offload_optimizer.ratio, ZeRO-3 only); the rest "
-                                               "stay in HBM and the GPU updates them")
+    ratio: float = number(1.0, ge=0, le=1, doc=RATIO_DOC)
+    policy: DRAMPolicy = "bind"
+    """numactl policy over the socket's DRAM node: ``bind`` (-m) or ``preferred`` (-p), the same
+    placement on DRAM alone (an interleave needs CXL nodes: the ``cxl`` strategy)."""
 
     def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
         return by_fields(self)
@@ -79,8 +100,10 @@ class HostOffload(Strategy):
 
     name = "dram"
     summary = "ZeRO-Offload: state in pinned DRAM, CPU Adam"
-    Options = HostOptions
     hints = ScheduleHints(accumulation_copies=frozenset({PARTITION_STREAM}))
+    Options: ClassVar[type] = HostOptions
+    _layout: tuple[TrainingStep, Hardware, HostLayout] | None = None
+    _split: tuple[TrainingStep, Split] | None = None
 
     def refusal(self, training: TrainingSpec) -> tuple[str, str] | None:
         ratio = self.options.ratio
@@ -108,51 +131,60 @@ class HostOffload(Strategy):
             known = self._split = (step, split(step, self.options.ratio))
         return known[1]
 
-    _split: tuple[TrainingStep, Split] | None = None
+    def layout(self, step: TrainingStep, hw: Hardware) -> HostLayout:
+        """Where each of the rank's host tensors lives (worked out once per step and hardware);
+        under partial offload the CPU's sub-groups alone have host state."""
+        known = self._layout
+        if known is None or known[0] is not step or known[1] is not hw:
+            groups = step.subgroup_sizes[:self.split(step).cpu_groups]
+            tensors = allocations(step, hw, staging(step, pinned if hw.pinned else int), groups)
+            known = self._layout = (step, hw, self.lay_out(hw, tensors))
+        return known[2]
 
-    def memory(self, hw: Hardware) -> HostMemory:
-        """Where host allocations land."""
-        return HostMemory.dram_only()
+    def lay_out(self, hw: Hardware, tensors: list[Allocation]) -> HostLayout:
+        """``tensors`` on the host's memory nodes: here all of them in DRAM."""
+        return HostLayout(hw, [Piece(t, 1.0) for t in tensors], HostMemory.dram_only())
 
     def place(self, step: TrainingStep, hw: Hardware, placement: Placement) -> None:
         """DeepSpeed ZeRO-3 with ``offload_optimizer: cpu``, per rank: the fp32 partition and Adam's
         moments (pageable); the fp32 gradient of each sub-group, the partition in
         ``grad_accum_dtype`` and the fp32 staging buffer of ``partition_grads`` (pinned); the
         16-bit temporary of the step's H2D copy; the first step's retained fp32 temporary; the
-        process's own memory. Every allocation lands where the memory policy puts it.
-
-        DeepSpeed v0.16.2 ``deepspeed/runtime/zero/stage3.py``: ``_create_fp32_partitions``
-        (fp32 params), ``initialize_optimizer_states`` (``subgroup_gradient_buffer``, pinned
-        when ``offload_optimizer.pin_memory``), ``_setup_for_real_optimizer``
-        (``grad_partitions_flat_buffer``, pinned; ``pinned_grad_buffer`` of the largest
-        partition); ``deepspeed/ops/adam/cpu_adam.py`` (``exp_avg``, ``exp_avg_sq``). Before
-        0.15.4 there is no staging buffer but the pageable temporary of ``converts_on_host``."""
-        memory = self.memory(hw)
-        ranks = step.training.data_parallel
-        pin = pinned if hw.pinned else int
-        rank = step.rank_params
-        cpu, largest, groups = rank, step.largest_subgroup, step.subgroups
+        process's own memory (``host_layout.allocations``, in DeepSpeed's order). Every
+        allocation lands where the memory policy puts it; an interleave splits each label's
+        bytes alike, a bind each tensor by what DRAM had left."""
         if self.options.ratio < 1:  # the GPU's sub-groups keep fp32 params, m, v and gradients in HBM
-            parts = self.split(step)
-            cpu, largest, groups = parts.cpu_elements, parts.largest_cpu_group, groups[:parts.cpu_groups]
-            on_gpu = parts.gpu_elements
+            on_gpu = self.split(step).gpu_elements
             placement.put("hbm", "fp32 params, Adam m, v (GPU sub-groups)", (FP32_BYTES + ADAM_STATE_BYTES) * on_gpu)
             placement.put("hbm", "fp32 gradients (GPU sub-groups)", FP32_BYTES * on_gpu)
-        host = [
-            ("fp32 params", FP32_BYTES * cpu, None),
-            ("Adam m, v", ADAM_STATE_BYTES * cpu, None),
-            ("fp32 gradients (per sub-group)", FP32_BYTES * cpu, sum(pin(FP32_BYTES * g.numel) for g in groups)),
-            ("gradient partitions (grad_accum_dtype)", step.grad_accum_bytes * rank, pin(step.grad_accum_bytes * rank)),
-            staging(step, pin),
-            ("16-bit temporary of the H2D copy", step.lp_bytes * largest, None),
-            ("retained after the first step", 0, footprint.FIRST_STEP_RETAINED_BYTES * cpu),
-            ("process runtime", 0, footprint.PROCESS_HOST_BYTES),
-        ]
-        for what, allocated, held in host:
-            reserved = allocated if held is None else held
-            split, split_held = memory.split(allocated * ranks), memory.split(reserved * ranks)
-            for tier in split:
-                placement.put(tier, what, split[tier], split_held[tier])
+        ranks = step.training.data_parallel
+        layout = self.layout(step, hw)
+        for what, pieces in layout.labels().items():
+            allocated = sum(p.allocation.allocated for p in pieces) * ranks
+            reserved = sum(p.allocation.reserved for p in pieces) * ranks
+            if layout.uniform is not None:
+                dram, dram_held = layout.uniform.split(allocated)["dram"], layout.uniform.split(reserved)["dram"]
+            else:
+                dram = sum(int(p.allocation.allocated * ranks * p.dram_fraction) for p in pieces)
+                dram_held = sum(int(p.allocation.reserved * ranks * p.dram_fraction) for p in pieces)
+            placement.put("dram", what, dram, dram_held)
+            placement.put("cxl", what, allocated - dram, reserved - dram_held)
+
+    def backward_keys(self, builder: StepBuilder, micro: int) -> tuple[Hashable, ...]:
+        """Layers differ by shape; under partial offload by the part of their partition the CPU
+        updates; where a bind splits the gradient buffers, by where their partitions are."""
+        keys = super().backward_keys(builder, micro)
+        step = builder.step
+        if self.options.ratio < 1:
+            layer_cpu = self.split(step).layer_cpu[::-1]
+            parts = step.rank_partitions[::-1]
+            keys = tuple((key, cpu == part, cpu == 0) for key, cpu, part in zip(keys, layer_cpu, parts, strict=True))
+        layout = self.layout(step, builder.hw)
+        if layout.uniform is None:
+            where = zip(layout.by_layer(GRAD_PARTITIONS, step.rank_partitions, step.grad_accum_bytes),
+                        layout.by_layer(FP32_GRADS, step.rank_partitions, FP32_BYTES))
+            keys = tuple(zip(keys, tuple(where)[::-1], strict=True))
+        return keys
 
     def gradient_conversion_bytes(self, step: TrainingStep) -> int:
         """``partition_grads`` converts one tensor's partition to fp32 at a time, on the GPU
@@ -161,35 +193,31 @@ class HostOffload(Strategy):
 
     def offload_gradients(self, builder: StepBuilder, micro: int, index: int, layer: LayerWork,
                           ready: str) -> str | None:
-        memory = self.memory(builder.hw)
-        kept = gradients_to_host(builder, memory, micro, index, layer, ready)
-        if micro < builder.step.micro_steps - 1:
+        step = builder.step
+        layout = self.layout(step, builder.hw)
+        kept = gradients_to_host(builder, layout.by_layer(GRAD_PARTITIONS, step.rank_partitions,
+                                                          step.grad_accum_bytes)[index], micro, index, layer, ready)
+        if micro < step.micro_steps - 1:
             return None
-        if converts_on_host(builder.step):
-            return _converted_on_host(builder, memory, index, kept)
-        staged = fp32_gradients_d2h(builder, memory, index, layer, kept)
-        part = builder.step.rank_partitions[index]
-        cpu = part if self.options.ratio == 1 else self.split(builder.step).layer_cpu[index]
-        if cpu < part:  # the GPU sub-groups' share, back into their fp32 gradient in HBM
-            h2d = pcie_kind(builder, "h2d", "backward", memory, stream=PARTITION_STREAM)
-            builder.add(h2d.task(f"m{micro}.bwd.{index}.fp32_grad_h2d", (part - cpu) * FP32_BYTES, (staged,)))
+        numel = step.rank_partitions[index]
+        label = CONVERT_TEMPORARY if converts_on_host(step) else STAGING
+        staged_in = layout.memory(label, 0, numel * staging_bytes(step))
+        fp32 = layout.by_layer(FP32_GRADS, step.rank_partitions, FP32_BYTES)[index]
+        if converts_on_host(step):
+            return _converted_on_host(builder, staged_in, fp32, index, kept)
+        staged = fp32_gradients_d2h(builder, staged_in, index, layer, kept)
+        cpu = numel if self.options.ratio == 1 else self.split(step).layer_cpu[index]
+        if cpu < numel:  # the GPU sub-groups' share, back into their fp32 gradient in HBM
+            h2d = pcie_kind(builder, "h2d", "backward", staged_in, stream=PARTITION_STREAM)
+            builder.add(h2d.task(f"m{micro}.bwd.{index}.fp32_grad_h2d", (numel - cpu) * FP32_BYTES, (staged,)))
         if not cpu:
             return staged
-        copy = host_copy_kind(builder, "backward", "grad_copy", memory, FP32_BYTES, FP32_BYTES, GRADIENT_HOOK_THREADS)
+        copy = host_copy_kind(builder, "backward", "grad_copy", staged_in, FP32_BYTES, FP32_BYTES,
+                              GRADIENT_HOOK_THREADS, fp32)
         return builder.add(copy.task(f"m{micro}.bwd.{index}.grad_copy", cpu, (staged,)))
 
-    def backward_keys(self, builder: StepBuilder, micro: int) -> tuple[Hashable, ...]:
-        """Layers differ by shape and, under partial offload, by the part of their partition the
-        CPU updates."""
-        keys = super().backward_keys(builder, micro)
-        if self.options.ratio == 1:
-            return keys
-        layer_cpu = self.split(builder.step).layer_cpu[::-1]
-        parts = builder.step.rank_partitions[::-1]
-        return tuple((key, cpu == part, cpu == 0) for key, cpu, part in zip(keys, layer_cpu, parts, strict=True))
-
     def accumulation_links(self, builder: StepBuilder) -> frozenset[str]:
-        return gradient_copy_links(builder, self.memory(builder.hw))
+        return gradient_copy_links(builder, self.layout(builder.step, builder.hw).memory(GRAD_PARTITIONS))
 
     def offload_task_count(self, shape: StepShape) -> int:
         """The boundary's fp32 D2H and CPU copy per layer; under partial offload, where the
@@ -204,21 +232,38 @@ class HostOffload(Strategy):
         return cpu * (3 if hw.has_gpu else 1) + shape.subgroups - cpu  # Adam, the conversion and H2D; GPU Adam
 
     def optimizer_step(self, builder: StepBuilder, begin: str) -> None:
-        """The CPU's sub-groups in order (CPU Adam, the 16-bit copy H2D that the host waits
-        for), then the GPU's, launched one after another on the GPU's stream."""
-        memory = self.memory(builder.hw)
-        adam = adam_kind(builder, memory)
-        done = begin
+        """The CPU's sub-groups in order: CPU Adam reading its fp32 params, gradient and moments
+        and writing the params and moments, then the conversion into the 16-bit temporary and
+        its H2D copy that the host waits for, each access on the tiers its tensors are on; then
+        the GPU's, launched one after another on the GPU's stream."""
+        layout = self.layout(builder.step, builder.hw)
         groups = builder.step.subgroups
         on_cpu = cpu_groups(len(groups), self.options.ratio)
-        keys = tuple((i in (0, on_cpu), i < on_cpu, size) for i, size in enumerate(builder.step.subgroup_sizes))
+        where = [_subgroup_memory(layout, i) for i in range(on_cpu)]
+        keys: tuple[Hashable, ...] = tuple((i in (0, on_cpu), i < on_cpu, size)
+                                           for i, size in enumerate(builder.step.subgroup_sizes))
+        if layout.uniform is None:
+            keys = tuple((key, where[i] if i < on_cpu else None) for i, key in enumerate(keys))
+        done = begin
         for i in builder.loop(keys):
             group = groups[i]
             if i >= on_cpu:
                 done = builder.add(gpu_adam_task(builder, group, (done,)))
                 continue
+            (reads, writes), params = where[i], layout.subgroup(FP32_PARAMS, i)
+            adam = adam_kind(builder, reads, writes)
             updated = builder.add(adam.task(f"step.{group.index}.adam", group.numel, (done,)))
-            done = params_to_gpu(builder, memory, group, updated)
+            temporary = layout.memory(H2D_TEMPORARY, 0, group.numel * builder.step.lp_bytes)
+            done = params_to_gpu(builder, params, group, updated, temporary)
+
+
+def _subgroup_memory(layout: HostLayout, index: int) -> tuple[HostMemory, HostMemory]:
+    """Where CPU Adam's reads (fp32 param, gradient, m, v) and writes (param, m, v) of
+    sub-group ``index`` land."""
+    params, grads = layout.subgroup(FP32_PARAMS, index), layout.subgroup(FP32_GRADS, index)
+    state = layout.subgroup(ADAM_STATE, index)
+    reads = params.blend(((grads, FP32_BYTES), (state, ADAM_STATE_BYTES)), FP32_BYTES)
+    return reads, params.blend(((state, ADAM_STATE_BYTES),), FP32_BYTES)
 
 
 def converts_on_host(step: TrainingStep) -> bool:
@@ -232,53 +277,73 @@ def converts_on_host(step: TrainingStep) -> bool:
     return not at_least(step.training.deepspeed_version, (0, 15, 4))
 
 
-def staging(step: TrainingStep, pin: Callable[[int], int]) -> tuple[str, int, int | None]:
+def staging(step: TrainingStep, pin: Callable[[int], int]) -> Allocation:
     """The host buffer the boundary's gradient copy goes through, per rank: the pinned fp32
     ``pinned_grad_buffer`` of the largest partition, or before 0.15.4 the pageable 16-bit
     temporary of ``converts_on_host`` (bytes allocated, held)."""
-    largest = largest_partition(step)
+    num_bytes = staging_bytes(step) * largest_partition(step)
     if converts_on_host(step):
-        return "16-bit temporary of the gradient copy", step.grad_accum_bytes * largest, None
-    return "fp32 gradient staging", FP32_BYTES * largest, pin(FP32_BYTES * largest)
+        return Allocation(CONVERT_TEMPORARY, num_bytes, num_bytes)
+    return Allocation(STAGING, num_bytes, pin(num_bytes))
 
 
-def _converted_on_host(builder: StepBuilder, memory: HostMemory, index: int, kept: str) -> str:
+def staging_bytes(step: TrainingStep) -> int:
+    """Bytes per element of the staging buffer: fp32, or the 16-bit ``grad_accum_dtype`` before
+    0.15.4."""
+    return step.grad_accum_bytes if converts_on_host(step) else FP32_BYTES
+
+
+def _converted_on_host(builder: StepBuilder, staged_in: HostMemory, fp32: HostMemory, index: int, kept: str) -> str:
     """``converts_on_host``: the 16-bit partition copied D2H at the pageable rate on
-    ``PARTITION_STREAM``, then converted to fp32 into the optimizer's gradient on the hook's
-    threads; the host thread waits for both. Returns the conversion."""
+    ``PARTITION_STREAM`` into the temporary (in ``staged_in``), then converted to fp32 into the
+    optimizer's gradient (in ``fp32``) on the hook's threads; the host thread waits for both.
+    Returns the conversion."""
     micro, numel = builder.step.micro_steps - 1, builder.step.rank_partitions[index]
     lp = builder.step.grad_accum_bytes
-    d2h = pcie_kind(builder, "d2h", "backward", memory, builder.hw.pageable_bandwidth, stream=PARTITION_STREAM)
+    d2h = pcie_kind(builder, "d2h", "backward", staged_in, builder.hw.pageable_bandwidth, stream=PARTITION_STREAM)
     copied = builder.add(d2h.task(f"m{micro}.bwd.{index}.grad_d2h_pageable", numel * lp, (kept,)))
-    convert = host_copy_kind(builder, "backward", "grad_convert", memory, lp, FP32_BYTES, GRADIENT_HOOK_THREADS)
+    convert = host_copy_kind(builder, "backward", "grad_convert", staged_in, lp, FP32_BYTES, GRADIENT_HOOK_THREADS,
+                             fp32)
     return builder.add(convert.task(f"m{micro}.bwd.{index}.grad_convert", numel, (copied,)))
 
 
 @dataclass(frozen=True)
-class InterleaveOptions(HostOptions):
-    """CPU offload's options and the page weights of the DRAM:CXL weighted interleave (numactl
-    --weighted-interleave)."""
+class CXLOptions:
+    """CPU offload's options, the memory policy of each rank over its socket's DRAM node and CXL
+    nodes, and the page weights of the weighted interleave."""
 
-    dram_weight: float = number(12, gt=0, doc="DRAM's page weight: dram_weight / (dram_weight + cxl_weight) "
-                                              "of every host allocation is in DRAM")
-    cxl_weight: float = number(5, gt=0, doc="CXL's page weight: cxl_weight / (dram_weight + cxl_weight) of every "
-                                            "host allocation is on the CXL devices")
+    ratio: float = number(1.0, ge=0, le=1, doc=RATIO_DOC)
+    policy: MemoryPolicy = "weighted-interleave"
+    """numactl policy over the socket's DRAM node and its CXL nodes: ``weighted-interleave``
+    (-w: pages split by ``dram_weight``:``cxl_weight``), ``interleave`` (-i: equal pages on every
+    node, DRAM 1 : CXL its nodes per socket), ``bind`` (-m: DRAM until full, then CXL, in
+    DeepSpeed's allocation order) or ``preferred`` (-p DRAM: the same fill)."""
+    dram_weight: float = number(12, gt=0, doc="DRAM's page weight under weighted-interleave: dram_weight / "
+                                              "(dram_weight + cxl_weight) of every host allocation is in DRAM")
+    cxl_weight: float = number(5, gt=0, doc="CXL's page weight under weighted-interleave: cxl_weight / "
+                                            "(dram_weight + cxl_weight) of every host allocation is on the CXL "
+                                            "devices")
 
     def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
         return by_fields(self)
 
 
 class CXLInterleave(HostOffload):
-    """ZeRO-Offload with host memory weighted-interleaved over DRAM and CXL."""
+    """ZeRO-Offload with host memory on DRAM and CXL nodes under a numactl policy."""
 
     name = "cxl"
-    summary = "ZeRO-Offload with host memory interleaved DRAM:CXL"
-    Options = InterleaveOptions
+    summary = "ZeRO-Offload with host memory on DRAM and CXL (numactl -w, -i, -m or -p)"
+    Options = CXLOptions
 
     def check(self, hw: Hardware) -> MissingDevice | None:
         return super().check(hw) or (None if hw.cxl is not None else MissingDevice("cxl", "CXL devices"))
 
-    def memory(self, hw: Hardware) -> HostMemory:
-        return HostMemory.interleave(hw, self.options.dram_weight, self.options.cxl_weight)
-
-
+    def lay_out(self, hw: Hardware, tensors: list[Allocation]) -> HostLayout:
+        """``tensors`` under the policy: a weighted interleave by the weights, an interleave
+        of equal pages over the socket's DRAM node and its CXL nodes, or a fill."""
+        options = self.options
+        if options.policy == "interleave":
+            interleave = HostMemory.interleave(hw, 1.0, hw.cxl_count / hw.sockets)
+        else:
+            interleave = HostMemory.interleave(hw, options.dram_weight, options.cxl_weight)
+        return host_layout(options.policy, hw, tensors, interleave)

@@ -7,7 +7,7 @@ import math
 
 from tiersim.engine import Task
 from tiersim.strategies.builder import StepBuilder, TaskKind
-from tiersim.strategies.memory import HostMemory
+from tiersim.strategies.memory import HostMemory, traffic
 from tiersim.workload import SubGroup
 
 FP32_BYTES = 4
@@ -20,7 +20,7 @@ ADAM_STATE_BYTES = 8
 """Adam's fp32 exp_avg and exp_avg_sq per element (bytes)."""
 
 
-def adam_kind(builder: StepBuilder, memory: HostMemory) -> TaskKind:
+def adam_kind(builder: StepBuilder, memory: HostMemory, writes: HostMemory | None = None) -> TaskKind:
     """CPU Adam over a sub-group (units: elements) as one flow of its memory traffic.
 
     DeepSpeed's CPU Adam reads param, grad, m, v and writes param, m, v (fp32; ZeRO-3 makes
@@ -32,7 +32,7 @@ def adam_kind(builder: StepBuilder, memory: HostMemory) -> TaskKind:
     """
     per_element = ADAM_READ_BYTES + ADAM_WRITE_BYTES
     cap = builder.hw.adam_rate * per_element
-    usage = memory.access(ADAM_READ_BYTES / per_element, ADAM_WRITE_BYTES / per_element)
+    usage = traffic(memory, ADAM_READ_BYTES / per_element, writes, ADAM_WRITE_BYTES / per_element)
     overhead = builder.hw.cpu.adam_step_overhead or 0.0
     return TaskKind("cpu", "optimizer_step", "adam", overhead, usage, cap, per_element)
 
@@ -47,14 +47,15 @@ def gpu_adam_task(builder: StepBuilder, group: SubGroup, deps: tuple[str, ...]) 
 
 
 def host_copy_kind(builder: StepBuilder, phase: str, category: str, memory: HostMemory, read: float,
-                   write: float, threads: float) -> TaskKind:
+                   write: float, threads: float, writes: HostMemory | None = None) -> TaskKind:
     """A torch copy or dtype conversion on ``threads`` physical cores' worth (units: elements)
-    reading ``read`` and writing ``write`` bytes per element of host memory, at most
-    ``threads x memcpy_bandwidth_per_core`` bytes written per second and its memory's share."""
-    key = ("host_copy", phase, category, memory, read, write, threads)
+    reading ``read`` bytes per element where ``memory`` says and writing ``write`` where
+    ``writes`` does (None: the same), at most ``threads x memcpy_bandwidth_per_core`` bytes
+    written per second and its memory's share."""
+    key = ("host_copy", phase, category, memory, read, write, threads, writes)
     kind = builder.kinds.get(key)
     if kind is None:
-        usage = memory.access(read / write, 1.0)
+        usage = traffic(memory, read / write, writes, 1.0)
         rate = threads * builder.hw.cpu.memcpy_bandwidth_per_core
         kind = builder.kinds[key] = TaskKind("cpu", phase, category, 0.0, usage, rate, write)
     return kind

@@ -3,11 +3,13 @@
 Engine flows name the links each byte consumes. A host-memory policy turns "read N bytes"
 or "write N bytes" into that usage: DRAM bytes cost 1 unit of the ``dram`` link (bytes/s);
 CXL bytes cost device-seconds on the ``cxl`` link (1/read or 1/write bandwidth, bounded by
-the CXL link's own bandwidth). Weighted interleave splits every allocation by page weights.
+the CXL link's own bandwidth). Weighted interleave splits every allocation by page weights; a bind
+over DRAM and CXL nodes (``tiersim.strategies.host_layout``) gives each tensor its own split.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,15 +48,39 @@ class HostMemory:
     @classmethod
     def interleave(cls, hw: Hardware, dram_weight: float, cxl_weight: float) -> HostMemory:
         """Weighted interleave of DRAM and CXL pages (numactl --weighted-interleave)."""
-        if hw.cxl is None:
-            raise ModelError("a DRAM:CXL interleave on hardware without CXL devices")
         total = dram_weight + cxl_weight
+        return cls._on_cxl(hw, dram_weight / total, cxl_weight / total)
+
+    @classmethod
+    def split_at(cls, hw: Hardware, dram_fraction: float) -> HostMemory:
+        """``dram_fraction`` of the bytes in DRAM, the rest on the CXL devices (all of it in DRAM:
+        ``dram_only``, whatever the hardware)."""
+        if dram_fraction >= 1.0:
+            return _DRAM_ONLY
+        return cls._on_cxl(hw, dram_fraction, 1.0 - dram_fraction)
+
+    @classmethod
+    def _on_cxl(cls, hw: Hardware, dram_fraction: float, cxl_fraction: float) -> HostMemory:
+        """Bytes split between DRAM and the CXL devices of ``hw``, costed at the devices' rates."""
+        if hw.cxl is None:
+            raise ModelError("host memory on CXL on hardware without CXL devices")
         return cls(
-            dram_fraction=dram_weight / total,
-            cxl_fraction=cxl_weight / total,
+            dram_fraction=dram_fraction,
+            cxl_fraction=cxl_fraction,
             cxl_read_cost=1.0 / min(hw.cxl.read_bandwidth, hw.cxl.link_bandwidth),
             cxl_write_cost=1.0 / min(hw.cxl.write_bandwidth, hw.cxl.link_bandwidth),
         )
+
+    def blend(self, others: Sequence[tuple[HostMemory, float]], weight: float) -> HostMemory:
+        """The memory of an access touching this tensor's ``weight`` bytes and each other
+        ``(memory, bytes)``: fractions weighted by bytes (itself when they all agree)."""
+        if all(memory == self for memory, _bytes in others):
+            return self
+        parts = ((self, weight), *others)
+        total = sum(num_bytes for _memory, num_bytes in parts)
+        dram = sum(memory.dram_fraction * num_bytes for memory, num_bytes in parts) / total
+        costs = next(memory for memory, _bytes in parts if memory.cxl_fraction > 0)
+        return HostMemory(dram, 1.0 - dram, costs.cxl_read_cost, costs.cxl_write_cost)
 
     def access(self, read_bytes: float, write_bytes: float) -> Usage:
         """Link usage of reading ``read_bytes`` and writing ``write_bytes`` per unit of a flow."""
@@ -73,3 +99,14 @@ class HostMemory:
 
 
 _DRAM_ONLY = HostMemory(1.0, 0.0)
+
+
+def traffic(reads: HostMemory, read_bytes: float, writes: HostMemory | None, write_bytes: float) -> Usage:
+    """Link usage of reading ``read_bytes`` where ``reads`` says and writing ``write_bytes``
+    where ``writes`` says (None: the same memory), each part costed on its own tier."""
+    if writes is None or writes == reads:
+        return reads.access(read_bytes, write_bytes)
+    units: dict[str, float] = {}
+    for link, amount in (*reads.access(read_bytes, 0.0), *writes.access(0.0, write_bytes)):
+        units[link] = units.get(link, 0.0) + amount
+    return tuple((link, amount) for link, amount in units.items() if amount > 0)
