@@ -88,7 +88,7 @@ class HostOptions:
 
     ratio: float = number(1.0, ge=0, le=1, doc=RATIO_DOC)
     policy: DRAMPolicy = "bind"
-    """numactl policy over the socket's DRAM node: ``bind`` (-m) or ``preferred`` (-p), the same
+    """The numactl policy over the socket's DRAM node: ``bind`` (-m) or ``preferred`` (-p), the same
     placement on DRAM alone (an interleave needs CXL nodes: the ``cxl`` strategy)."""
 
     def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
@@ -314,7 +314,7 @@ class CXLOptions:
 
     ratio: float = number(1.0, ge=0, le=1, doc=RATIO_DOC)
     policy: MemoryPolicy = "weighted-interleave"
-    """numactl policy over the socket's DRAM node and its CXL nodes: ``weighted-interleave``
+    """The numactl policy over the socket's DRAM node and its CXL nodes: ``weighted-interleave``
     (-w: pages split by ``dram_weight``:``cxl_weight``), ``interleave`` (-i: equal pages on every
     node, DRAM 1 : CXL its nodes per socket), ``bind`` (-m: DRAM until full, then CXL, in
     DeepSpeed's allocation order) or ``preferred`` (-p DRAM: the same fill)."""
