@@ -17,7 +17,8 @@ from tiersim.engine import run_graph
 from tiersim.fitting.replay import load_node
 from tiersim.results import Result
 from tiersim.simulate import simulate
-from tiersim.strategies.base import StepBuilder, pcie_kind
+from tiersim.strategies.builder import StepBuilder
+from tiersim.strategies.kinds import pcie_kind
 from tiersim.strategies.memory import HostMemory
 from tiersim.workload import ModelSpec, TrainingSpec, build_step
 
