@@ -367,7 +367,7 @@ def _rebind(text: str, policies: list[str]) -> str:
     (["-i all -C 0-55"] * 4, False, "unknown"),
     (["-w all -N 0"] * 4, False, "unknown"),
     (["-i all"] * 4, False, "unknown"),
-    (["--membind=0,1 --physcpubind=0-3"] * 4, True, "unknown"),
+    (["--membind=0,1 --physcpubind=0-3"] * 4, True, 1),  # node 1 read as CXL: RankBinding.expanders
     ([""] * 4, False, "unknown"),
 ])
 def test_bindings_in_the_scenario(tmp_path: Path, policies: list[str], numa_bound: bool, sockets: object) -> None:
@@ -378,6 +378,32 @@ def test_bindings_in_the_scenario(tmp_path: Path, policies: list[str], numa_boun
     assert (hardware["numa_bound"], hardware["sockets"]) == (numa_bound, sockets)
     if policies[0].startswith("-w all"):
         assert hardware["cxl"] == {"count": "unknown"}
+
+
+def _socket_bound(option: str, second: str | None = None) -> list[str]:
+    """The study's four ranks under ``option`` with socket 0's node list, and socket 1's
+    (``second``, default the same)."""
+    other = option if second is None else second
+    return [f"{option} -C 0-55", f"{option} -C 112-167", f"{other} -C 56-111", f"{other} -C 168-223"]
+
+
+@pytest.mark.parametrize(("policies", "strategy", "cxl"), [
+    (_socket_bound("-m 0,2,3", "-m 1,4,5"), {"name": "cxl", "policy": "bind"}, {"count": 4}),
+    (_socket_bound("--interleave=0,2,3", "--interleave=1,4,5"), {"name": "cxl", "policy": "interleave"},
+     {"count": 4}),
+    (_socket_bound("-P 0,2", "-P 1,4"), {"name": "cxl", "policy": "preferred"}, {"count": 2}),
+    (_socket_bound("-w 0,2,3", "-w 1,4,5"), {"name": "cxl", "dram_weight": "unknown", "cxl_weight": "unknown"},
+     {"count": 4}),
+    (_socket_bound("-p 0", "-p 1"), {"name": "dram", "policy": "preferred"}, None),
+    (_socket_bound("-m 0", "-m 1"), "dram", None),
+])
+def test_the_memory_policy_in_the_scenario(tmp_path: Path, policies: list[str], strategy: object,
+                                           cxl: object) -> None:
+    """numactl's policy over the socket's DRAM node and its CXL nodes (listed after it) becomes
+    ``strategies.cxl.policy``; over the DRAM node alone, ``dram``'s."""
+    data = log_document(read_log(_write(tmp_path, _rebind(DRAM.read_text(), policies)))).data
+    assert data["strategies"] == [strategy]
+    assert data["hardware"].get("cxl") == cxl and data["hardware"]["sockets"] == 2
 
 
 # --- refusals: one line, exit 2 -------------------------------------------------------------
@@ -449,6 +475,8 @@ REFUSALS = [
     (lambda: _edit(DRAM, "AVX512 arithmetic", "NEON arithmetic"),
      "CPU Adam SIMD: unknown arithmetic capability 'NEON'"),
     (lambda: _rebind(DRAM.read_text(), ["-m 0 -C 0-55", "", "", ""]), "numactl: ranks [0] are bound"),
+    (lambda: _rebind(DRAM.read_text(), _socket_bound("-m 0,2,3", "-w 1,4,5")),
+     "numactl: ranks run under different memory policies (bind, weighted-interleave)"),
 ]
 
 

@@ -2,7 +2,8 @@
 
 The scenario takes the model shape and training arguments from the launcher command, the ZeRO
 and offload settings from DeepSpeed's printed configuration, the ranks and their memory policy
-from the numactl bindings. What a log cannot say (the device models, the weights of a weighted
+from the numactl bindings (a policy over several nodes: the socket's DRAM node, then its CXL
+nodes; ``RankBinding.expanders``). What a log cannot say (the device models, the weights of a weighted
 interleave, which live in sysfs) is written as ``unknown``: validating it names the field, and a
 profile, ``--set`` or a ``tiersim fit`` system file fills it in.
 """
@@ -151,13 +152,35 @@ def _binding(log: TrainingLog) -> dict[str, Any]:
 
 
 def _cxl_count(log: TrainingLog) -> int | str | None:
-    """CXL nodes the weighted interleaves spread over beyond the first (home) node: ``unknown``
-    where a binding says ``all``, None where no rank interleaves onto one."""
-    weighted = [b for b in log.bindings if b.policy == "weighted-interleave"]
-    if any(b.all_nodes for b in weighted):
+    """CXL nodes the ranks' policies spread over beyond the first (home) node
+    (``RankBinding.expanders``): ``unknown`` where a weighted interleave says ``all``, None where
+    no rank's policy reaches one."""
+    if any(b.all_nodes for b in log.bindings if b.policy == "weighted-interleave"):
         return UNKNOWN  # "all": the log does not say how many nodes are CXL
-    expanders = {node for b in weighted for node in b.nodes[1:]}
+    expanders = {node for b in log.bindings for node in b.expanders}
     return len(expanders) if expanders else None
+
+
+HOST_POLICIES = {"bind": "bind", "preferred": "preferred", "preferred-many": "preferred",
+                 "interleave": "interleave", "weighted-interleave": "weighted-interleave"}
+"""numactl's memory policies (``RankBinding.policy``) -> ``strategies.dram/cxl.policy``."""
+
+
+def _host_strategy(log: TrainingLog) -> dict[str, Any] | str:
+    """CPU offload under the ranks' memory policy: ``cxl`` where it spans CXL nodes
+    (``-w 0,2,3``: weights unknown, they live in sysfs; ``-m 0,2,3``: bind; ``-i``; ``-P``:
+    preferred), ``dram`` on the DRAM node alone (``-p 0``: preferred)."""
+    policies = {HOST_POLICIES[b.policy] for b in log.bindings if b.policy in HOST_POLICIES}
+    if len(policies) > 1:
+        named = ", ".join(sorted(policies))
+        raise ConfigError(log.path, "numactl", f"ranks run under different memory policies ({named}): tiersim "
+                          "models one policy for all ranks")
+    policy = next(iter(policies), "bind")
+    if policy == "weighted-interleave":
+        return {"name": "cxl", "dram_weight": UNKNOWN, "cxl_weight": UNKNOWN}
+    if any(b.expanders for b in log.bindings):
+        return {"name": "cxl", "policy": policy}
+    return {"name": "dram", "policy": "preferred"} if policy == "preferred" else "dram"
 
 
 def _strategy(log: TrainingLog) -> dict[str, Any] | str:
@@ -180,9 +203,7 @@ def _strategy(log: TrainingLog) -> dict[str, Any] | str:
             "thread_count": _aio(aio, "thread_count", source, 1),
         }
     if device == "cpu":
-        if any(b.policy == "weighted-interleave" for b in log.bindings):
-            return {"name": "cxl", "dram_weight": UNKNOWN, "cxl_weight": UNKNOWN}
-        return "dram"
+        return _host_strategy(log)
     if device not in ("none", "None"):
         raise ConfigError(source, "zero_config.offload_optimizer.device", f"expected cpu, nvme or none, got {device!r}")
     return "gpu"

@@ -22,6 +22,8 @@ MAX_LIST = 1 << 16
 _MEMORY = {"membind": "bind", "interleave": "interleave", "weighted-interleave": "weighted-interleave",
            "preferred": "preferred", "preferred-many": "preferred-many"}
 _CPU = ("physcpubind", "cpunodebind", "cpubind")
+SPREAD = ("bind", "interleave", "weighted-interleave", "preferred-many")
+"""Memory policies over a node list: over the socket's DRAM node and CXL nodes after it."""
 _SHORT = {"m": "membind", "i": "interleave", "w": "weighted-interleave", "p": "preferred",
           "P": "preferred-many", "C": "physcpubind", "N": "cpunodebind", "c": "cpubind",
           "l": "localalloc", "a": "all", "b": "balancing"}
@@ -57,11 +59,19 @@ class RankBinding:
         return bool(self.cpus or self.cpu_nodes) and not spread
 
     @property
+    def expanders(self) -> tuple[int, ...]:
+        """The CXL nodes of a policy over several nodes: every node after the first (the
+        socket's DRAM node). A log cannot say which nodes are CXL memory; tiersim reads a list
+        as Linux numbers them, the CPU-less CXL nodes after the sockets' (``-w 0,2,3``,
+        ``-m 1,4,5``), and so also reads ``-m 0,1`` as DRAM node 0 with CXL node 1."""
+        return self.nodes[1:] if self.policy in SPREAD else ()
+
+    @property
     def home(self) -> int | None:
         """The DRAM node the rank's memory lives on: the one node of its policy, the first node of
-        a weighted interleave (the others are expanders), the one node of ``-N`` under the default
-        policy; None where the log does not tell (``all``, several nodes, CPUs only)."""
-        if self.policy == "weighted-interleave" and self.nodes:
+        a policy over several nodes (the others are expanders), the one node of ``-N`` under the
+        default policy; None where the log does not tell (``all``, CPUs only)."""
+        if self.policy in SPREAD and self.nodes:
             return self.nodes[0]
         if len(self.nodes) == 1:
             return self.nodes[0]
