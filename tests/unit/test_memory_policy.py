@@ -13,6 +13,7 @@ from clirun import QUICKSTART, tiersim
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tiersim.analysis import plan
 from tiersim.config.document import load_scenario
 from tiersim.config.scenario import RunConfig
 from tiersim.results import Result
@@ -21,6 +22,7 @@ from tiersim.strategies import STRATEGIES
 from tiersim.strategies.host_layout import ADAM_STATE, FP32_PARAMS, GRAD_PARTITIONS, RUNTIME
 from tiersim.strategies.memory import HostMemory, traffic
 from tiersim.strategies.placement import Misfit
+from tiersim.sweeping.points import load_sweep, resolve_point
 from tiersim.workload import build_step
 
 SMALL = ["model.layers=4", "training.sub_group_size=2e8"]
@@ -168,3 +170,19 @@ def test_refusals_are_one_line_and_exit_2(sets: list[str], field: str) -> None:
     done = tiersim("run", str(QUICKSTART), *sets)
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and field in done.stderr
+
+
+def test_the_planner_tries_each_memory_policy_it_is_given() -> None:
+    scenario = plan.read_scenario(QUICKSTART, SMALL)
+    frame = plan.plan_sizing(scenario, "fastest", ["cxl", "dram"], dram_gib=[64], cxl_counts=[2],
+                             policies=["bind", "weighted-interleave"])
+    assert sorted(zip(frame["strategy"], frame["policy"])) == [
+        ("cxl", "bind"), ("cxl", "weighted-interleave"), ("dram", "bind")]
+    plain = plan.plan_sizing(scenario, "fastest", ["cxl"], dram_gib=[64], cxl_counts=[2])
+    assert list(plain["policy"]) == ["weighted-interleave"]
+
+
+def test_a_sweep_varies_the_memory_policy() -> None:
+    sweep = load_sweep({"base": str(QUICKSTART), "set": SMALL,
+                        "grid": {"strategy": ["cxl"], "strategies.cxl.policy": ["bind", "interleave"]}})
+    assert [resolve_point(sweep, i)[0].options.policy for i in range(2)] == ["bind", "interleave"]

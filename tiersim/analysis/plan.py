@@ -19,7 +19,10 @@ Objectives
     Tier sizing x strategies: DRAM per socket from a list, CXL device counts, NVMe drive
     counts. A device a strategy does not use is left out of that candidate (and of its cost):
     ``gpu`` and ``dram`` candidates have no CXL and no NVMe, ``cxl`` ones no NVMe, ``nvme`` ones
-    no CXL. Ranked by iteration time (then cost); ``budget`` and ``max_iteration_time`` filter.
+    no CXL. With ``policies``, each ``cxl`` sizing is tried under each of those host memory
+    policies (``strategies.cxl.policy``: ``bind`` fills DRAM then spills to CXL, ``interleave``,
+    ``weighted-interleave``...); without, under the scenario's. Ranked by iteration time (then
+    cost); ``budget`` and ``max_iteration_time`` filter.
 ``cheapest``
     The same candidates; among those that fit, meet ``max_iteration_time`` and ``budget``,
     ranked by hardware cost (then iteration time). Every priced device needs ``price_usd``.
@@ -88,11 +91,15 @@ LADDER: tuple[dict[str, Any], ...] = (
 """The ``scale="ladder"`` model shapes, smallest first."""
 
 _USES = {"gpu": (), "dram": (), "cxl": ("cxl",), "nvme": ("nvme",)}
+POLICY_PATH = "strategies.cxl.policy"
+"""The option ``policies`` varies: the host memory policy over DRAM and CXL nodes."""
 """Optional devices each strategy needs (others are left out of its candidates)."""
 
 
 CANDIDATE = Origin("plan", "a candidate's tier sizing")
 """Where the planner's tier sizings come from (an error names the field and this)."""
+POLICIES = Origin("plan", "--policies")
+"""Where the memory policies the planner tries come from."""
 PROBE = Origin("plan", "a model size tried")
 """Where the planner's model shapes come from."""
 
@@ -251,16 +258,21 @@ def _check_lists(dram_gib: Sequence[float], cxl_counts: Sequence[int], nvme_coun
 def candidate_configs(scenario: Scenario, strategies: Sequence[str] = (),
                       dram_gib: Sequence[float] = DEFAULT_DRAM_GIB,
                       cxl_counts: Sequence[int] = DEFAULT_CXL_COUNTS,
-                      nvme_counts: Sequence[int] = DEFAULT_NVME_COUNTS) -> list[tuple[Sizing, RunConfig]]:
-    """Every (sizing, config) the ``fastest``/``cheapest`` objectives simulate, in a fixed order."""
+                      nvme_counts: Sequence[int] = DEFAULT_NVME_COUNTS,
+                      policies: Sequence[str] = ()) -> list[tuple[Sizing, RunConfig]]:
+    """Every (sizing, config) the ``fastest``/``cheapest`` objectives simulate, in a fixed order
+    (``cxl`` once per memory policy of ``policies``, or under the scenario's)."""
     _check_lists(dram_gib, cxl_counts, nvme_counts)
     names = list(strategies) or scenario.strategies()
     scenario.configs(strategies=names)  # unknown strategy -> ConfigError
     out = []
     for name in names:
-        for sizing in sizings(scenario, name, dram_gib, cxl_counts, nvme_counts):
-            (config,) = sized(scenario, sizing).configs([name])
-            out.append((sizing, config))
+        variants = [scenario.with_values({POLICY_PATH: p}, POLICIES) for p in policies] if policies and \
+            name == "cxl" else [scenario]
+        for variant in variants:
+            for sizing in sizings(variant, name, dram_gib, cxl_counts, nvme_counts):
+                (config,) = sized(variant, sizing).configs([name])
+                out.append((sizing, config))
     return out
 
 
@@ -272,6 +284,7 @@ def result_row(result: Result, lifetime_years: float = DEFAULT_LIFETIME_YEARS) -
     t = result.iteration_time_s
     return {
         "strategy": result.strategy,
+        "policy": getattr(result.config.options, "policy", None),
         "dram_gib_per_socket": hw.dram_capacity_per_socket / GIB,
         "cxl_devices": hw.cxl_count if hw.cxl is not None else 0,
         "nvme_drives": hw.nvme_count if hw.nvme is not None else 0,
@@ -365,12 +378,12 @@ def plan_sizing(scenario: Scenario, objective: str, strategies: Sequence[str] = 
                 dram_gib: Sequence[float] = DEFAULT_DRAM_GIB, cxl_counts: Sequence[int] = DEFAULT_CXL_COUNTS,
                 nvme_counts: Sequence[int] = DEFAULT_NVME_COUNTS, budget: float | None = None,
                 max_iteration_time: float | None = None,
-                lifetime_years: float = DEFAULT_LIFETIME_YEARS) -> pd.DataFrame:
+                lifetime_years: float = DEFAULT_LIFETIME_YEARS, policies: Sequence[str] = ()) -> pd.DataFrame:
     """The ``fastest`` or ``cheapest`` answer: every candidate simulated, ranked (see module doc)."""
     if objective not in ("fastest", "cheapest"):
         raise ConfigError(API, "objective", f"expected fastest or cheapest here, got {objective!r}")
     _check_limits(budget, max_iteration_time, lifetime_years)
-    candidates = candidate_configs(scenario, strategies, dram_gib, cxl_counts, nvme_counts)
+    candidates = candidate_configs(scenario, strategies, dram_gib, cxl_counts, nvme_counts, policies)
     if objective == "cheapest" or budget is not None:
         for _sizing, config in candidates:
             missing = unpriced(config.hardware)

@@ -60,6 +60,9 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="DRAM GiB per socket to try (default %(default)s)")
     parser.add_argument("--cxl-counts", default=",".join(str(c) for c in plan.DEFAULT_CXL_COUNTS), metavar="LIST",
                         help="CXL device counts to try for the cxl strategy (default %(default)s)")
+    parser.add_argument("--policies", default="", metavar="LIST",
+                        help="host memory policies to try for the cxl strategy (bind, preferred, interleave, "
+                             "weighted-interleave: numactl -m, -p, -i, -w; default: the scenario's)")
     parser.add_argument("--nvme-counts", default=",".join(str(c) for c in plan.DEFAULT_NVME_COUNTS),
                         metavar="LIST", help="NVMe drive counts to try for the nvme strategy (default %(default)s)")
     parser.add_argument("--scale", choices=("layers", "ladder"), default="layers",
@@ -76,8 +79,8 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 PLANNER_FLAGS = {name: "--" + name.replace("_", "-") for name in (
-    "dram_gib", "cxl_counts", "nvme_counts", "budget", "max_iteration_time", "lifetime_years", "objective", "scale",
-    "max_layers")}
+    "dram_gib", "cxl_counts", "nvme_counts", "policies", "budget", "max_iteration_time", "lifetime_years",
+    "objective", "scale", "max_layers")}
 """The planner's parameters by the flags that give them."""
 
 
@@ -97,14 +100,7 @@ def plan_command(args: argparse.Namespace) -> int:
             frame = plan.plan_largest_model(scenario, args.strategy, args.scale, args.max_layers, args.lifetime_years)
         columns = MODEL_COLUMNS
     else:
-        with flags(**PLANNER_FLAGS):
-            frame = plan.plan_sizing(
-                scenario, args.objective, args.strategy,
-                dram_gib=plan.parse_list(args.dram_gib, "--dram-gib"),
-                cxl_counts=plan.parse_list(args.cxl_counts, "--cxl-counts", int),
-                nvme_counts=plan.parse_list(args.nvme_counts, "--nvme-counts", int),
-                budget=args.budget, max_iteration_time=args.max_iteration_time, lifetime_years=args.lifetime_years)
-        columns = SIZING_COLUMNS
+        frame, columns = _sizing(scenario, args)
     name = str(scenario.data.get("name", scenario.source))
     if args.plot is not None:
         with flags(path="--plot", frame="--plot"):
@@ -129,6 +125,23 @@ def plan_command(args: argparse.Namespace) -> int:
         miss = plan.nearest_miss(frame, args.budget, args.max_iteration_time)
         print(f"tiersim: no answer: no candidate meets the constraints; {miss}", file=sys.stderr)
     return 1
+
+
+def _sizing(scenario: plan.Scenario, args: argparse.Namespace) -> tuple[pd.DataFrame, list[tuple[str, str]]]:
+    """The ``fastest``/``cheapest`` answer and its table's columns (the policy's where
+    ``--policies`` varies it)."""
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    with flags(**PLANNER_FLAGS):
+        frame = plan.plan_sizing(
+            scenario, args.objective, args.strategy,
+            dram_gib=plan.parse_list(args.dram_gib, "--dram-gib"),
+            cxl_counts=plan.parse_list(args.cxl_counts, "--cxl-counts", int),
+            nvme_counts=plan.parse_list(args.nvme_counts, "--nvme-counts", int),
+            budget=args.budget, max_iteration_time=args.max_iteration_time, lifetime_years=args.lifetime_years,
+            policies=policies)
+    if not policies:
+        return frame, SIZING_COLUMNS
+    return frame, [*SIZING_COLUMNS[:2], ("policy", "policy"), *SIZING_COLUMNS[2:]]
 
 
 def plan_figure(scenario: plan.Scenario, frame: pd.DataFrame, args: argparse.Namespace) -> go.Figure:
