@@ -124,6 +124,9 @@ def test_a_split_access_costs_each_part_on_its_own_tier() -> None:
     quarter = HostMemory.split_at(hw, 0.75)
     assert dict(quarter.access(4.0, 0.0))["dram"] == 3.0
     assert HostMemory.split_at(hw, 1.0) == HostMemory.dram_only()
+    # CPU Adam's reads of a DRAM tensor and a CXL tensor of equal bytes: half on each tier
+    assert HostMemory.dram_only().blend(((cxl, 4.0),), 4.0) == HostMemory.split_at(hw, 0.5)
+    assert quarter.blend(((quarter, 8.0),), 4.0) is quarter
 
 
 def test_interleave_is_a_weighted_interleave_of_one_page_per_node() -> None:

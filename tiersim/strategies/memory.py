@@ -79,8 +79,10 @@ class HostMemory:
         parts = ((self, weight), *others)
         total = sum(num_bytes for _memory, num_bytes in parts)
         dram = sum(memory.dram_fraction * num_bytes for memory, num_bytes in parts) / total
-        costs = next(memory for memory, _bytes in parts if memory.cxl_fraction > 0)
-        return HostMemory(dram, 1.0 - dram, costs.cxl_read_cost, costs.cxl_write_cost)
+        on_cxl = [memory for memory, num_bytes in parts if memory.cxl_fraction > 0 and num_bytes > 0]
+        if dram >= 1.0 or not on_cxl:
+            return _DRAM_ONLY
+        return HostMemory(dram, 1.0 - dram, on_cxl[0].cxl_read_cost, on_cxl[0].cxl_write_cost)
 
     def access(self, read_bytes: float, write_bytes: float) -> Usage:
         """Link usage of reading ``read_bytes`` and writing ``write_bytes`` per unit of a flow."""
