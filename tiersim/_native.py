@@ -36,6 +36,7 @@ COMPILED = (
     "tiersim.fastforward.counters",
     "tiersim.fastforward.deferred",
     "tiersim.fastforward.deferred_copies",
+    "tiersim.fastforward.deferred_run",
     "tiersim.fastforward.loops",
     "tiersim.fastforward.session",
     "tiersim.fastforward.shift",

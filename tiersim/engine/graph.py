@@ -119,12 +119,6 @@ class TaskGraph:
     _bounds: dict[int, tuple[Usage, float, float]] = field(default_factory=dict, repr=False)
     """By the identity of a usage (a schedule's kinds share theirs): it, a rate cap and a flow's
     own bound with them (hashing a usage costs more than the task)."""
-    deferring: frozenset[str] = frozenset()
-    """Streams whose tasks are added as deferred now (``tiersim.fastforward.deferred``)."""
-    deferred: list[bool] = field(default_factory=list, repr=False)
-    """Per task: whether it was added while its stream was deferring."""
-    last_deferred: int = -1
-    """The position of the last deferred task (-1: none)."""
     _stream_tails: dict[str, int] = field(default_factory=dict, repr=False)
 
     def link(self, name: str, capacity: float) -> str:
@@ -185,7 +179,7 @@ class TaskGraph:
         return self._own_bound(task)
 
     def _join_stream(self, stream: str, here: int) -> None:
-        """The task at ``here`` follows the last on ``stream`` (deferred while it defers)."""
+        """The task at ``here`` follows the last on ``stream``."""
         tails = self._stream_tails
         previous = tails.get(stream, -1)
         self.stream_prev.append(previous)
@@ -195,11 +189,6 @@ class TaskGraph:
         else:
             self.stream_heads.append(here)
         tails[stream] = here
-        if self.deferring and stream in self.deferring:
-            self.deferred.append(True)
-            self.last_deferred = here
-        else:
-            self.deferred.append(False)
 
     def _own_bound(self, task: Task) -> float:
         """The rate (bytes/s) a flow of ``task`` gets alone: its cap or its tightest link, the

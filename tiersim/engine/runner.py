@@ -1,8 +1,8 @@
-"""Run a ``TaskGraph`` on SimPy's event queue: streams advance by event callbacks, flows on a
-``FlowNetwork``. A graph may grow while it runs (``Run.extend``): that is how a
-fast-forward builds only the part of a schedule the run has reached. Deferred tasks
-(``tiersim.fastforward.deferred``) take no event: ``Run`` times them by recursion as their inputs
-end, and gives an event task that waits for one a timeout at its end."""
+"""Run a ``TaskGraph`` on its ``Clock``: streams advance by event callbacks, flows on a
+``FlowNetwork``. A graph may grow while it runs (``Run.extend``): that is how a fast-forward
+builds only the part of a schedule the run has reached (and, through the hooks ``join``,
+``stream_free``, ``dependency_done`` and ``ended_before``, times some tasks apart from the
+event run: ``tiersim.fastforward.deferred_run``)."""
 
 from __future__ import annotations
 
@@ -113,16 +113,6 @@ class Run:
         self.pending: dict[int, None] = {}
         self.startable: list[int] = []
         self.timeouts = 0
-        self.deferred = graph.deferred
-        self.deferred_start: dict[int, float] = {}
-        """Deferred tasks resolved so far: start and end (s), by position."""
-        self.deferred_end: dict[int, float] = {}
-        self.proxied: set[int] = set()
-        """Deferred tasks an event task waits for: each has a timeout at its end."""
-        self.proxies_pending = 0
-        self.floor: dict[int, float] = {}
-        """Deferred tasks that cannot start before a time (s) besides their dependencies (a
-        fast-forward's copy, waiting for a skipped task)."""
 
     def extend(self) -> None:
         """Take in the tasks added to the graph since the last call and start those that can
@@ -133,33 +123,29 @@ class Run:
             if name not in network.capacity:
                 network.add_link(name, link.capacity)
         now = self.clock.now()
-        deferred = self.deferred
         for p in range(len(self.unmet), len(graph.tasks)):
-            if deferred[p]:
-                self._join_deferred(p)
-            else:
-                self._join(p, now)
+            self.join(p, now)
         if self.startable:
             self.drain(now)
 
-    def _join(self, p: int, now: float) -> None:
+    def join(self, p: int, now: float) -> None:
         """Take in event task ``p`` at ``now``: count its dependencies not yet done and whether
         its stream is free, and make it startable if nothing holds it (``LateTask`` if it could
         have started before now)."""
-        graph, end, deferred = self.graph, self.end, self.deferred
+        graph, end = self.graph, self.end
         unmet, latest = 0, 0.0
         for d in graph.deps[p]:
             done = end[d]
-            if done < 0 and deferred[d]:
-                done = self._deferred_done(d, now)
+            if done < 0:
+                done = self.ended_before(d, now)
             if done < 0:
                 unmet += 1
             elif done > latest:
                 latest = done
         prev = graph.stream_prev[p]
         before = end[prev] if prev >= 0 else 0.0
-        if before < 0 and deferred[prev]:
-            before = self._deferred_done(prev, now)
+        if before < 0:
+            before = self.ended_before(prev, now)
         head = before >= 0
         self.unmet.append(unmet)
         self.at_head.append(head)
@@ -247,137 +233,28 @@ class Run:
         else:
             self.accounts.task_ended(task.stream, task.category, self.start[i], task.size, now)
         after = self.successor[i]
-        deferred = self.deferred
         if after >= 0:
-            if deferred[after]:
-                if not self.unmet[after]:
-                    self.resolve_deferred(after)
-            else:
-                self.at_head[after] = True
-                if not self.unmet[after]:
-                    self.startable.append(after)
-        unmet = self.unmet
+            self.stream_free(after)
         for j in self.dependents[i]:
-            unmet[j] -= 1
-            if deferred[j]:
-                if now > self.ready[j]:
-                    self.ready[j] = now
-                if not unmet[j] and self.stream_before(j) >= 0:
-                    self.resolve_deferred(j)
-            elif not unmet[j]:
-                self.ready[j] = now
-                if self.at_head[j]:
-                    self.startable.append(j)
+            self.dependency_done(j, now)
 
-    def ended_at(self, p: int) -> float:
-        """When task ``p`` ends, deferred or not (s; -1 while unknown)."""
-        return self.deferred_end.get(p, -1.0) if self.deferred[p] else self.end[p]
+    def stream_free(self, p: int) -> None:
+        """The task before ``p`` on its stream has ended: ``p`` may start once its dependencies
+        are done."""
+        self.at_head[p] = True
+        if not self.unmet[p]:
+            self.startable.append(p)
 
-    def stream_before(self, p: int) -> float:
-        """When the task before ``p`` on its stream ends (s; 0 for none, -1 while unknown)."""
-        prev = self.graph.stream_prev[p]
-        return 0.0 if prev < 0 else self.ended_at(prev)
+    def dependency_done(self, p: int, now: float) -> None:
+        """One of ``p``'s dependencies ended at ``now``: ``p`` may start once none is left and
+        its stream is free."""
+        self.unmet[p] -= 1
+        if not self.unmet[p]:
+            self.ready[p] = now
+            if self.at_head[p]:
+                self.startable.append(p)
 
-    def _join_deferred(self, p: int) -> None:
-        """Take in a deferred task: it is resolved as soon as its inputs are known."""
-        unmet, latest = 0, 0.0
-        for d in self.graph.deps[p]:
-            done = self.ended_at(d)
-            if done < 0:
-                unmet += 1
-            elif done > latest:
-                latest = done
-        task = self.tasks[p]
-        if task.category in self.accounts.compute_categories:
-            raise ModelError(f"task {task.name!r}: a compute task cannot be deferred")
-        self.unmet.append(unmet)
-        self.at_head.append(False)
-        self.delay.append(task.delay)
-        self.ready.append(max(latest, self.floor.get(p, 0.0)))
-        self.start.append(-1.0)
-        self.end.append(-1.0)
-        if not unmet and self.stream_before(p) >= 0:
-            self.resolve_deferred(p)
-
-    def resolve_deferred(self, first: int) -> None:
-        """Give deferred task ``first`` its times (its inputs are known), and every deferred
-        task that waited only for it, in turn; an event task waiting for one gets a timeout."""
-        work = [first]
-        unmet, ready, deferred, joined = self.unmet, self.ready, self.deferred, len(self.unmet)
-        while work:
-            p = work.pop()
-            if p in self.deferred_end:
-                continue
-            began = max(ready[p], self.stream_before(p))
-            flow = self.flow[p]
-            ends = began + self.delay[p] + (flow.size / flow.bound if flow is not None else 0.0)
-            self.deferred_start[p] = began
-            self.deferred_end[p] = ends
-            waited = False
-            for j in self.dependents[p]:
-                if j >= joined:
-                    continue
-                if deferred[j]:
-                    unmet[j] -= 1
-                    if ends > ready[j]:
-                        ready[j] = ends
-                    if not unmet[j] and self.stream_before(j) >= 0:
-                        work.append(j)
-                else:
-                    waited = True
-            after = self.successor[p]
-            if 0 <= after < joined:
-                if deferred[after]:
-                    if not unmet[after]:
-                        work.append(after)
-                else:
-                    waited = True
-            if waited:
-                self._proxy(p)
-
-    def _deferred_done(self, p: int, now: float) -> float:
-        """For an event task joining now: when deferred task ``p`` ended, if it has (s), else
-        -1 (then the joining task waits for its timeout)."""
-        if p in self.proxied:  # its timeout counts the waiting tasks down
-            return self.end[p]
-        ends = self.deferred_end.get(p, -1.0)
-        if 0 <= ends <= now:
-            self.end[p] = ends
-            return ends
-        if ends > now:
-            self._proxy(p)
+    def ended_before(self, p: int, now: float) -> float:
+        """For a task joining at ``now``: when task ``p``, which has not ended in the event run,
+        ended (s), or -1 (the joining task waits for it)."""
         return -1.0
-
-    def _proxy(self, p: int) -> None:
-        """A timeout at deferred task ``p``'s end, for the event tasks waiting for it."""
-        if p in self.proxied:
-            return
-        self.proxied.add(p)
-        now = self.clock.now()
-        ends = self.deferred_end[p]
-        if ends < now * (1 - 1e-12):
-            raise LateTask(self.tasks[p].name)
-        self.timeouts += 1
-        self.proxies_pending += 1
-        self.clock.call_after(max(ends - now, 0.0), self._proxy_done, p)
-
-    def _proxy_done(self, event: Event) -> None:
-        p = cast(int, event.value)
-        now = self.clock.now()
-        self.proxies_pending -= 1
-        self.end[p] = self.deferred_end[p] = now  # the timeout's own time (a float step off at most)
-        unmet, deferred = self.unmet, self.deferred
-        for j in self.dependents[p]:
-            if not deferred[j] and j < len(unmet):
-                unmet[j] -= 1
-                if not unmet[j]:
-                    self.ready[j] = now
-                    if self.at_head[j]:
-                        self.startable.append(j)
-        after = self.successor[p]
-        if 0 <= after < len(unmet) and not deferred[after]:
-            self.at_head[after] = True
-            if not unmet[after]:
-                self.startable.append(after)
-        if self.startable:
-            self.drain(now)

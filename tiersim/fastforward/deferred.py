@@ -3,7 +3,7 @@
 A schedule may say that the tasks of some streams are copies in the background for a stretch
 (``Session.background_copies``); the fast-forward then defers them: copy streams that fall
 behind the compute, whose growing queues keep a loop's state from ever repeating. A deferred
-task takes no event: ``Run`` gives it start = the later of its stream's previous end and its
+task takes no event: ``DeferringRun`` gives it start = the later of its stream's previous end and its
 dependencies' ends, and end = start + delay + bytes / its flow's own bound, as soon as those are
 known; an event task that waits for one gets a timeout at its end. That is the full simulation's
 answer only if each deferred flow really moved at its own bound, so ``credit_deferred`` checks
@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
 
     from tiersim.engine.flows import FlowNetwork
-    from tiersim.engine.runner import Run
+    from tiersim.fastforward.deferred_run import DeferringRun
 
 _OVERLOAD = 1e-12
 """Fraction of a link's capacity the summed bounds on it may exceed (float residue)."""
@@ -69,7 +69,7 @@ class Deferral:
         self.skipped: list[SkippedSpan] = []
 
 
-def credit_deferred(run: Run, deferral: Deferral, now: float | None = None) -> None:
+def credit_deferred(run: DeferringRun, deferral: Deferral, now: float | None = None) -> None:
     """Check the deferred tasks of ``run`` not credited yet (from ``deferral.credited`` on, and
     its timed copies) and add them to its counters (see the module docstring). Of a finished
     run (``now`` None) every one; mid-run, at ``now`` (s, after the network's ``flush_busy``,
@@ -92,13 +92,12 @@ def credit_deferred(run: Run, deferral: Deferral, now: float | None = None) -> N
         run.network.recorded, run.network.recorded_since = None, math.inf
 
 
-def _to_credit(run: Run, deferral: Deferral, now: float | None) -> list[int] | None:
+def _to_credit(run: DeferringRun, deferral: Deferral, now: float | None) -> list[int] | None:
     """The deferred tasks to credit (positions), or None when there is nothing to credit yet:
     none, or (mid-run, at ``now``) one that has not ended."""
-    graph = run.graph
-    if graph.last_deferred < deferral.credited and not deferral.timed_copies:
+    if run.last_deferred < deferral.credited and not deferral.timed_copies:
         return None
-    deferred = [p for p in range(deferral.credited, len(graph.deferred)) if graph.deferred[p]]
+    deferred = [p for p in range(deferral.credited, len(run.deferred)) if run.deferred[p]]
     if now is not None and (any(run.deferred_end.get(p, math.inf) > now for p in deferred) or any(
             span.last > now for spans in deferral.timed_copies.values() for span in spans)):
         return None
@@ -120,7 +119,8 @@ class _AlikeTasks:
         self.task = task
 
 
-def _groups(run: Run, deferral: Deferral, deferred: list[int]) -> dict[tuple[str, int, float, float], _AlikeTasks]:
+def _groups(run: DeferringRun, deferral: Deferral,
+            deferred: list[int]) -> dict[tuple[str, int, float, float], _AlikeTasks]:
     """The deferred tasks and timed copies to credit, grouped (``_group``); each task's start and
     end join the run's."""
     groups: dict[tuple[str, int, float, float], _AlikeTasks] = {}
@@ -150,7 +150,7 @@ class _LinkLoads:
         on_link[stream] = max(on_link.get(stream, 0.0), load)
 
 
-def _credit_group(run: Run, deferral: Deferral, group: _AlikeTasks, windows: list[Window], least: float,
+def _credit_group(run: DeferringRun, deferral: Deferral, group: _AlikeTasks, windows: list[Window], least: float,
                   loads: _LinkLoads) -> None:
     """Credit a group of alike deferred tasks: its stream's busy seconds and bytes and, for a
     flow, the units it moves on each link (``DeferredFlowContended`` where it met a skipped span
@@ -184,7 +184,7 @@ def _credit_group(run: Run, deferral: Deferral, group: _AlikeTasks, windows: lis
         loads.peak(link, stream, bound * units)
 
 
-def _credit_links(run: Run, loads: _LinkLoads, windows: list[Window], least: float) -> None:
+def _credit_links(run: DeferringRun, loads: _LinkLoads, windows: list[Window], least: float) -> None:
     """Each link a deferred flow used: ``DeferredFlowContended`` if it could saturate, and its busy
     seconds while deferred flows and none of the event run's are on it."""
     accounts, network = run.accounts, run.network

@@ -13,8 +13,8 @@ from __future__ import annotations
 import bisect
 
 from tiersim.engine.graph import Task, TaskGraph
-from tiersim.engine.runner import Run
 from tiersim.fastforward.deferred import Deferral
+from tiersim.fastforward.deferred_run import DeferringRun
 from tiersim.fastforward.loops import LoopProgress
 from tiersim.fastforward.spans import Spans
 from tiersim.fastforward.state import TIME_TOL
@@ -71,13 +71,13 @@ class CopyStep:
         self.inputs = inputs
 
 
-def copy_references(run: Run, loop: LoopProgress, width: int, times: int) -> dict[int, int] | None:
+def copy_references(run: DeferringRun, loop: LoopProgress, width: int, times: int) -> dict[int, int] | None:
     """The references (``_references``) of a loop holding deferred tasks if it can be skipped
     ``times`` blocks, else None: one iteration per block; no event task waits for a deferred
     one; the last iteration's deferred tasks depend on deferred tasks of their own iteration
     only; and each compute-side task a deferred one waits for has ended in an iteration of the
     run at most ``times`` back."""
-    if width != 1 or not _copies_stand_apart(run.graph, loop.first):
+    if width != 1 or not _copies_stand_apart(run, loop.first):
         return None
     references = _references(run, loop)
     if references is None or any(len(loop.first) - 1 - it > times for it in references.values()):
@@ -85,11 +85,11 @@ def copy_references(run: Run, loop: LoopProgress, width: int, times: int) -> dic
     return references
 
 
-def _copies_stand_apart(graph: TaskGraph, first: list[int]) -> bool:
+def _copies_stand_apart(run: DeferringRun, first: list[int]) -> bool:
     """Whether no event task of the loop waits for a deferred one (on its stream or as a
     dependency), and the last iteration's deferred tasks depend on deferred tasks of their own
     iteration only."""
-    deferred = graph.deferred
+    graph, deferred = run.graph, run.deferred
     for p in range(first[0], len(graph.tasks)):
         if deferred[p]:
             after = graph.stream_next[p]
@@ -100,12 +100,12 @@ def _copies_stand_apart(graph: TaskGraph, first: list[int]) -> bool:
                    for p in range(last, len(graph.tasks)))
 
 
-def _references(run: Run, loop: LoopProgress) -> dict[int, int] | None:
+def _references(run: DeferringRun, loop: LoopProgress) -> dict[int, int] | None:
     """For each position (within an iteration) of a compute-side task that the last
     iteration's deferred tasks or a waiting one depend on: the latest iteration of the last
     one's key in which it has ended (None if there is none)."""
     graph = run.graph
-    first, keys, deferred, ends = loop.first, loop.key, graph.deferred, run.end
+    first, keys, deferred, ends = loop.first, loop.key, run.deferred, run.end
     last = len(first) - 1
     wanted = set()
     for p in range(first[0], len(graph.tasks)):
@@ -127,7 +127,7 @@ def _references(run: Run, loop: LoopProgress) -> dict[int, int] | None:
     return references
 
 
-def add_skipped_copies(run: Run, deferral: Deferral, loop: LoopProgress, times: int, stretch: SkippedStretch,
+def add_skipped_copies(run: DeferringRun, deferral: Deferral, loop: LoopProgress, times: int, stretch: SkippedStretch,
                        skipped_before: int) -> None:
     """The deferred tasks of the ``times`` skipped iterations, and the real ones still waiting.
     Every real deferred task keeps its own iteration; a waiting one takes the ``stretch``'s
@@ -136,11 +136,11 @@ def add_skipped_copies(run: Run, deferral: Deferral, loop: LoopProgress, times: 
     built while their inputs are known (``_timed_copies``), the rest built (named after the
     iterations skipped before, ``skipped_before``)."""
     graph = run.graph
-    first, deferred = loop.first, graph.deferred
+    first, deferred = loop.first, run.deferred
     _release_waiting(run, first, stretch)
     last = len(first) - 1
     template = [q for q in range(first[last], len(graph.tasks)) if deferred[q]]
-    inputs = {q: _inputs(graph, first, q) for q in template}
+    inputs = {q: _inputs(run, first, q) for q in template}
     timed, tails = _timed_copies(run, deferral, template, inputs, times, stretch)
     for m in range(timed + 1, times + 1):
         names: dict[int, str] = {}
@@ -155,14 +155,14 @@ def add_skipped_copies(run: Run, deferral: Deferral, loop: LoopProgress, times: 
                 run.floor[len(graph.tasks) - 1] = floor
 
 
-def _release_waiting(run: Run, first: list[int], stretch: SkippedStretch) -> None:
+def _release_waiting(run: DeferringRun, first: list[int], stretch: SkippedStretch) -> None:
     """The real deferred tasks still waiting take the stretch's ends for the compute-side tasks
     they wait for that the skip jumped over, and are timed once nothing else holds them."""
     graph = run.graph
-    waiting = [p for p in range(first[0], len(graph.tasks)) if graph.deferred[p] and p not in run.deferred_end]
+    waiting = [p for p in range(first[0], len(graph.tasks)) if run.deferred[p] and p not in run.deferred_end]
     for p in waiting:
         for d in graph.deps[p]:
-            if d >= first[0] and not graph.deferred[d] and run.end[d] < 0:
+            if d >= first[0] and not run.deferred[d] and run.end[d] < 0:
                 it = bisect.bisect_right(first, d) - 1
                 run.unmet[p] -= 1
                 run.ready[p] = max(run.ready[p], stretch.ended(it, d - first[it]))
@@ -190,13 +190,13 @@ def _copy_inputs(graph: TaskGraph, first: list[int], inputs: list[CopyInput], na
     return deps, floor
 
 
-def _inputs(graph: TaskGraph, first: list[int], q: int) -> list[CopyInput]:
+def _inputs(run: DeferringRun, first: list[int], q: int) -> list[CopyInput]:
     """What loop task ``q``'s copies wait for, per dependency."""
     out = []
-    for d in graph.deps[q]:
+    for d in run.graph.deps[q]:
         if d < first[0]:
             out.append(CopyInput(BEFORE_LOOP, d, 0))
-        elif graph.deferred[d]:
+        elif run.deferred[d]:
             out.append(CopyInput(SAME_ITERATION, d, 0))
         else:
             it = bisect.bisect_right(first, d) - 1
@@ -204,7 +204,7 @@ def _inputs(graph: TaskGraph, first: list[int], q: int) -> list[CopyInput]:
     return out
 
 
-def _timed_copies(run: Run, deferral: Deferral, template: list[int], inputs: dict[int, list[CopyInput]],
+def _timed_copies(run: DeferringRun, deferral: Deferral, template: list[int], inputs: dict[int, list[CopyInput]],
                   times: int, stretch: SkippedStretch) -> tuple[int, dict[str, float]]:
     """Time the first skipped iterations' copies of the ``template`` deferred tasks without
     building them, as ``Run`` would (start = the latest of its stream's previous end, its
@@ -231,7 +231,7 @@ def _timed_copies(run: Run, deferral: Deferral, template: list[int], inputs: dic
     return len(timed) + rest, tails
 
 
-def _time_until_steady(run: Run, steps: list[CopyStep], stretch: SkippedStretch, compute_side: list[CopyInput],
+def _time_until_steady(run: DeferringRun, steps: list[CopyStep], stretch: SkippedStretch, compute_side: list[CopyInput],
                        last: int, tails: dict[str, float]) -> tuple[list[tuple[list[float], list[list[float]]]], bool,
                                                                   dict[str, float]]:
     """The copies of skipped iterations 1 to ``last`` timed in turn until they are ``_steady``
@@ -247,7 +247,7 @@ def _time_until_steady(run: Run, steps: list[CopyStep], stretch: SkippedStretch,
     return timed, False, tails
 
 
-def _copy_step(run: Run, q: int, inputs: list[CopyInput]) -> CopyStep:
+def _copy_step(run: DeferringRun, q: int, inputs: list[CopyInput]) -> CopyStep:
     """Deferred loop task ``q`` as its copies repeat it."""
     task, flow = run.graph.tasks[q], run.graph.flows[q]
     return CopyStep(q, task.stream, task.delay, flow.size / flow.bound if flow is not None else 0.0, inputs)
@@ -268,7 +268,7 @@ def _keep_spans(deferral: Deferral, steps: list[CopyStep], timed: list[tuple[lis
             deferral.timed_copies[step.task] = listed
 
 
-def _timed_copy(run: Run, steps: list[CopyStep], stretch: SkippedStretch, m: int,
+def _timed_copy(run: DeferringRun, steps: list[CopyStep], stretch: SkippedStretch, m: int,
                 tails: dict[str, float]) -> tuple[list[float], list[list[float]], dict[str, float]]:
     """Skipped iteration ``m``'s copies' starts, in template order, what each start is the
     latest of (its stream's previous end, then its inputs' ends) and the streams' ends after

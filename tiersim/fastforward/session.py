@@ -39,12 +39,13 @@ from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import replace
 
 from tiersim.engine.graph import TaskGraph
-from tiersim.engine.runner import EngineRun, LateTask, Run
+from tiersim.engine.runner import EngineRun, LateTask
 from tiersim.engine.schedule import Runs, Session, run_whole
 from tiersim.errors import ModelError
 from tiersim.fastforward.counters import advance_counters
 from tiersim.fastforward.deferred import Deferral, DeferredFlowContended, SkippedSpan, credit_deferred
 from tiersim.fastforward.deferred_copies import SkippedStretch, add_skipped_copies, copy_references
+from tiersim.fastforward.deferred_run import DeferringRun
 from tiersim.fastforward.loops import Block, LoopProgress, blocks_of, runs_of
 from tiersim.fastforward.shift import retime, shift_run
 from tiersim.fastforward.state import (
@@ -94,7 +95,9 @@ class FastForwardSession(Session):
         super().__init__(capacity_of, max_tasks)
         self.geometric = geometric
         self.deferring = deferring
-        self.run = Run(self.graph)
+        self.run = DeferringRun(self.graph)
+        self.background: frozenset[str] = frozenset()
+        """The streams deferring now."""
         self.deferral = Deferral()
         self.skipped = 0
         """Loop iterations fast-forwarded over."""
@@ -102,7 +105,8 @@ class FastForwardSession(Session):
     def background_copies(self, streams: frozenset[str]) -> None:
         """Defer the tasks of ``streams`` from now on (an empty set ends it), if ``deferring``."""
         if self.deferring:
-            self.graph.deferring = streams
+            self.background = streams
+            self.run.defer_from(len(self.graph.tasks), streams)
             network = self.run.network
             if streams and network.recorded is None:
                 # what the event run's flows do on a deferred flow's links (``credit_deferred``)
@@ -173,7 +177,7 @@ class FastForwardSession(Session):
         last block); -1 if neither."""
         history, left = alike.history, alike.count - block
         # deferred tasks in the loop not yet in the counters
-        holds = self.graph.last_deferred >= max(loop.first[0], self.deferral.credited)
+        holds = self.run.last_deferred >= max(loop.first[0], self.deferral.credited)
         if state.repeats(history[-1]):
             references = copy_references(self.run, loop, alike.width, left) if holds else None
             if not holds or references is not None:
@@ -253,7 +257,7 @@ class FastForwardSession(Session):
         credit_deferred(run, self.deferral)
         result = run.result()
         # a run that skipped or deferred tasks has no record of each one in order
-        return replace(result, complete=False) if self.skipped or self.graph.last_deferred >= 0 else result
+        return replace(result, complete=False) if self.skipped or self.run.last_deferred >= 0 else result
 
     def _boundary(self, loop: LoopProgress, with_state: bool, force: bool = False) -> BoundaryState | None:
         """Run until the first task of the loop's last iteration has started; its state then
@@ -308,7 +312,7 @@ class FastForwardSession(Session):
         now = run.clock.now()
         accounts.flush(now, network.flows)
         network.flush_busy(now)
-        if not self.graph.deferring:  # deferred tasks that have ended count in the totals
+        if not self.background:  # deferred tasks that have ended count in the totals
             credit_deferred(run, self.deferral, now)
         flows = {flow.key: flow for flow in network.flows}
         first, index, keys = loop.first, loop.index, loop.key
@@ -392,7 +396,7 @@ class FastForwardSession(Session):
         graph = self.graph
         if self.run.network.recorded is None:
             return frozenset()
-        return frozenset(link for p in range(loop.first[0], len(graph.tasks)) if not graph.deferred[p]
+        return frozenset(link for p in range(loop.first[0], len(graph.tasks)) if not self.run.deferred[p]
                          for link, _units in (graph.tasks[p].usage if graph.flows[p] is not None else ()))
 
 

@@ -15,11 +15,11 @@ from typing import cast
 
 from tiersim.engine.accounts import Accounts
 from tiersim.engine.flows import FlowNetwork
-from tiersim.engine.runner import Run
+from tiersim.fastforward.deferred_run import DeferringRun
 from tiersim.fastforward.state import BoundaryState, Delaying, Flowing
 
 
-def shift_run(run: Run, seconds: float, first: int, credited: int) -> None:
+def shift_run(run: DeferringRun, seconds: float, first: int, credited: int) -> None:
     """Move the run ``seconds`` later: the clock and its queue, the network, the accounts and
     the times of the tasks from position ``first`` on (of deferred ones, those before
     ``credited``: those after have not been timed apart from their inputs)."""
@@ -55,7 +55,7 @@ def _shift_accounts(accounts: Accounts, seconds: float) -> None:
     accounts.idle_since += seconds
 
 
-def retime(run: Run, target: BoundaryState) -> None:
+def retime(run: DeferringRun, target: BoundaryState) -> None:
     """Give the pending tasks and the network's timers the times and bytes of ``target`` (a
     state of this run's pending tasks, now): each delay's end, each flow's bytes left and
     finish, each timer."""
