@@ -134,7 +134,8 @@ class Result:
             "peak_bytes": dict(self.peak_bytes),
             "reserved_bytes": dict(self.reserved_bytes),
             "capacity_bytes": dict(self.capacity_bytes),
-            "deepspeed_estimate": zero3_estimate(self.config.model, self.config.hardware.gpus, self.strategy),
+            "deepspeed_estimate": zero3_estimate(self.config.model, self.config.hardware.gpus, self.strategy,
+                                                 _param_device(self.config.options)),
         }
         if not self.fits:
             out["reason"] = self.reason
@@ -222,3 +223,9 @@ def _usage(resource: str, kind: str, phase: str, busy_s: float, utilisation: flo
 
 def _ratio(part: float, whole: float) -> float:
     return part / whole if whole > 0 else 0.0
+
+
+def _param_device(options: object) -> str | None:
+    """The device of a strategy's ``offload_param`` block, or None."""
+    offload = getattr(options, "offload_param", None)
+    return getattr(offload, "device", None)

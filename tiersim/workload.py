@@ -172,6 +172,10 @@ class TrainingSpec:
                                                            "partitions to a sub-group until it holds this many")
     reduce_bucket_size: int = integer(500_000_000, gt=0, doc="elements per gradient reduce bucket (DeepSpeed "
                                                              "reduce_bucket_size); sizes the bucket's buffers")
+    prefetch_bucket_size: int = integer(50_000_000, ge=0, doc="elements of parameters ZeRO-3 fetches ahead of their "
+                                                              "use (DeepSpeed stage3_prefetch_bucket_size); read for "
+                                                              "offloaded parameters (offload_param) only: the layers "
+                                                              "fetched ahead")
     adam_beta1: float = number(0.9, gt=0, le=1, doc="Adam's first-moment decay, as DeepSpeed configs and "
                                                     "logs give it; time and memory do not depend on it")
     adam_beta2: float = number(0.999, gt=0, le=1, doc="Adam's second-moment decay, as DeepSpeed configs and "

@@ -20,6 +20,7 @@ from tiersim.config.scenario import SECTIONS
 from tiersim.config.schema import integer
 from tiersim.config.units import parse_bytes, parse_flops, parse_rate, parse_time
 from tiersim.strategies import STRATEGIES
+from tiersim.strategies.param_options import ParamOffload
 from tiersim.workload import ModelSpec, TrainingSpec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,6 +64,8 @@ def test_every_scenario_field_has_a_row(fields_rows: dict[str, list[str]]) -> No
     expected |= {f"hardware.{part}.{f.name}" for part in ("cxl", "nvme") for f in dataclasses.fields(DeviceCount)}
     expected |= {f"strategies.{name}.{f.name}" for name, strategy in STRATEGIES.items()
                  for f in dataclasses.fields(strategy.Options)}
+    expected |= {f"{path}.{f.name}" for path in set(expected) if path.endswith(".offload_param")
+                 for f in dataclasses.fields(ParamOffload)}
     assert set(fields_rows) == expected
     assert {"strategies.nvme.buffer_count", "strategies.cxl.dram_weight", "hardware.numa_bound"} <= expected
 

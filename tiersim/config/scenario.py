@@ -26,7 +26,9 @@ from tiersim.config.worksize import check_bytes, check_run
 from tiersim.config.yamlfile import parse_value
 from tiersim.errors import ConfigError
 from tiersim.strategies import STRATEGIES
-from tiersim.workload import ModelSpec, TrainingSpec
+from tiersim.strategies.param_offload import refuse_offload
+from tiersim.strategies.param_options import ParamOffload
+from tiersim.workload import ModelSpec, TrainingSpec, build_step
 
 T = TypeVar("T")
 
@@ -103,6 +105,7 @@ def scenario_from_dict(
         refuse_unmodelled(config, source)
         check_run(config, source, force)
         check_bytes(config, source)
+        _check_param_offload(config, source)
     return configs
 
 
@@ -111,6 +114,14 @@ def refuse_unmodelled(config: RunConfig, source: str) -> None:
     refused = STRATEGIES[config.strategy](config.options).refusal(config.training)
     if refused is not None:
         raise ConfigError(source, *refused)
+
+
+def _check_param_offload(config: RunConfig, source: str) -> None:
+    """Refuse parameter offload where DeepSpeed would not run it (``refuse_offload``)."""
+    offload = getattr(config.options, "offload_param", None)
+    if isinstance(offload, ParamOffload):
+        refuse_offload(offload, config.options, build_step(config.model, config.training), config.hardware, source,
+                       f"{STRATEGY_SECTION}.{config.strategy}.offload_param")
 
 
 def _check_sections(data: dict[str, Any], source: str) -> None:

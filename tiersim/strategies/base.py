@@ -18,6 +18,18 @@ from tiersim.config.hardware import Hardware
 from tiersim.engine.schedule import Session
 from tiersim.strategies.builder import StepBuilder, rank_link_capacity
 from tiersim.strategies.iteration import schedule_iteration
+from tiersim.strategies.memory import HostMemory
+from tiersim.strategies.param_offload import (
+    ParamFetch,
+    ParamLayout,
+    check_offload,
+    fetch_tasks,
+    param_layout,
+    place_params,
+    prefetch_depth,
+    swap_options,
+)
+from tiersim.strategies.param_options import ParamOffload
 from tiersim.strategies.placement import Misfit, MissingDevice, Placement, Unfit, place_gpu_common
 from tiersim.workload import LayerWork, StepShape, TrainingSpec, TrainingStep
 
@@ -113,6 +125,31 @@ class Strategy(ABC):
         that tiersim does not model with this strategy: (its dotted field, why); None if none."""
         return None
 
+    def param_memory(self, step: TrainingStep, hw: Hardware) -> HostMemory:
+        """Where the host copy of the 16-bit parameters lives (``offload_param``): DRAM unless
+        a strategy lays its host memory out otherwise."""
+        return HostMemory.dram_only()
+
+    @property
+    def param_offload(self) -> ParamOffload | None:
+        """The options' ``offload_param`` block: the 16-bit parameters offloaded (None: in HBM)."""
+        offload = getattr(self.options, "offload_param", None)
+        return offload if isinstance(offload, ParamOffload) else None
+
+    places_param_host: ClassVar[bool] = True
+    """Whether ``plan`` places the offloaded parameters' host buffers in DRAM (False: the
+    strategy lays them out with its own host memory)."""
+
+    def params_layout(self, step: TrainingStep, offload: ParamOffload) -> ParamLayout:
+        """Where ``offload`` puts ``step``'s 16-bit partitions (``param_layout``)."""
+        return param_layout(step, offload, swap_options(self.options).block_size)
+
+    def param_fetch(self, step: TrainingStep, hw: Hardware) -> ParamFetch | None:
+        """The parameter fetch and update tasks of a schedule, or None without ``offload_param``."""
+        offload = self.param_offload
+        return None if offload is None else ParamFetch(step, offload, self.param_memory(step, hw),
+                                                      swap_options(self.options))
+
     @abstractmethod
     def offload_task_count(self, shape: StepShape) -> int:
         """Tasks ``offload_gradients`` makes over a step of ``shape``."""
@@ -130,7 +167,7 @@ class Strategy(ABC):
         passes = shape.layers + (shape.layers + shape.checkpointed)
         gathers = passes if shape.zero_stage >= 3 and shape.data_parallel > 1 else 0
         reduces = shape.layers if shape.data_parallel > 1 else 0
-        per_micro = 2 + passes + gathers + reduces
+        per_micro = 2 + passes + gathers + reduces + passes * fetch_tasks(self.param_offload)
         return (shape.micro_steps * per_micro + 1 + self.offload_task_count(shape)
                 + self.step_task_count(shape, hw))
 
@@ -141,12 +178,16 @@ class Strategy(ABC):
     def plan(self, step: TrainingStep, hw: Hardware) -> Plan:
         """Place tensors, check capacity and, when everything fits, build the task graph."""
         placement = Placement()
-        missing = self.check(hw)
+        offload = self.param_offload
+        missing = self.check(hw) or (check_offload(offload, hw) if offload else None)
         if hw.gpu is not None:
-            place_gpu_common(step, placement, hw.gpu, self.grads_on_gpu, self.gradient_conversion_bytes(step))
+            fetched = prefetch_depth(step) if offload else None
+            place_gpu_common(step, placement, hw.gpu, self.grads_on_gpu, self.gradient_conversion_bytes(step), fetched)
         if missing:
             return Plan(placement, False, missing, None)
         self.place(step, hw, placement)
+        if offload:
+            place_params(step, offload, self.params_layout(step, offload), placement, self.places_param_host)
         for tier, need in placement.reserved().items():
             have = hw.usable(tier)
             if need > have:

@@ -5,7 +5,9 @@ largest_layer_params, num_gpus_per_node, num_nodes, additional_buffer_factor=1.5
 option, ``estimate_zero3_model_states_mem_needs``: with the optimizer offloaded to the CPU and
 the parameters on the GPU (``zero_init``, as Megatron-DeepSpeed builds the model), host memory
 ``total_params * 16 * additional_buffer_factor / num_nodes`` and GPU memory
-``4 * largest_layer_params + 2 * total_params / total_gpus``; with nothing offloaded, host
+``4 * largest_layer_params + 2 * total_params / total_gpus``; with the parameters offloaded to the
+CPU too, host ``total_params * 18 * additional_buffer_factor / num_nodes`` and GPU
+``4 * largest_layer_params``; with nothing offloaded, host
 ``largest_layer_params * 4 * num_gpus_per_node * factor`` and GPU
 ``4 * largest_layer_params + 18 * total_params / total_gpus`` (DeepSpeed v0.16.2,
 deepspeed/runtime/zero/stage3.py, lines 3019-3055). "Largest layer" is the largest module's own
@@ -32,12 +34,18 @@ def largest_module_params(model: ModelSpec) -> int:
     return max(largest, model.vocab * model.hidden)
 
 
-def zero3_estimate(model: ModelSpec, gpus: int, strategy: str) -> dict[str, Any] | None:
+def zero3_estimate(model: ModelSpec, gpus: int, strategy: str, params: str | None = None) -> dict[str, Any] | None:
     """DeepSpeed's estimate for one node of ``gpus`` GPUs: host bytes (the node) and GPU bytes
-    (each), or None where the estimator has no matching option (NVMe offload)."""
+    (each), or None where the estimator has no matching option (NVMe offload; parameters
+    offloaded, ``params`` their device, other than to the CPU beside a CPU-offloaded optimizer)."""
     total = parameter_count(model)
     largest = 4 * largest_module_params(model)
-    if strategy in ("dram", "cxl"):
+    if params is not None:
+        if params != "cpu" or strategy not in ("dram", "cxl"):
+            return None
+        cpu, gpu, options = total * 18 * ADDITIONAL_BUFFER_FACTOR, largest, (
+            "offload_param=cpu, offload_optimizer=cpu, zero_init=1")
+    elif strategy in ("dram", "cxl"):
         cpu, gpu, options = total * 16 * ADDITIONAL_BUFFER_FACTOR, largest + int(2 * total / gpus), (
             "offload_param=none, offload_optimizer=cpu, zero_init=1")
     elif strategy == "gpu":

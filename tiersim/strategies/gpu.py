@@ -7,6 +7,8 @@ from tiersim.config.hardware import Hardware
 from tiersim.strategies.base import Strategy
 from tiersim.strategies.builder import StepBuilder, first_apart
 from tiersim.strategies.kinds import gpu_adam_task
+from tiersim.strategies.param_offload import update_tasks
+from tiersim.strategies.param_options import ParamOffloadOptions
 from tiersim.strategies.placement import Placement
 from tiersim.workload import LayerWork, StepShape, TrainingStep
 
@@ -17,6 +19,7 @@ class GPUResident(Strategy):
     name = "gpu"
     summary = "all state in HBM, GPU Adam"
     grads_on_gpu = True
+    Options = ParamOffloadOptions
 
     def place(self, step: TrainingStep, hw: Hardware, placement: Placement) -> None:
         placement.put("hbm", "fp32 params + Adam m, v", step.optimizer_state_bytes())
@@ -33,9 +36,16 @@ class GPUResident(Strategy):
         return 0
 
     def step_task_count(self, shape: StepShape, hw: Hardware) -> int:
-        return shape.subgroups
+        return shape.subgroups * (1 + update_tasks(self.param_offload, hw.has_gpu, fp32_on_gpu=True))
 
     def optimizer_step(self, builder: StepBuilder, begin: str) -> None:
+        """GPU Adam per sub-group, writing the 16-bit parameters in HBM; with them offloaded, each
+        sub-group's update then goes to the host partition (``ParamFetch.update``) instead."""
+        fetch = self.param_fetch(builder.step, builder.hw)
         groups = builder.step.subgroups
-        for i in builder.loop(first_apart(builder.step.subgroup_sizes)):
-            builder.add(gpu_adam_task(builder, groups[i], (begin,)))
+        keys = first_apart(builder.step.subgroup_sizes)
+        done = begin  # offloaded, each sub-group's blocking copy ends before the next one's step
+        for i in builder.loop(fetch.update_keys(keys) if fetch else keys):
+            adam = builder.add(gpu_adam_task(builder, groups[i], (done,), lp_copy=fetch is None))
+            if fetch:
+                done = fetch.update(builder, groups[i], adam, fp32_on_gpu=True)

@@ -69,6 +69,8 @@ from tiersim.strategies.kinds import (
     pcie_kind,
 )
 from tiersim.strategies.memory import HostMemory
+from tiersim.strategies.param_offload import PARAM_PARTITIONS, param_allocations, update_tasks
+from tiersim.strategies.param_options import ParamOffload
 from tiersim.strategies.partial import PARTIAL_FROM, Split, cpu_groups, split
 from tiersim.strategies.placement import MissingDevice, Placement, largest_partition
 from tiersim.workload import LayerWork, StepShape, TrainingSpec, TrainingStep
@@ -90,6 +92,8 @@ class HostOptions:
     policy: DRAMPolicy = "bind"
     """The numactl policy over the socket's DRAM node: ``bind`` (-m) or ``preferred`` (-p), the same
     placement on DRAM alone (an interleave needs CXL nodes: the ``cxl`` strategy)."""
+    offload_param: ParamOffload | None = None
+    """The 16-bit parameters offloaded too (``tiersim.strategies.param_offload``); absent: in HBM."""
 
     def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
         return by_fields(self)
@@ -102,6 +106,7 @@ class HostOffload(Strategy):
     summary = "ZeRO-Offload: state in pinned DRAM, CPU Adam"
     hints = ScheduleHints(accumulation_copies=frozenset({PARTITION_STREAM}))
     Options: ClassVar[type] = HostOptions
+    places_param_host = False  # the offloaded parameters' buffers are in ``layout``
     _layout: tuple[TrainingStep, Hardware, HostLayout] | None = None
     _split: tuple[TrainingStep, Split] | None = None
 
@@ -138,8 +143,16 @@ class HostOffload(Strategy):
         if known is None or known[0] is not step or known[1] is not hw:
             groups = step.subgroup_sizes[:self.split(step).cpu_groups]
             tensors = allocations(step, hw, staging(step, pinned if hw.pinned else int), groups)
+            offload = self.param_offload
+            if offload is not None:  # made first (zero.Init, ZeRO-3's init); no H2D temporary
+                tensors = [tensors[0], *param_allocations(step, offload, self.params_layout(step, offload)),
+                           *(t for t in tensors[1:] if t.what != H2D_TEMPORARY)]
             known = self._layout = (step, hw, self.lay_out(hw, tensors))
         return known[2]
+
+    def param_memory(self, step: TrainingStep, hw: Hardware) -> HostMemory:
+        """The offloaded parameters' flat buffer, where the memory policy put it."""
+        return self.layout(step, hw).memory(PARAM_PARTITIONS)
 
     def lay_out(self, hw: Hardware, tensors: list[Allocation]) -> HostLayout:
         """``tensors`` on the host's memory nodes: here all of them in DRAM."""
@@ -229,7 +242,8 @@ class HostOffload(Strategy):
 
     def step_task_count(self, shape: StepShape, hw: Hardware) -> int:
         cpu = cpu_groups(shape.subgroups, self.options.ratio)
-        return cpu * (3 if hw.has_gpu else 1) + shape.subgroups - cpu  # Adam, the conversion and H2D; GPU Adam
+        # Adam, the conversion and H2D (or the offloaded parameters' update); GPU Adam
+        return cpu * (1 + update_tasks(self.param_offload, hw.has_gpu)) + shape.subgroups - cpu
 
     def optimizer_step(self, builder: StepBuilder, begin: str) -> None:
         """The CPU's sub-groups in order: CPU Adam reading its fp32 params, gradient and moments
@@ -237,6 +251,7 @@ class HostOffload(Strategy):
         its H2D copy that the host waits for, each access on the tiers its tensors are on; then
         the GPU's, launched one after another on the GPU's stream."""
         layout = self.layout(builder.step, builder.hw)
+        fetch = self.param_fetch(builder.step, builder.hw)
         groups = builder.step.subgroups
         on_cpu = cpu_groups(len(groups), self.options.ratio)
         where = [_subgroup_memory(layout, i) for i in range(on_cpu)]
@@ -244,6 +259,8 @@ class HostOffload(Strategy):
                                            for i, size in enumerate(builder.step.subgroup_sizes))
         if layout.uniform is None:
             keys = tuple((key, where[i] if i < on_cpu else None) for i, key in enumerate(keys))
+        if fetch is not None:
+            keys = fetch.update_keys(keys)
         done = begin
         for i in builder.loop(keys):
             group = groups[i]
@@ -253,6 +270,9 @@ class HostOffload(Strategy):
             (reads, writes), params = where[i], layout.subgroup(FP32_PARAMS, i)
             adam = adam_kind(builder, reads, writes)
             updated = builder.add(adam.task(f"step.{group.index}.adam", group.numel, (done,)))
+            if fetch is not None:  # into the offloaded 16-bit partition on the host: no H2D
+                done = fetch.update(builder, group, updated, source=params)
+                continue
             temporary = layout.memory(H2D_TEMPORARY, 0, group.numel * builder.step.lp_bytes)
             done = params_to_gpu(builder, params, group, updated, temporary)
 
@@ -323,6 +343,8 @@ class CXLOptions:
     cxl_weight: float = number(5, gt=0, doc="CXL's page weight under weighted-interleave: cxl_weight / "
                                             "(dram_weight + cxl_weight) of every host allocation is on the CXL "
                                             "devices")
+    offload_param: ParamOffload | None = None
+    """The 16-bit parameters offloaded too (``tiersim.strategies.param_offload``); absent: in HBM."""
 
     def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
         return by_fields(self)

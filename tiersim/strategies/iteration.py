@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 from tiersim.config.hardware import Hardware
 from tiersim.engine.schedule import Session, iterations_back
 from tiersim.strategies.builder import StepBuilder
-from tiersim.workload import LayerWork, TrainingStep
+from tiersim.strategies.param_offload import ParamFetch
+from tiersim.workload import TrainingStep
 
 if TYPE_CHECKING:  # pragma: no cover
     from tiersim.strategies.base import Strategy
@@ -25,12 +26,13 @@ def schedule_iteration(strategy: Strategy, step: TrainingStep, hw: Hardware, ses
     after a first micro-step as after an accumulating one (and after the first forward,
     before the loop)."""
     builder = StepBuilder(step, hw, session)
-    _forward(builder, 0, ())
-    first_alike = step.micro_steps > 2 and _first_alike(strategy, builder)
+    fetch = strategy.param_fetch(step, hw)
+    _forward(builder, fetch, 0, ())
+    first_alike = step.micro_steps > 2 and _first_alike(strategy, builder, fetch)
     for micro in builder.session.loop_runs(micro_keys(step.micro_steps, first_alike), self_contained=True):
-        _backward(strategy, builder, micro)
+        _backward(strategy, builder, fetch, micro)
         if micro + 1 < step.micro_steps:
-            _forward(builder, micro + 1, builder.tails())
+            _forward(builder, fetch, micro + 1, builder.tails())
     strategy.optimizer_step(builder, builder.marker("step.begin", "optimizer_step", builder.tails()))
 
 
@@ -54,79 +56,96 @@ def micro_keys(micro_steps: int, first_alike: bool = False) -> tuple[tuple[Hasha
     return (("first", 1), *middle, ("boundary", 1))
 
 
-def _first_alike(strategy: Strategy, builder: StepBuilder) -> bool:
+def _first_alike(strategy: Strategy, builder: StepBuilder, fetch: ParamFetch | None) -> bool:
     """Whether the first micro-step gives the results an accumulating one gives
     (``micro_keys``): their offloads differ at most in the order of each layer's copies, and
-    no other task of a micro-step uses the links those copies use (its collectives; its
-    compute and markers use none)."""
+    no other task of a micro-step uses the links those copies use (its collectives and
+    parameter fetches; its compute and markers use none)."""
     links = strategy.accumulation_links(builder)
-    return links is not None and links.isdisjoint(link for link, _units in builder.collective_usage())
+    others = {link for link, _units in builder.collective_usage()} | (fetch.links(builder) if fetch else set())
+    return links is not None and links.isdisjoint(others)
 
 
-def _gather(builder: StepBuilder, name: str, phase: str, layer: LayerWork, deps: tuple[str, ...]) -> str | None:
-    """ZeRO-3 all-gather of a layer's 16-bit parameters before it runs (None below stage 3)."""
-    if builder.step.training.zero_stage < 3:
-        return None
-    return builder.collective(name, "allgather", phase, layer.params * builder.step.lp_bytes, deps)
+def _gather(builder: StepBuilder, fetch: ParamFetch | None, name: str, phase: str, index: int,
+            after: tuple[str, ...], computed: list[str]) -> tuple[str, ...]:
+    """What a layer's pass waits for: its offloaded partition fetched (``ParamFetch.fetch``) and
+    the ZeRO-3 all-gather of its 16-bit parameters (none below stage 3 or with one rank); with
+    neither, nothing."""
+    if fetch is not None:
+        after = (fetch.fetch(builder, name, phase, index, after, computed),)
+    gathered = None
+    if builder.step.training.zero_stage >= 3:
+        num_bytes = builder.step.layers[index].params * builder.step.lp_bytes
+        gathered = builder.collective(f"{name}.allgather", "allgather", phase, num_bytes, after)
+    return (gathered,) if gathered else after if fetch is not None else ()
 
 
-def _forward(builder: StepBuilder, micro: int, after: tuple[str, ...]) -> None:
-    """Each layer's parameters are gathered while the layer before computes (DeepSpeed
-    prefetches the next parameter in the trace), then the layer computes. Nothing of it is
-    issued before ``after`` (the previous micro-step's backward) is done: DeepSpeed ends
-    every backward by synchronizing the stream its gradient reduction and offload copies run
-    on (v0.16.2 ``stage3.py``, ``independent_gradient_partition_epilogue``)."""
+def _ahead(fetch: ParamFetch | None) -> int:
+    """Passes back whose compute a pass's fetch waits for: the layer before it computes while
+    it is fetched (DeepSpeed prefetches the next parameter in the trace), or with parameter
+    offload ``prefetch_depth`` layers before."""
+    return 2 if fetch is None else 1 + fetch.depth
+
+
+def _forward(builder: StepBuilder, fetch: ParamFetch | None, micro: int, after: tuple[str, ...]) -> None:
+    """Each layer's parameters are fetched and gathered while the layer before computes
+    (``_ahead``), then the layer computes. Nothing of it is issued before ``after`` (the
+    previous micro-step's backward) is done: DeepSpeed ends every backward by synchronizing the
+    stream its gradient reduction and offload copies run on (v0.16.2 ``stage3.py``,
+    ``independent_gradient_partition_epilogue``)."""
     begin = builder.marker(f"m{micro}.forward.begin", "forward", after)
     computed: list[str] = []
     layers = builder.step.layers
-    for i in builder.loop(builder.step.layer_shapes):
-        layer = layers[i]
-        prefetch = tuple(iterations_back(computed, 2) or [begin])
-        ag = _gather(builder, f"m{micro}.fwd.{i}.allgather", "forward", layer, prefetch)
-        computed.append(builder.compute(f"m{micro}.fwd.{i}", "forward", layer.forward_kernels, _some(ag)))
+    shapes = builder.step.layer_shapes
+    for i in builder.loop(fetch.keys(shapes) if fetch else shapes):
+        prefetch = tuple(iterations_back(computed, _ahead(fetch)) or [begin])
+        ready = _gather(builder, fetch, f"m{micro}.fwd.{i}", "forward", i, prefetch, computed)
+        computed.append(builder.compute(f"m{micro}.fwd.{i}", "forward", layers[i].forward_kernels, ready))
 
 
-def _backward(strategy: Strategy, builder: StepBuilder, micro: int) -> None:
+def _backward(strategy: Strategy, builder: StepBuilder, fetch: ParamFetch | None, micro: int) -> None:
     """Layers in reverse (``_backward_layer``); the streams whose copies run in the background
     of this micro-step's backward (``Strategy.background_streams``) are said so for its span."""
-    builder.marker(f"m{micro}.backward.begin", "backward")
+    begin = builder.marker(f"m{micro}.backward.begin", "backward")
     background = strategy.background_streams(builder, micro)
     if background:
         builder.session.background_copies(background)
     computed: list[str] = []
     blocking: str | None = None
     layers = builder.step.layers
-    for j in builder.loop(strategy.backward_keys(builder, micro)):
+    keys = strategy.backward_keys(builder, micro)
+    if fetch is not None:
+        keys = tuple(zip(keys, fetch.layout.nvme_elements[::-1], strict=True))
+    for j in builder.loop(keys):
         i = len(layers) - 1 - j
-        blocking = _backward_layer(strategy, builder, micro, i, computed, blocking)
+        blocking = _backward_layer(strategy, builder, fetch, (micro, begin), i, computed, blocking)
     if background:
         builder.session.background_copies(frozenset())
 
 
-def _backward_layer(strategy: Strategy, builder: StepBuilder, micro: int, i: int, computed: list[str],
-                    blocking: str | None) -> str | None:
+def _backward_layer(strategy: Strategy, builder: StepBuilder, fetch: ParamFetch | None, micro: tuple[int, str],
+                    i: int, computed: list[str], blocking: str | None) -> str | None:
     """A checkpointed layer is gathered, recomputed, gathered again (ZeRO-3 released its
     parameters after the recomputed forward) and differentiated; each gather is prefetched
     while the compute before it runs, as in forward. The layer's gradients are
     reduce-scattered and offloaded. Where the offload blocks the host thread (``blocking``,
     what it returns), nothing of the next layer (not even its prefetch) is issued before it is
-    done."""
+    done. ``micro``: the micro-step and its backward's first task."""
     layer = builder.step.layers[i]
-    prefix = f"m{micro}.bwd.{i}"
+    micro_step, begin = micro
+    prefix = f"m{micro_step}.bwd.{i}"
     passes = (("recompute", layer.forward_kernels), ("", layer.backward_kernels)) if layer.checkpointed else (
         ("", layer.backward_kernels),)
     for label, work in passes:
         name = f"{prefix}.{label}" if label else prefix
-        after = tuple(iterations_back(computed, 2))
+        # an offloaded partition is fetched once the backward is issued (its marker)
+        after = tuple(iterations_back(computed, _ahead(fetch)) or ([begin] if fetch else []))
         if blocking is not None:
             after = (*after, blocking)
-        ag = _gather(builder, f"{name}.allgather" if label else f"{prefix}.allgather", "backward", layer, after)
-        computed.append(builder.compute(name, "backward", work, _some(ag) or after))
+        ready = _gather(builder, fetch, name, "backward", i, after, computed)
+        computed.append(builder.compute(name, "backward", work, ready or after))
     factor = 1 if builder.step.training.zero_stage >= 2 else 2
     rs = builder.collective(f"{prefix}.reduce", "reduce_scatter", "backward",
                       factor * layer.params * builder.step.lp_bytes, (computed[-1],))
-    return strategy.offload_gradients(builder, micro, i, layer, rs or computed[-1])
+    return strategy.offload_gradients(builder, micro_step, i, layer, rs or computed[-1])
 
-
-def _some(name: str | None) -> tuple[str, ...]:
-    return (name,) if name else ()

@@ -37,11 +37,11 @@ def adam_kind(builder: StepBuilder, memory: HostMemory, writes: HostMemory | Non
     return TaskKind("cpu", "optimizer_step", "adam", overhead, usage, cap, per_element)
 
 
-def gpu_adam_task(builder: StepBuilder, group: SubGroup, deps: tuple[str, ...]) -> Task:
+def gpu_adam_task(builder: StepBuilder, group: SubGroup, deps: tuple[str, ...], lp_copy: bool = True) -> Task:
     """GPU Adam over a sub-group on the compute stream, bound by HBM bandwidth: it reads and
     writes the fp32 state (``ADAM_READ_BYTES``, ``ADAM_WRITE_BYTES``) and writes the 16-bit
-    parameter copy, once per element."""
-    per_element = ADAM_READ_BYTES + ADAM_WRITE_BYTES + builder.step.lp_bytes
+    parameter copy (``lp_copy``; not when the parameters are offloaded), once per element."""
+    per_element = ADAM_READ_BYTES + ADAM_WRITE_BYTES + (builder.step.lp_bytes if lp_copy else 0)
     return Task(f"step.{group.index}.adam", "gpu", "optimizer_step", "adam", 0.0, group.numel * per_element,
                 (("hbm", 1.0),), math.inf, deps)
 

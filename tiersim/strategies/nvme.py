@@ -15,10 +15,9 @@ from collections.abc import Hashable
 from tiersim.config.deepspeed_version import at_least
 from tiersim.config.hardware import Hardware
 from tiersim.engine.schedule import iterations_back
-from tiersim.errors import ModelError
 from tiersim.strategies import footprint
 from tiersim.strategies.base import ScheduleHints, Strategy
-from tiersim.strategies.builder import StepBuilder, TaskKind
+from tiersim.strategies.builder import StepBuilder
 from tiersim.strategies.footprint import pinned
 from tiersim.strategies.gradient_swapper import MIN_AIO_BYTES, drains
 from tiersim.strategies.gradients import (
@@ -27,18 +26,12 @@ from tiersim.strategies.gradients import (
     gradient_copy_links,
     gradient_offload_tasks,
     gradients_to_host,
-    params_to_gpu,
 )
 from tiersim.strategies.kinds import FP32_BYTES, adam_kind
 from tiersim.strategies.memory import HostMemory
+from tiersim.strategies.param_offload import update_tasks, updated_params
 from tiersim.strategies.placement import MissingDevice, Placement, largest_partition
-from tiersim.strategies.swap import (
-    TENSORS_SWAPPED_IN,
-    TENSORS_SWAPPED_OUT,
-    SwapOptions,
-    device_cost,
-    stream_rate,
-)
+from tiersim.strategies.swap import AIO_ALIGNED_BYTES, TENSORS_SWAPPED_IN, TENSORS_SWAPPED_OUT, SwapOptions, aio_kind
 from tiersim.workload import LayerWork, StepShape, TrainingStep
 
 
@@ -87,22 +80,6 @@ class NVMeSwap(Strategy):
         """The swappable path keeps every fp32 partition of a bucket until it swaps them out."""
         return FP32_BYTES * math.ceil(step.training.reduce_bucket_size / step.training.data_parallel)
 
-    def _io_kind(self, builder: StepBuilder, stream: str, phase: str, write: bool) -> TaskKind:
-        """aio reads or writes (units: bytes) between pinned DRAM buffers and NVMe (made once
-        per schedule)."""
-        key = ("aio", stream, phase, write)
-        kind = builder.kinds.get(key)
-        if kind is None:
-            nvme = builder.hw.nvme
-            if nvme is None:
-                raise ModelError("an NVMe schedule on hardware without NVMe drives")
-            usage = (("nvme", device_cost(nvme, write)), ("dram", 1.0))
-            latency = nvme.write_latency if write else nvme.read_latency
-            category = "nvme_write" if write else "nvme_read"
-            rate = stream_rate(nvme, self.options, write)
-            kind = builder.kinds[key] = TaskKind(stream, phase, category, latency, usage, rate)
-        return kind
-
     def offload_gradients(self, builder: StepBuilder, micro: int, index: int, layer: LayerWork,
                           ready: str) -> str | None:
         """Every micro-step keeps the partition in the pinned host buffer; the boundary also
@@ -119,7 +96,7 @@ class NVMeSwap(Strategy):
             return None
         waiting = swapper_waits(builder.step)
         tails = builder.graph.stream_tails()
-        write = self._io_kind(builder, "aio_write", "backward", True)
+        write = aio_kind(builder, self.options, "aio_write", "backward", True)
         drained = waiting and self._drains(builder.step)[index] and write.stream in tails
         staged = fp32_gradients_d2h(builder, dram, index, layer, kept, (tails[write.stream],) if drained else ())
         builder.background.add(write.stream)
@@ -158,14 +135,16 @@ class NVMeSwap(Strategy):
         return gradient_offload_tasks(shape) + 2 * shape.layers  # the boundary's fp32 D2H and NVMe write
 
     def step_task_count(self, shape: StepShape, hw: Hardware) -> int:
-        return shape.subgroups * (5 if hw.has_gpu else 3)  # swap in, Adam, conversion, H2D, swap out
+        # swap in, Adam, swap out, and the conversion and H2D (or the offloaded parameters' update)
+        return shape.subgroups * (3 + update_tasks(self.param_offload, hw.has_gpu))
 
     def optimizer_step(self, builder: StepBuilder, begin: str) -> None:
         opts = self.options
         dram = HostMemory.dram_only()
-        swap_in = self._io_kind(builder, "aio_read", "optimizer_step", False)
-        swap_out = self._io_kind(builder, "aio_write", "optimizer_step", True)
+        swap_in = aio_kind(builder, self.options, "aio_read", "optimizer_step", False)
+        swap_out = aio_kind(builder, self.options, "aio_write", "optimizer_step", True)
         adam = adam_kind(builder, dram)
+        fetch = self.param_fetch(builder.step, builder.hw)
         # The first swap-in flushes the gradient writes still in flight from backward.
         flushed = builder.graph.stream_tails().get(swap_out.stream)
         # With pipeline_read, sub-group i is read when sub-group i-1's update begins.
@@ -181,7 +160,7 @@ class NVMeSwap(Strategy):
         # writes); a sub-group the pipeline or buffer reuse would make wait for one before the
         # first waits for none (``iterations_back``).
         shapes = tuple((size, i == 0) for i, size in enumerate(builder.step.subgroup_sizes))
-        for i in builder.loop(shapes):
+        for i in builder.loop(fetch.update_keys(shapes) if fetch else shapes):
             group = groups[i]
             deps = [begin] + ([flushed] if i == 0 and flushed else [])
             if opts.pipeline_read:
@@ -200,7 +179,7 @@ class NVMeSwap(Strategy):
                 if not opts.pipeline_write:
                     adam_deps.append(writes[-1])
             adam_done = builder.add(adam.task(f"step.{i}.adam", group.numel, tuple(adam_deps)))
-            updated.append(params_to_gpu(builder, dram, group, adam_done))
+            updated.append(updated_params(builder, fetch, dram, group, adam_done))
             writes.append(builder.add(swap_out.task(f"step.{i}.swap_out", TENSORS_SWAPPED_OUT * fp32, (updated[-1],))))
 
 
@@ -210,10 +189,6 @@ def swapper_waits(step: TrainingStep) -> bool:
     The code is the same in 0.16.2; tiersim keeps its background model there, with which the
     seed node was fitted."""
     return not at_least(step.training.deepspeed_version, (0, 14))
-
-
-AIO_ALIGNED_BYTES = 1024
-"""Bytes per aio thread a swapped tensor's length is aligned to (DeepSpeed ``AIO_ALIGNED_BYTES``)."""
 
 
 def _aligned(numel: int, threads: int) -> int:

@@ -84,14 +84,20 @@ Unfit = Misfit | MissingDevice
 
 
 def place_gpu_common(step: TrainingStep, placement: Placement, gpu: GPUProfile, grads_on_gpu: bool,
-                     gradient_conversion: int) -> None:
+                     gradient_conversion: int, fetched_ahead: int | None = None) -> None:
     """What every strategy keeps in HBM (per GPU): the 16-bit parameter partition (and gradients),
     ZeRO-3's contiguous reduce bucket, and at the backward peak the gathered layers, activations,
     the largest tensor's gradient before it moves into the bucket and ``gradient_conversion``
     bytes of fp32 gradient partitions on their way off the GPU. The caching allocator reserves
     ``ALLOCATOR_RESERVE`` per transient byte; the CUDA context and libraries add
-    ``gpu.reserved_memory`` beside it."""
-    placement.put("hbm", "bf16 parameters (partition)", step.lp_param_bytes_on_gpu())
+    ``gpu.reserved_memory`` beside it.
+
+    With the parameters offloaded (``fetched_ahead``: layers fetched ahead of the one computing,
+    ``param_offload.prefetch_depth``) the partition is not in HBM; the layers in flight are (also
+    with one rank), and with several ranks their partitions copied in before the all-gather."""
+    offloaded = fetched_ahead is not None
+    if not offloaded:
+        placement.put("hbm", "bf16 parameters (partition)", step.lp_param_bytes_on_gpu())
     if grads_on_gpu:
         placement.put("hbm", "bf16 gradients (partition)", step.lp_grad_bytes_on_gpu())
     placement.put("hbm", "reduce bucket", step.training.reduce_bucket_size * step.lp_bytes)
@@ -100,9 +106,13 @@ def place_gpu_common(step: TrainingStep, placement: Placement, gpu: GPUProfile, 
         "gradient of the largest tensor": step.largest_tensor * step.lp_bytes,
         "fp32 gradient partitions (on their way to the host)": gradient_conversion,
     }
-    if step.training.zero_stage >= 3 and step.training.data_parallel > 1:
-        largest = step.largest_layer
-        transient["gathered layers (current + prefetch)"] = 2 * largest * step.lp_bytes
+    dp = step.training.data_parallel
+    if step.training.zero_stage >= 3 and (dp > 1 or offloaded):
+        in_flight = 1 + (fetched_ahead if fetched_ahead is not None else 1)
+        transient["gathered layers (current + prefetch)"] = in_flight * step.largest_layer * step.lp_bytes
+        if offloaded and dp > 1:
+            transient["fetched partitions (before their all-gather)"] = (
+                in_flight * math.ceil(step.largest_layer / dp) * step.lp_bytes)
     for what, num_bytes in transient.items():
         placement.put("hbm", what, num_bytes)
     reserve = round(footprint.ALLOCATOR_RESERVE * sum(transient.values())) - sum(transient.values())

@@ -14,11 +14,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from tiersim.config.hardware import Hardware
 from tiersim.config.profiles import NVMeProfile
 from tiersim.config.schema import integer, size
-from tiersim.errors import ConfigError
+from tiersim.errors import ConfigError, ModelError
 from tiersim.frozen import by_fields
+from tiersim.strategies.builder import StepBuilder, TaskKind
+from tiersim.strategies.param_options import ParamOffload
 
+AIO_ALIGNED_BYTES = 1024
+"""Bytes per aio thread a swapped tensor's length is aligned to (DeepSpeed ``AIO_ALIGNED_BYTES``)."""
 TENSORS_SWAPPED_IN = 4
 """fp32 param, exp_avg, exp_avg_sq and gradient of a sub-group are read for its update."""
 TENSORS_SWAPPED_OUT = 3
@@ -41,6 +46,8 @@ class SwapOptions:
     pipeline_write: bool = False
     """Swap-outs run in the background: the next sub-group's swap-in and update wait only for
     free buffers, not for the previous swap-out (DeepSpeed ``offload_optimizer.pipeline_write``)."""
+    offload_param: ParamOffload | None = None
+    """The 16-bit parameters offloaded too (``tiersim.strategies.param_offload``); absent: in HBM."""
 
     def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
         return by_fields(self)
@@ -73,3 +80,24 @@ def stream_rate(nvme: NVMeProfile, swap: SwapOptions, write: bool) -> float:
 def device_cost(nvme: NVMeProfile, write: bool) -> float:
     """Device-seconds one byte costs on a drive (1 / its sequential bandwidth)."""
     return 1.0 / (nvme.write_bandwidth if write else nvme.read_bandwidth)
+
+
+def aio_kind(builder: StepBuilder, swap: SwapOptions, stream: str, phase: str, write: bool) -> TaskKind:
+    """aio reads or writes (units: bytes) between pinned DRAM buffers and NVMe on ``stream``, at
+    the rate ``swap``'s settings sustain (``stream_rate``; made once per schedule)."""
+    key = ("aio", stream, phase, write)
+    kind = builder.kinds.get(key)
+    if kind is None:
+        nvme = drives(builder.hw)
+        usage = (("nvme", device_cost(nvme, write)), ("dram", 1.0))
+        latency = nvme.write_latency if write else nvme.read_latency
+        category = "nvme_write" if write else "nvme_read"
+        kind = builder.kinds[key] = TaskKind(stream, phase, category, latency, usage, stream_rate(nvme, swap, write))
+    return kind
+
+
+def drives(hw: Hardware) -> NVMeProfile:
+    """The rank's NVMe drives' profile (a ``ModelError`` on hardware without them)."""
+    if hw.nvme is None:
+        raise ModelError("an NVMe schedule on hardware without NVMe drives")
+    return hw.nvme
