@@ -23,6 +23,8 @@ from tiersim.config.ds_batch import deepspeed_batch
 from tiersim.config.ds_config import DeepSpeedAutoFilled, apply_ds_config, read_ds_config
 from tiersim.config.ds_keys import KEYS
 from tiersim.errors import ConfigError
+from tiersim.simulate import simulate
+from tiersim.strategies.param_options import ParamOffload
 
 SEED70 = ROOT / "scenarios" / "seed-70b.yaml"
 FIXTURES = ROOT / "tests" / "fixtures" / "deepspeed"
@@ -110,11 +112,21 @@ def test_deeply_nested_config_on_the_command_line(tmp_path: Path) -> None:
 
 # --- the published configs ---------------------------------------------------------------------
 
-@pytest.mark.slow
-def test_accelerate_template_is_refused_at_offload_param() -> None:
-    proc = tiersim("run", str(SEED70), "--ds-config", str(ACCELERATE))
-    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
-    assert f"{ACCELERATE}: zero_optimization.offload_param.device: \"cpu\": parameter offload" in proc.stderr
+def test_accelerate_template_offloads_the_parameters_and_changes_the_answer(tmp_path: Path) -> None:
+    """The template as it is: its ``offload_param`` becomes each strategy's block, and the run
+    differs from the one without it."""
+    scenario = _scenario(tmp_path)
+    with pytest.warns(DeepSpeedAutoFilled):
+        offloaded = load_scenario(scenario, ds_config=ACCELERATE)
+    with pytest.warns(DeepSpeedAutoFilled):
+        kept = load_scenario(scenario, ds_config=_ds(tmp_path, _without_offload_param(ACCELERATE)))
+    assert [c.options.offload_param for c in offloaded] == [ParamOffload("cpu", pin_memory=True)] * 2
+    assert [c.options.offload_param for c in kept] == [None, None]
+    assert offloaded[0].training.prefetch_bucket_size == int(0.9 * 8192**2)
+    with_it, without = simulate(offloaded[0]), simulate(kept[0])
+    assert with_it.fits and without.fits
+    assert with_it.iteration_time_s != without.iteration_time_s
+    assert with_it.peak_bytes["hbm"] < without.peak_bytes["hbm"]
 
 
 @pytest.mark.slow
@@ -142,12 +154,20 @@ def test_accelerate_template_settings(tmp_path: Path) -> None:
     assert dram.hardware.pinned
 
 
-def test_hf_docs_nvme_example_is_refused_at_offload_param_then_at_its_misplaced_aio(
+def test_hf_docs_nvme_example_is_refused_at_its_misplaced_aio(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["run", str(SEED70), "--ds-config", str(HF_NVME)]) == 2
-    assert "zero_optimization.offload_param.device: \"nvme\": parameter offload" in capsys.readouterr().err
-    err = _refused(tmp_path, _without_offload_param(HF_NVME), capsys)
+    err = _refused(tmp_path, json.loads(HF_NVME.read_text()), capsys)
     assert "zero_optimization.aio: not a key of DeepSpeed 0.16's ZeRO config" in err
+
+
+def test_hf_docs_nvme_example_offloads_the_parameters_to_nvme(tmp_path: Path) -> None:
+    config = json.loads(HF_NVME.read_text())
+    config["aio"] = config["zero_optimization"].pop("aio")
+    # seed-70b's FFN weight is 117M elements per rank on its 2 GPUs: more than a 1e8 buffer holds
+    config["zero_optimization"]["offload_param"]["buffer_size"] = 2e8
+    with pytest.warns(DeepSpeedAutoFilled):
+        (nvme,) = load_scenario(_scenario(tmp_path, precision="fp16"), ds_config=_ds(tmp_path, config))
+    assert nvme.options.offload_param == ParamOffload("nvme", 5, 2 * 10**8, 10**9, True)
 
 
 def test_hf_docs_nvme_example_with_aio_at_the_top_runs(tmp_path: Path) -> None:
@@ -252,12 +272,18 @@ def test_train_batch_and_accumulation_set_the_micro_batch(tmp_path: Path) -> Non
 # --- every key: modelled, passed, or refused by name ---------------------------------------------
 
 @pytest.mark.parametrize(("change", "key"), [
-    ({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}},
-     "zero_optimization.offload_param.device: \"cpu\": parameter offload"),
     ({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "ratio": 0.5}}},
      "zero_optimization.offload_optimizer.ratio: 0.5 with device \"nvme\": tiersim models partial offload"),
     ({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 1.5}}},
      "zero_optimization.offload_optimizer.ratio: expected a number from 0 to 1, got 1.5"),
+    ({"zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}},
+     "zero_optimization.offload_param.device: 'cpu' at ZeRO stage 2: DeepSpeed offloads parameters at stage 3"),
+    ({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu", "buffer_size": -1}}},
+     "zero_optimization.offload_param.buffer_size: expected a whole number of at least 0, got -1"),
+    ({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "buffer_size": 1000}}},
+     "strategies.gpu.offload_param.buffer_size: 1000 elements, but a parameter partition has"),
+    ({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu", "buffers": 1}}},
+     "zero_optimization.offload_param.buffers: not a key of DeepSpeed 0.16's ZeRO config"),
     ({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme"}}},
      "zero_optimization.offload_optimizer.device: 'nvme' at ZeRO stage 2"),
     ({"zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu"}}},

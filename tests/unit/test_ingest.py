@@ -211,6 +211,19 @@ def test_nvme_node_log() -> None:
     assert hardware["adam_simd"] == "avx512" and hardware["nvme"] == {"count": 1}
 
 
+def test_a_log_that_offloads_parameters_maps_them(tmp_path: Path) -> None:
+    """DeepSpeed prints ``offload_param`` as its config object; tiersim reads it into the strategy's
+    ``offload_param`` block, DeepSpeed's defaults where the print is silent."""
+    log = read_log(_write(tmp_path, _edit(DRAM, "offload_param=None", "offload_param=DeepSpeedZeroOffloadParamConfig("
+                                          "device='nvme', nvme_path=None, buffer_count=6, buffer_size=200,000,000, "
+                                          "pin_memory=True)")))
+    scenario = log_document(log).data
+    assert scenario["strategies"] == [{"name": "dram", "offload_param": {
+        "device": "nvme", "buffer_count": 6, "buffer_size": 200_000_000, "max_in_cpu": 1_000_000_000,
+        "pin_memory": True}}]
+    assert scenario["hardware"]["nvme"] == {"count": 1}
+
+
 @pytest.mark.parametrize(("log", "shape"), [
     (POLARIS, "40 layers, hidden 5120, 40 heads (4 KV), FFN 13632, vocab 50304"),
     (NVME_NODE, "80 layers, hidden 8192, 64 heads (4 KV), FFN 28672, vocab 50304"),
@@ -460,8 +473,8 @@ REFUSALS = [
      "reduce_bucket_size: expected a whole number, got '500,000,00'"),
     (lambda: _edit(NVME_NODE, "pipeline_read=True", "pipeline_read=yes"),
      "offload_optimizer.pipeline_read: expected True or False, got 'yes'"),
-    (lambda: _edit(NVME_NODE, "offload_param=None", "offload_param=DeepSpeedZeroOffloadParamConfig(device='nvme')"),
-     "zero_config.offload_param.device: 'nvme': offloading parameters (ZeRO-Infinity) is not modelled"),
+    (lambda: _edit(NVME_NODE, "offload_param=None", "offload_param=DeepSpeedZeroOffloadParamConfig(device='disk')"),
+     "zero_config.offload_param.device: expected cpu, nvme or none, got 'disk'"),
     (lambda: _edit(NVME_NODE, "'block_size': 2097152", "'block_size': '1M'"),
      "aio_config.block_size: expected a whole number, got '1M'"),
     (lambda: _edit(DRAM, "--adam-beta1 0.9", "--adam-beta1 zero.nine"),

@@ -10,7 +10,8 @@ the file is silent: batch (``tiersim.config.ds_batch``), precision, ZeRO stage, 
 bucket sizes, gradient accumulation dtype, and the offload device, which picks the strategies:
 ``cpu`` keeps the scenario's ``dram``/``cxl`` entries (both run DeepSpeed's CPU offload; they
 differ in the numactl policy, which the file does not hold; ``ratio`` becomes their ``ratio``),
-``nvme`` its ``nvme`` entry (with the swap and aio settings), no offload ``gpu``.
+``nvme`` its ``nvme`` entry (with the swap and aio settings), no offload ``gpu``; ``offload_param``
+(stage 3) becomes each entry's ``offload_param`` block.
 """
 
 from __future__ import annotations
@@ -34,6 +35,13 @@ MAX_DEPTH = 16
 _DTYPES = {"fp32": "fp32", "float32": "fp32", "fp16": "fp16", "float16": "fp16", "bf16": "bf16", "bfloat16": "bf16"}
 _DEVICE_STRATEGIES = {"cpu": ("dram", "cxl"), "nvme": ("nvme",), "none": ("gpu",)}
 _OFFLOAD = "zero_optimization.offload_optimizer."
+_PARAM = "zero_optimization.offload_param."
+_PARAM_OPTIONS = {  # strategies.NAME.offload_param option: DeepSpeed's default (offload_config.py)
+    "buffer_count": 5,
+    "buffer_size": 100_000_000,
+    "max_in_cpu": 1_000_000_000,
+    "pin_memory": False,
+}
 _NVME_OPTIONS = {  # strategies.nvme option: (DeepSpeed key, DeepSpeed's default)
     "buffer_count": (_OFFLOAD + "buffer_count", 4),
     "pipeline_read": (_OFFLOAD + "pipeline_read", False),
@@ -143,6 +151,7 @@ def _apply_training(training: dict[str, Any], settings: dict[str, Any], world: i
     training["zero_stage"] = stage = get("zero_optimization.stage", _stage, 0)
     training["sub_group_size"] = get("zero_optimization.sub_group_size", _whole, 1_000_000_000)
     training["reduce_bucket_size"] = get("zero_optimization.reduce_bucket_size", _whole, 500_000_000)
+    training["prefetch_bucket_size"] = get("zero_optimization.stage3_prefetch_bucket_size", _count, 50_000_000)
     training.pop("grad_accum_dtype", None)
     dtype = get("data_types.grad_accum_dtype", _dtype)
     if dtype is not None:
@@ -180,7 +189,8 @@ def _apply_offload(out: dict[str, Any], settings: dict[str, Any], stage: int, so
     swap = {option: kinds.get(option, _whole)(source, name, settings.get(name, default))
             for option, (name, default) in _NVME_OPTIONS.items()}
     ratio = _cpu_options(settings, device, source)
-    out["strategies"] = _strategies(out.get("strategies"), device, swap if device == "nvme" else ratio)
+    options = {**(swap if device == "nvme" else ratio), "offload_param": _param_offload(settings, stage, source)}
+    out["strategies"] = _strategies(out.get("strategies"), device, options)
 
 
 def _cpu_options(settings: dict[str, Any], device: str, source: str) -> dict[str, Any]:
@@ -196,15 +206,36 @@ def _cpu_options(settings: dict[str, Any], device: str, source: str) -> dict[str
     return {"ratio": ratio} if device == "cpu" else {}
 
 
+def _param_offload(settings: dict[str, Any], stage: int, source: str) -> dict[str, Any] | None:
+    """The ``offload_param`` block of every strategy entry (None: the parameters stay in HBM)."""
+    device = _device(source, _PARAM + "device", settings.get(_PARAM + "device", "none"))
+    if device == "none":
+        return None
+    if stage < 3:
+        raise ConfigError(source, _PARAM + "device", f"{device!r} at ZeRO stage {stage}: DeepSpeed offloads "
+                                                     "parameters at stage 3 only")
+    block: dict[str, Any] = {"device": device}
+    for option, default in _PARAM_OPTIONS.items():
+        kind = _flag if option == "pin_memory" else _count
+        block[option] = kind(source, _PARAM + option, settings.get(_PARAM + option, default))
+    return block
+
+
 def _strategies(entries: object, device: str, options: dict[str, Any]) -> list[Any]:
-    """The scenario's strategy entries that run ``device``'s offload (a default one if none)."""
+    """The scenario's strategy entries that run ``device``'s offload (a default one if none),
+    with ``options`` (one of None removes that option from them)."""
     wanted = _DEVICE_STRATEGIES[device]
     kept = [e for e in entries if _name(e) in wanted] if isinstance(entries, list) else []
     if not kept:
         kept = [wanted[0]]
-    if options:
-        kept = [{**({"name": e} if isinstance(e, str) else e), **options} for e in kept]
-    return kept
+    fields = {key: value for key, value in options.items() if value is not None}
+    out: list[Any] = []
+    for entry in kept:
+        mapping = {"name": entry} if isinstance(entry, str) else {
+            key: value for key, value in entry.items() if key not in options or options[key] is not None}
+        mapping.update(fields)
+        out.append(mapping if len(mapping) > 1 else mapping["name"])
+    return out
 
 
 def _auto_line(filled: Filled, defaulted: list[str]) -> str | None:
@@ -281,6 +312,14 @@ def _fraction(source: str, key: str, value: object) -> float:
     if not _is_number(value) or not 0 <= value <= 1:  # type: ignore[operator]
         raise ConfigError(source, key, f"expected a number from 0 to 1, got {_show(value)}")
     return float(value)  # type: ignore[arg-type]
+
+
+def _count(source: str, key: str, value: object) -> int:
+    """A whole number of at least 0 (DeepSpeed's ``ge=0`` fields)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or value != int(value) or value < 0:
+        raise ConfigError(source, key, f"expected a whole number of at least 0, got {_show(value)}")
+    return int(value)
 
 
 def _stage(source: str, key: str, value: object) -> int:

@@ -4,8 +4,8 @@ refuses: one entry per key of DeepSpeed 0.16 (``deepspeed/runtime/config.py``, `
 
 A key is addressed by its dotted path; ``SECTION.*`` stands for every key under ``SECTION``
 that has no entry of its own. A refused key is accepted at the value tiersim models (the
-``accepted`` values, DeepSpeed's default), so ``"offload_param": {"device": "none"}`` runs and
-``"device": "cpu"`` is refused naming the key. docs/guide/deepspeed-config.md lists this table.
+``accepted`` values, DeepSpeed's default), so ``"overlap_comm": true`` runs and ``false`` is
+refused naming the key. docs/guide/deepspeed-config.md lists this table.
 """
 
 from __future__ import annotations
@@ -91,16 +91,21 @@ KEYS: dict[str, Key] = {
                                                            "(partial offload, ZeRO-3, device cpu)"),
     "zero_optimization.offload_optimizer.nvme_path": _ignored("the path; the drives are hardware.nvme"),
     "zero_optimization.offload_optimizer.fast_init": _ignored("initialization only"),
-    "zero_optimization.offload_param.device": _refused("parameter offload (ZeRO-Infinity offload_param)",
-                                                       "none", None),
-    "zero_optimization.offload_param.*": _ignored("read only with offload_param.device cpu or nvme"),
+    "zero_optimization.offload_param.device": _modelled("strategies.NAME.offload_param.device: cpu or nvme "
+                                                        "(stage 3 only); none: no offload_param block"),
+    "zero_optimization.offload_param.buffer_count": _modelled("strategies.NAME.offload_param.buffer_count"),
+    "zero_optimization.offload_param.buffer_size": _modelled("strategies.NAME.offload_param.buffer_size"),
+    "zero_optimization.offload_param.max_in_cpu": _modelled("strategies.NAME.offload_param.max_in_cpu"),
+    "zero_optimization.offload_param.pin_memory": _modelled("strategies.NAME.offload_param.pin_memory"),
+    "zero_optimization.offload_param.nvme_path": _ignored("the path; the drives are hardware.nvme"),
     "zero_optimization.overlap_comm": _refused("collectives not overlapped with compute", True, None),
     "zero_optimization.contiguous_gradients": _refused("gradients not copied to a contiguous buffer", True),
     "zero_optimization.reduce_scatter": _refused("all-reduce instead of reduce-scatter", True),
     "zero_optimization.allgather_partitions": _refused("broadcasts instead of all-gather", True),
     "zero_optimization.allgather_bucket_size": _ignored(_TUNING),
     "zero_optimization.use_multi_rank_bucket_allreduce": _ignored(_TUNING),
-    "zero_optimization.stage3_prefetch_bucket_size": _ignored(_TUNING),
+    "zero_optimization.stage3_prefetch_bucket_size": _modelled("training.prefetch_bucket_size (read with "
+                                                               "offload_param)"),
     "zero_optimization.stage3_param_persistence_threshold": _ignored(_TUNING),
     "zero_optimization.stage3_model_persistence_threshold": _ignored(_TUNING),
     "zero_optimization.stage3_max_live_parameters": _ignored(_TUNING),

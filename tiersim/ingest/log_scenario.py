@@ -104,6 +104,7 @@ def _training(log: TrainingLog, data_parallel: int) -> dict[str, Any]:
         "zero_stage": _integer(zero, "stage", source),
         "sub_group_size": _integer(zero, "sub_group_size", source, 1_000_000_000),
         "reduce_bucket_size": _integer(zero, "reduce_bucket_size", source, 500_000_000),
+        "prefetch_bucket_size": _integer(zero, "prefetch_bucket_size", source, 50_000_000),
         "adam_beta1": _real(args, "adam_beta1", source, 0.9),
         "adam_beta2": _real(args, "adam_beta2", source, 0.999),
         "flash_attention": any(args.get(flag) is True for flag in FLASH_ATTENTION_FLAGS),
@@ -125,7 +126,7 @@ def _hardware(log: TrainingLog, ranks: int) -> dict[str, Any]:
     cxl = _cxl_count(log)
     if cxl is not None:
         hardware["cxl"] = {"count": cxl}
-    if log.zero_config.get("offload_optimizer.device") == "nvme":
+    if "nvme" in (log.zero_config.get("offload_optimizer.device"), log.zero_config.get("offload_param.device")):
         hardware["nvme"] = {"count": 1}
     if log.adam_simd is not None:
         hardware["adam_simd"] = log.adam_simd
@@ -184,11 +185,36 @@ def _host_strategy(log: TrainingLog) -> dict[str, Any] | str:
 
 
 def _strategy(log: TrainingLog) -> dict[str, Any] | str:
+    """The strategy of ``_optimizer_strategy``, with the ``offload_param`` block where the
+    parameters are offloaded."""
+    strategy = _optimizer_strategy(log)
+    param = _param_offload(log.zero_config, log.path)
+    if param is None:
+        return strategy
+    return {**({"name": strategy} if isinstance(strategy, str) else strategy), "offload_param": param}
+
+
+def _param_offload(zero: dict[str, Any], source: str) -> dict[str, Any] | None:
+    """The log's ``offload_param`` as a strategy's block (DeepSpeed's defaults where it is
+    silent), or None where it offloads no parameters."""
+    device = zero.get("offload_param.device", "none")
+    if device in ("none", "None"):
+        return None
+    if device not in ("cpu", "nvme"):
+        raise ConfigError(source, "zero_config.offload_param.device", f"expected cpu, nvme or none, got {device!r}")
+    return {
+        "device": device,
+        "buffer_count": _integer(zero, "offload_param.buffer_count", source, 5),
+        "buffer_size": _integer(zero, "offload_param.buffer_size", source, 100_000_000),
+        "max_in_cpu": _integer(zero, "offload_param.max_in_cpu", source, 1_000_000_000),
+        "pin_memory": boolean(zero.get("offload_param.pin_memory", False), source,
+                              "zero_config.offload_param.pin_memory"),
+    }
+
+
+def _optimizer_strategy(log: TrainingLog) -> dict[str, Any] | str:
     """The strategy: offload device and memory policy, with the swapper's knobs for NVMe."""
     source, zero, aio = log.path, log.zero_config, log.aio_config
-    if zero.get("offload_param.device", "none") != "none":
-        raise ConfigError(source, "zero_config.offload_param.device", f"{zero['offload_param.device']!r}: "
-                          "offloading parameters (ZeRO-Infinity) is not modelled; tiersim offloads the optimizer")
     device = zero.get("offload_optimizer.device", "none")
     if device == "nvme":
         return {
