@@ -121,10 +121,14 @@ class HostLayout:
         return known
 
     def subgroup(self, what: str, index: int) -> HostMemory:
-        """The memory of sub-group ``index``'s piece of a per-sub-group label."""
+        """The memory of the tensor of sub-group ``index`` of a per-sub-group label (its
+        allocated bytes: a pinned buffer's rounding is held after them)."""
         if self.uniform is not None:
             return self.uniform
-        return HostMemory.split_at(self.hw, self._by_label[what][index].dram_fraction)
+        tensor = self._by_label[what][index]
+        size = tensor.allocation.allocated
+        in_dram = min(size, tensor.dram_fraction * tensor.allocation.reserved)
+        return HostMemory.split_at(self.hw, in_dram / size if size else 1.0)
 
 
 def allocations(step: TrainingStep, hw: Hardware, staging: Allocation, groups: Sequence[int]) -> list[Allocation]:
