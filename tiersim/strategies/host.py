@@ -26,13 +26,10 @@ where they are.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from tiersim.config.deepspeed_version import at_least
 from tiersim.config.hardware import Hardware
-from tiersim.config.schema import number
-from tiersim.frozen import by_fields
 from tiersim.strategies.base import ScheduleHints, Strategy
 from tiersim.strategies.builder import StepBuilder
 from tiersim.strategies.footprint import pinned
@@ -53,13 +50,12 @@ from tiersim.strategies.host_layout import (
     H2D_TEMPORARY,
     STAGING,
     Allocation,
-    DRAMPolicy,
     HostLayout,
-    MemoryPolicy,
     Piece,
     allocations,
     host_layout,
 )
+from tiersim.strategies.host_options import CXLOptions, HostOptions
 from tiersim.strategies.kinds import (
     ADAM_STATE_BYTES,
     FP32_BYTES,
@@ -70,7 +66,6 @@ from tiersim.strategies.kinds import (
 )
 from tiersim.strategies.memory import HostMemory
 from tiersim.strategies.param_offload import PARAM_PARTITIONS, param_allocations, update_tasks
-from tiersim.strategies.param_options import ParamOffload
 from tiersim.strategies.partial import PARTIAL_FROM, Split, cpu_groups, split
 from tiersim.strategies.placement import MissingDevice, Placement, largest_partition
 from tiersim.workload import LayerWork, StepShape, TrainingSpec, TrainingStep
@@ -79,25 +74,6 @@ GRADIENT_HOOK_THREADS = 1
 """Threads of the boundary gradient copy. It runs inside a backward hook, and the study's node
 stays at its forward CPU load through the DRAM backward (70B-dram-psutil.csv: 3.2-3.3% of 224
 CPUs in both), which a copy on a rank's 56 threads would visibly raise."""
-
-RATIO_DOC = ("fraction of the optimizer sub-groups updated on the CPU (DeepSpeed offload_optimizer.ratio, "
-             "ZeRO-3 only); the rest stay in HBM and the GPU updates them")
-
-
-@dataclass(frozen=True)
-class HostOptions:
-    """CPU offload's options, and the memory policy of each rank on its socket's DRAM node alone."""
-
-    ratio: float = number(1.0, ge=0, le=1, doc=RATIO_DOC)
-    policy: DRAMPolicy = "bind"
-    """The numactl policy over the socket's DRAM node: ``bind`` (-m) or ``preferred`` (-p), the same
-    placement on DRAM alone (an interleave needs CXL nodes: the ``cxl`` strategy)."""
-    offload_param: ParamOffload | None = None
-    """The 16-bit parameters offloaded too (``tiersim.strategies.param_offload``); absent: in HBM."""
-
-    def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
-        return by_fields(self)
-
 
 class HostOffload(Strategy):
     """CPU offload of the optimizer; subclasses choose the host memory policy."""
@@ -325,29 +301,6 @@ def _converted_on_host(builder: StepBuilder, staged_in: HostMemory, fp32: HostMe
     convert = host_copy_kind(builder, "backward", "grad_convert", staged_in, lp, FP32_BYTES, GRADIENT_HOOK_THREADS,
                              fp32)
     return builder.add(convert.task(f"m{micro}.bwd.{index}.grad_convert", numel, (copied,)))
-
-
-@dataclass(frozen=True)
-class CXLOptions:
-    """CPU offload's options, the memory policy of each rank over its socket's DRAM node and CXL
-    nodes, and the page weights of the weighted interleave."""
-
-    ratio: float = number(1.0, ge=0, le=1, doc=RATIO_DOC)
-    policy: MemoryPolicy = "weighted-interleave"
-    """The numactl policy over the socket's DRAM node and its CXL nodes: ``weighted-interleave``
-    (-w: pages split by ``dram_weight``:``cxl_weight``), ``interleave`` (-i: equal pages on every
-    node, DRAM 1 : CXL its nodes per socket), ``bind`` (-m: DRAM until full, then CXL, in
-    DeepSpeed's allocation order) or ``preferred`` (-p DRAM: the same fill)."""
-    dram_weight: float = number(12, gt=0, doc="DRAM's page weight under weighted-interleave: dram_weight / "
-                                              "(dram_weight + cxl_weight) of every host allocation is in DRAM")
-    cxl_weight: float = number(5, gt=0, doc="CXL's page weight under weighted-interleave: cxl_weight / "
-                                            "(dram_weight + cxl_weight) of every host allocation is on the CXL "
-                                            "devices")
-    offload_param: ParamOffload | None = None
-    """The 16-bit parameters offloaded too (``tiersim.strategies.param_offload``); absent: in HBM."""
-
-    def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
-        return by_fields(self)
 
 
 class CXLInterleave(HostOffload):
