@@ -77,7 +77,7 @@ def test_a_deferred_chain_is_latency_plus_bytes_over_bandwidth() -> None:
 
 def test_a_deferred_flow_on_a_link_that_could_saturate_is_run_again_without_deferring() -> None:
     """The writes share their drive with a read the step issues while they still run: the
-    deferred times would be wrong, so ``settle`` refuses them and the run is simulated again
+    deferred times would be wrong, so ``credit_deferred`` refuses them and the run is simulated again
     with every task in the event run (here, with no loop to skip, the full simulation's run)."""
     def schedule(session: Session) -> None:
         copies_behind_compute(20, 1e-3, 3e8, "nvme_shared")(session)
@@ -125,7 +125,7 @@ def repeating_layers(layers: int, compute_s: float, copy_bytes: float) -> Callab
 def test_a_loop_with_deferred_copies_is_skipped_and_gives_the_full_run(layers: int, compute_s: float,
                                                                       copy_bytes: float) -> None:
     """The compute side repeats, the copies' queues grow: the loop is skipped, the skipped
-    layers' copies timed as images of the last built one's, and every counter is the full run's."""
+    layers' copies timed as copies of the last built one's, and every counter is the full run's."""
     fast, full = _both(repeating_layers(layers, compute_s, copy_bytes))
     if layers >= 20:
         assert fast.events < full.events / 3
@@ -133,7 +133,7 @@ def test_a_loop_with_deferred_copies_is_skipped_and_gives_the_full_run(layers: i
 
 def test_the_skipped_layers_copies_are_timed_without_being_built() -> None:
     """Copies far behind the compute (writes 20x slower than a layer): the skip builds the last
-    skipped layer's copies only, the others are timed as images, and every counter is the full run's."""
+    skipped layer's copies only, the others are timed as copies, and every counter is the full run's."""
     schedule = repeating_layers(60, 1e-3, 6e7)
     _both(schedule)
     fast, built = run_schedule(schedule, CAPACITY.__getitem__, fast_forward=True)
@@ -173,7 +173,7 @@ def repeating_steps(steps: int, layers: int, compute_s: float, copy_bytes: float
        copy_bytes=st.floats(1e6, 1e9))
 def test_deferred_copies_that_end_between_iterations_are_settled_there(steps: int, layers: int, compute_s: float,
                                                                          copy_bytes: float) -> None:
-    """Each micro-step's deferred copies end before the next one begins: ``settle`` counts them
+    """Each micro-step's deferred copies end before the next one begins: ``credit_deferred`` counts them
     at the next state, so the micro-step loop repeats like one without deferred tasks, its
     periods' totals holding their copies, and every counter is the full run's."""
     _both(repeating_steps(steps, layers, compute_s, copy_bytes))

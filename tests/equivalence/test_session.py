@@ -424,7 +424,7 @@ def test_a_late_lazy_task_falls_back_to_the_whole_graph() -> None:
 
 def test_deferred_copies_that_could_be_slowed_are_fast_forwarded_in_the_event_run() -> None:
     """NVMe on 4 GPUs of one socket with 16 drives: the boundary's deferred copies and drive
-    writes could together take more than a rank's share of DRAM, so ``settle`` refuses them
+    writes could together take more than a rank's share of DRAM, so ``credit_deferred`` refuses them
     (``DeferredFlowContended``) and the schedule runs again with them in the event run, still skipping
     repeats: the full simulation's results, and the same events from 3 micro-steps to 10^6
     (before, it was simulated whole)."""
@@ -491,7 +491,7 @@ def test_generated_scenarios_are_the_same_with_and_without_fast_forward(config: 
 def test_a_skip_before_the_swap_buffers_are_reused_gives_the_full_run(options: list[str]) -> None:
     """70B on NVMe with 64 swap buffers: a sub-group's swap-in waits for the swap-out 16
     sub-groups back (buffer reuse), but the sub-groups before that repeat as well and are
-    skipped; the later ones reach back over the skip (``reach_back``) and still give the
+    skipped; the later ones reach back over the skip (``iterations_back``) and still give the
     full run, building fewer sub-groups than there are buffers in flight."""
     config = drive_bound(load_scenario(
         SEVENTY_B, ["training.global_batch=4", "strategies.nvme.buffer_count=64", *options], ["nvme"])[0])
