@@ -513,6 +513,8 @@ class StepShape:
     subgroups: int
     data_parallel: int
     zero_stage: int
+    deepspeed_version: str
+    """The DeepSpeed release, where the tasks of a step differ by release."""
 
 
 def step_shape(model: ModelSpec, training: TrainingSpec) -> StepShape:
@@ -524,6 +526,7 @@ def step_shape(model: ModelSpec, training: TrainingSpec) -> StepShape:
         subgroups=subgroup_count(model, training),
         data_parallel=training.data_parallel,
         zero_stage=training.zero_stage,
+        deepspeed_version=training.deepspeed_version,
     )
 
 

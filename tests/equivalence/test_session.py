@@ -32,6 +32,13 @@ from tiersim.simulate import simulate
 from tiersim.strategies import STRATEGIES
 from tiersim.workload import build_step
 
+
+def zero_one(config: RunConfig) -> RunConfig:
+    """``config`` at ZeRO stage 1, past the scenario's refusal of NVMe offload below ZeRO-3: these
+    tests use the nvme schedule with ZeRO-1's equal sub-groups as a workout for the engine."""
+    return replace(config, training=replace(config.training, zero_stage=1))
+
+
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
 SEVENTY_B = ROOT / "scenarios" / "llama2-70b-offload.yaml"
@@ -129,11 +136,11 @@ def test_a_chaotic_schedule_agrees_as_closely_as_it_agrees_with_itself() -> None
     bandwidth nudged by 1e-12 (even 1e-15) moves the full simulation's iteration time by up to
     7e-4, and the fast-forward, whose deferred copies end a float step off the event run's,
     lands about as far off (3e-4)."""
-    overrides = ["model.layers=3", "hardware.gpus=1", "training.global_batch=2", "training.zero_stage=1",
+    overrides = ["model.layers=3", "hardware.gpus=1", "training.global_batch=2", "training.zero_stage=3",
                  "training.sub_group_size=1e7", "training.activation_checkpointing=true", "hardware.nvme.count=5",
                  "strategies.nvme.buffer_count=16", "strategies.nvme.pipeline_read=true",
                  "strategies.nvme.pipeline_write=true", "strategies.nvme.queue_depth=8"]
-    config = load_scenario(SEVENTY_B, overrides, ["nvme"])[0]
+    config = zero_one(load_scenario(SEVENTY_B, overrides, ["nvme"])[0])
     fast, full = simulate(config), simulate(config, fast_forward=False)
     spread = chaos(config, full)
     assert spread > 1e-5
@@ -358,10 +365,10 @@ def test_a_pipelined_nvme_step_settles_in_closed_form() -> None:
     """A pipelined NVMe step (16 layers on 4 GPUs, 7 drives at queue depth 1, 36 sub-groups) whose
     reads and writes share the drives and settle geometrically is skipped in closed form: fewer
     events than a session without such skips, and the full simulation's results."""
-    overrides = ["model.layers=16", "training.global_batch=8", "training.zero_stage=1", "training.sub_group_size=1e8",
+    overrides = ["model.layers=16", "training.global_batch=8", "training.zero_stage=3", "training.sub_group_size=1e8",
                  "hardware.nvme.count=7", "strategies.nvme.buffer_count=16", "strategies.nvme.pipeline_read=true",
                  "strategies.nvme.pipeline_write=true", "strategies.nvme.queue_depth=1"]
-    config = drive_bound(load_scenario(SEVENTY_B, overrides, ["nvme"], force=True)[0])
+    config = drive_bound(zero_one(load_scenario(SEVENTY_B, overrides, ["nvme"], force=True)[0]))
     plan = STRATEGIES[config.strategy](config.options).plan(build_step(config.model, config.training),
                                                             config.hardware)
     assert plan.schedule is not None and plan.capacity_of is not None
@@ -428,12 +435,12 @@ def test_deferred_copies_that_could_be_slowed_are_fast_forwarded_in_the_event_ru
     (``DeferredFlowContended``) and the schedule runs again with them in the event run, still skipping
     repeats: the full simulation's results, and the same events from 3 micro-steps to 10^6
     (before, it was simulated whole)."""
-    overrides = ["model.layers=6", "hardware.gpus=4", "hardware.sockets=1", "training.zero_stage=1",
+    overrides = ["model.layers=6", "hardware.gpus=4", "hardware.sockets=1", "training.zero_stage=3",
                  "training.sub_group_size=3e7", "training.activation_checkpointing=true", "hardware.nvme.count=16",
                  "strategies.nvme.buffer_count=5", "strategies.nvme.pipeline_read=true",
                  "strategies.nvme.pipeline_write=false", "strategies.nvme.queue_depth=64"]
-    configs = {micro: load_scenario(SEVENTY_B, [*overrides, f"training.global_batch={4 * micro}"], ["nvme"],
-                                    force=True)[0] for micro in (3, 30, 10**6)}
+    configs = {micro: zero_one(load_scenario(SEVENTY_B, [*overrides, f"training.global_batch={4 * micro}"], ["nvme"],
+                                             force=True)[0]) for micro in (3, 30, 10**6)}
     step = build_step(configs[3].model, configs[3].training)
     plan = STRATEGIES["nvme"](configs[3].options).plan(step, configs[3].hardware)
     assert plan.schedule is not None and plan.capacity_of is not None
@@ -460,12 +467,14 @@ def generated(draw: st.DrawFn) -> RunConfig:
     """Small and mid-sized scenarios over every strategy and the settings that shape loops."""
     gpus = draw(st.sampled_from([1, 2, 4]))
     micro = draw(st.integers(1, 8))
+    stage = draw(st.integers(1, 3))
+    strategy = draw(st.sampled_from(["gpu", "dram", "cxl", "nvme"]))
     overrides = [
         f"model.layers={draw(st.integers(1, 12))}",
         f"hardware.gpus={gpus}",
         "hardware.sockets=2",
         f"training.global_batch={gpus * micro}",
-        f"training.zero_stage={draw(st.integers(1, 3))}",
+        f"training.zero_stage={3 if strategy == 'nvme' else stage}",
         f"training.sub_group_size={draw(st.sampled_from(['1e7', '3e7', '1e8', '1e9']))}",
         f"training.activation_checkpointing={draw(st.booleans())}",
         f"hardware.nvme.count={draw(st.integers(1, 8))}",
@@ -476,8 +485,8 @@ def generated(draw: st.DrawFn) -> RunConfig:
     ]
     if draw(st.booleans()):  # collectives over the PCIe links the gradient copies use
         overrides.append("hardware.fabric=pcie-p2p-gen5")
-    strategy = draw(st.sampled_from(["gpu", "dram", "cxl", "nvme"]))
-    return load_scenario(draw(st.sampled_from([QUICKSTART, SEVENTY_B])), overrides, [strategy])[0]
+    config = load_scenario(draw(st.sampled_from([QUICKSTART, SEVENTY_B])), overrides, [strategy])[0]
+    return replace(config, training=replace(config.training, zero_stage=stage))  # nvme below ZeRO-3: zero_one
 
 
 @pytest.mark.slow

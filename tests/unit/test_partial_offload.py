@@ -121,3 +121,13 @@ def test_skipping_alike_iterations_changes_nothing(ratio: float) -> None:
     fast, whole = simulate(config), simulate(config, fast_forward=False)
     assert fast.iteration_time_s == pytest.approx(whole.iteration_time_s, rel=1e-9)
     assert fast.phases == pytest.approx(whole.phases, rel=1e-9)
+
+
+def test_ds_config_zero2_cpu_offload_runs_the_stage_1_and_2_path(tmp_path: Path) -> None:
+    ds = tmp_path / "ds.json"
+    ds.write_text(json.dumps({"train_batch_size": 4, "bf16": {"enabled": True},
+                              "zero_optimization": {"stage": 2, "overlap_comm": True,
+                                                    "offload_optimizer": {"device": "cpu"}}}))
+    configs = load_scenario(QUICKSTART, SMALL, ds_config=ds)
+    assert [(c.strategy, c.training.zero_stage) for c in configs] == [("dram", 2), ("cxl", 2)]
+    assert all(simulate(c).fits for c in configs)

@@ -26,12 +26,14 @@ from tiersim.errors import ConfigError
 ROOT = Path(__file__).resolve().parents[2]
 
 EXPECTED = {
-    "gpu": {"a100-80gb", "h100-sxm", "h100-pcie", "h200", "h200-nvl", "b200", "gb200", "gh200", "mi300x"},
+    "gpu": {"a100-80gb", "h100-sxm", "h100-pcie", "h200", "h200-nvl", "b200", "gb200", "gh200", "mi300x",
+            "v100-sxm3-32gb"},
     "fabric": {"pcie-p2p-gen5"},
     "host": {"seed-node"},
-    "link": {"pcie-gen4-x16", "pcie-gen5-x16", "nvlink-c2c", "nvlink-c2c-gb200"},
-    "cpu": {"xeon-8480", "epyc-9654", "xeon-8380", "epyc-7543p", "xeon-6980p", "epyc-9755", "grace"},
-    "dram": {"ddr4-3200-8ch", "ddr5-4800-8ch", "ddr5-4800-12ch", "ddr5-6000-12ch", "ddr5-6400-12ch",
+    "link": {"pcie-gen3-x16", "pcie-gen4-x16", "pcie-gen5-x16", "nvlink-c2c", "nvlink-c2c-gb200"},
+    "cpu": {"xeon-8480", "epyc-9654", "xeon-8380", "epyc-7543p", "xeon-6980p", "epyc-9755", "grace",
+            "xeon-8168"},
+    "dram": {"ddr4-2666-6ch", "ddr4-3200-8ch", "ddr5-4800-8ch", "ddr5-4800-12ch", "ddr5-6000-12ch", "ddr5-6400-12ch",
              "grace-lpddr5x-480gb"},
     "cxl": {"micron-cz120", "samsung-cmm-d", "skhynix-cmm-ddr5", "cxl-gen5-x16-whatif"},
     "nvme": {"samsung-pm9a3", "micron-7450", "micron-9550", "kioxia-cm7", "samsung-pm1743", "solidigm-d7-ps1010",

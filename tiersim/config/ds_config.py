@@ -178,10 +178,15 @@ def _apply_offload(out: dict[str, Any], settings: dict[str, Any], stage: int, so
     """The offload device's strategies, pinning and NVMe swap settings into the scenario."""
     key = _OFFLOAD + "device"
     device = _device(source, key, settings.get(key, "none"))
-    if device != "none" and stage < 3:
-        raise ConfigError(source, key, f"{device!r} at ZeRO stage {stage}: tiersim does not model ZeRO-1/2 optimizer "
-                                       "offload (DeepSpeed's stage_1_and_2.py, which offloads to CPU memory whatever "
-                                       "the device) yet; it models stage 3")
+    if device == "nvme" and stage < 3:
+        raise ConfigError(source, key, f"{device!r} at ZeRO stage {stage}: DeepSpeed's ZeRO-1/2 (stage_1_and_2.py) "
+                                       "offloads to CPU memory whatever the device; write \"cpu\"")
+    overlap = "zero_optimization.overlap_comm"
+    if overlap in settings and not _flag(source, overlap, settings[overlap]):
+        raise ConfigError(source, overlap, "false: collectives not overlapped with compute are not modelled")
+    if device == "cpu" and 0 < stage < 3 and overlap not in settings:
+        raise ConfigError(source, overlap, "false (DeepSpeed's default below ZeRO-3): tiersim models ZeRO-1/2 "
+                                           "offload with overlap_comm true")
     if device != "none":
         pinned = _flag(source, _OFFLOAD + "pin_memory", settings.get(_OFFLOAD + "pin_memory", False))
         _section(out, "hardware", source)["pinned"] = pinned

@@ -81,8 +81,8 @@ KEYS: dict[str, Key] = {
     "zero_optimization.stage": _modelled("training.zero_stage"),
     "zero_optimization.sub_group_size": _modelled("training.sub_group_size"),
     "zero_optimization.reduce_bucket_size": _modelled("training.reduce_bucket_size"),
-    "zero_optimization.offload_optimizer.device": _modelled("strategies: cpu -> dram and cxl, nvme -> nvme, "
-                                                            "none -> gpu (stage 3 only)"),
+    "zero_optimization.offload_optimizer.device": _modelled("strategies: cpu -> dram and cxl, nvme -> nvme "
+                                                            "(stage 3 only), none -> gpu"),
     "zero_optimization.offload_optimizer.pin_memory": _modelled("hardware.pinned (DeepSpeed's default: false)"),
     "zero_optimization.offload_optimizer.buffer_count": _modelled("strategies.nvme.buffer_count"),
     "zero_optimization.offload_optimizer.pipeline_read": _modelled("strategies.nvme.pipeline_read"),
@@ -98,7 +98,8 @@ KEYS: dict[str, Key] = {
     "zero_optimization.offload_param.max_in_cpu": _modelled("strategies.NAME.offload_param.max_in_cpu"),
     "zero_optimization.offload_param.pin_memory": _modelled("strategies.NAME.offload_param.pin_memory"),
     "zero_optimization.offload_param.nvme_path": _ignored("the path; the drives are hardware.nvme"),
-    "zero_optimization.overlap_comm": _refused("collectives not overlapped with compute", True, None),
+    "zero_optimization.overlap_comm": _modelled("true: collectives and copies overlap the compute (DeepSpeed's "
+                                                "default at ZeRO-3); false, or unset at ZeRO-1/2, refused"),
     "zero_optimization.contiguous_gradients": _refused("gradients not copied to a contiguous buffer", True),
     "zero_optimization.reduce_scatter": _refused("all-reduce instead of reduce-scatter", True),
     "zero_optimization.allgather_partitions": _refused("broadcasts instead of all-gather", True),
@@ -118,7 +119,7 @@ KEYS: dict[str, Key] = {
     "zero_optimization.elastic_checkpoint": _ignored("checkpointing only"),
     "zero_optimization.pipeline_loading_checkpoint": _ignored("checkpointing only"),
     "zero_optimization.ignore_unused_parameters": _ignored("no effect on a model that uses all its parameters"),
-    "zero_optimization.round_robin_gradients": _ignored("read only by ZeRO-1/2 CPU offload, which is refused"),
+    "zero_optimization.round_robin_gradients": _ignored("the order of ZeRO-1/2's gradient copies: the same bytes"),
     "zero_optimization.memory_efficient_linear": _ignored("the same GEMMs"),
     "zero_optimization.override_module_apply": _ignored("initialization only"),
     "zero_optimization.cpu_offload_use_pin_memory": _ignored("deprecated; DeepSpeed does not read it"),

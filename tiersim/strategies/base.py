@@ -167,12 +167,17 @@ class Strategy(ABC):
         passes = shape.layers + (shape.layers + shape.checkpointed)
         gathers = passes if shape.zero_stage >= 3 and shape.data_parallel > 1 else 0
         reduces = shape.layers if shape.data_parallel > 1 else 0
-        per_micro = 2 + passes + gathers + reduces + passes * fetch_tasks(self.param_offload)
-        return (shape.micro_steps * per_micro + 1 + self.offload_task_count(shape)
+        reducing = shape.micro_steps if shape.zero_stage >= 2 else 1  # below ZeRO-2 at the boundary only
+        per_micro = 2 + passes + gathers + passes * fetch_tasks(self.param_offload)
+        return (shape.micro_steps * per_micro + reducing * reduces + 1 + self.offload_task_count(shape)
                 + self.step_task_count(shape, hw))
 
     def gradient_conversion_bytes(self, step: TrainingStep) -> int:
         """Peak bytes of fp32 gradient partitions this strategy converts on the GPU in backward."""
+        return 0
+
+    def step_transient_bytes(self, step: TrainingStep) -> int:
+        """Bytes the optimizer step allocates in HBM for a while (after the backward's are freed)."""
         return 0
 
     def plan(self, step: TrainingStep, hw: Hardware) -> Plan:
@@ -182,7 +187,8 @@ class Strategy(ABC):
         missing = self.check(hw) or (check_offload(offload, hw) if offload else None)
         if hw.gpu is not None:
             fetched = prefetch_depth(step) if offload else None
-            place_gpu_common(step, placement, hw.gpu, self.grads_on_gpu, self.gradient_conversion_bytes(step), fetched)
+            place_gpu_common(step, placement, hw.gpu, self.grads_on_gpu, self.gradient_conversion_bytes(step), fetched,
+                             self.step_transient_bytes(step))
         if missing:
             return Plan(placement, False, missing, None)
         self.place(step, hw, placement)

@@ -30,6 +30,7 @@ from typing import ClassVar
 
 from tiersim.config.deepspeed_version import at_least
 from tiersim.config.hardware import Hardware
+from tiersim.strategies import zero12
 from tiersim.strategies.base import ScheduleHints, Strategy
 from tiersim.strategies.builder import StepBuilder
 from tiersim.strategies.footprint import pinned
@@ -87,7 +88,12 @@ class HostOffload(Strategy):
     _split: tuple[TrainingStep, Split] | None = None
 
     def refusal(self, training: TrainingSpec) -> tuple[str, str] | None:
+        """ZeRO stage 0 (no ZeRO optimizer to offload); partial offload outside ZeRO-3 or
+        before 0.15.4."""
         ratio = self.options.ratio
+        if training.zero_stage == 0:
+            return "training.zero_stage", ("0: DeepSpeed offloads the optimizer state of a ZeRO optimizer only "
+                                           "(stage 1, 2 or 3)")
         if ratio == 1:
             return None
         where = f"strategies.{self.name}.ratio"
@@ -118,7 +124,8 @@ class HostOffload(Strategy):
         known = self._layout
         if known is None or known[0] is not step or known[1] is not hw:
             groups = step.subgroup_sizes[:self.split(step).cpu_groups]
-            tensors = allocations(step, hw, staging(step, pinned if hw.pinned else int), groups)
+            tensors = allocations(step, hw, staging(step, pinned if hw.pinned else int), groups) \
+                if step.training.zero_stage >= 3 else zero12.allocations(step, hw)
             offload = self.param_offload
             if offload is not None:  # made first (zero.Init, ZeRO-3's init); no H2D temporary
                 tensors = [tensors[0], *param_allocations(step, offload, self.params_layout(step, offload)),
@@ -141,7 +148,9 @@ class HostOffload(Strategy):
         16-bit temporary of the step's H2D copy; the first step's retained fp32 temporary; the
         process's own memory (``host_layout.allocations``, in DeepSpeed's order). Every
         allocation lands where the memory policy puts it; an interleave splits each label's
-        bytes alike, a bind each tensor by what DRAM had left."""
+        bytes alike, a bind each tensor by what DRAM had left. ZeRO-1/2: ``zero12``'s."""
+        if step.training.zero_stage < 3:
+            zero12.place_gpu(step, placement)
         if self.options.ratio < 1:  # the GPU's sub-groups keep fp32 params, m, v and gradients in HBM
             on_gpu = self.split(step).gpu_elements
             placement.put("hbm", "fp32 params, Adam m, v (GPU sub-groups)", (FP32_BYTES + ADAM_STATE_BYTES) * on_gpu)
@@ -170,20 +179,27 @@ class HostOffload(Strategy):
             keys = tuple((key, cpu == part, cpu == 0) for key, cpu, part in zip(keys, layer_cpu, parts, strict=True))
         layout = self.layout(step, builder.hw)
         if layout.uniform is None:
-            where = zip(layout.by_layer(GRAD_PARTITIONS, step.rank_partitions, step.grad_accum_bytes),
-                        layout.by_layer(FP32_GRADS, step.rank_partitions, FP32_BYTES))
+            where = zip(*zero12.layer_memory(layout, step)) if step.training.zero_stage < 3 else zip(
+                layout.by_layer(GRAD_PARTITIONS, step.rank_partitions, step.grad_accum_bytes),
+                layout.by_layer(FP32_GRADS, step.rank_partitions, FP32_BYTES))
             keys = tuple(zip(keys, tuple(where)[::-1], strict=True))
         return keys
 
     def gradient_conversion_bytes(self, step: TrainingStep) -> int:
         """``partition_grads`` converts one tensor's partition to fp32 at a time, on the GPU
         (none before 0.15.4: ``converts_on_host``)."""
-        return 0 if converts_on_host(step) else FP32_BYTES * largest_partition(step)
+        return 0 if step.training.zero_stage >= 3 and converts_on_host(step) else FP32_BYTES * largest_partition(step)
+
+    def step_transient_bytes(self, step: TrainingStep) -> int:
+        return zero12.step_transient_bytes(step) if step.training.zero_stage < 3 else 0
 
     def offload_gradients(self, builder: StepBuilder, micro: int, index: int, layer: LayerWork,
                           ready: str) -> str | None:
         step = builder.step
         layout = self.layout(step, builder.hw)
+        if step.training.zero_stage < 3:
+            zero12.offload_gradients(builder, layout, micro, index, ready)
+            return None
         kept = gradients_to_host(builder, layout.by_layer(GRAD_PARTITIONS, step.rank_partitions,
                                                           step.grad_accum_bytes)[index], micro, index, layer, ready)
         if micro < step.micro_steps - 1:
@@ -205,7 +221,9 @@ class HostOffload(Strategy):
                               GRADIENT_HOOK_THREADS, fp32)
         return builder.add(copy.task(f"m{micro}.bwd.{index}.grad_copy", cpu, (staged,)))
 
-    def accumulation_links(self, builder: StepBuilder) -> frozenset[str]:
+    def accumulation_links(self, builder: StepBuilder) -> frozenset[str] | None:
+        if builder.step.training.zero_stage < 3:
+            return None  # the first micro-step copies D2H, the others H2D
         return gradient_copy_links(builder, self.layout(builder.step, builder.hw).memory(GRAD_PARTITIONS))
 
     def offload_task_count(self, shape: StepShape) -> int:
@@ -213,10 +231,14 @@ class HostOffload(Strategy):
         layers' partitions are not counted, a layer may also copy H2D (the one layer whose
         partition straddles the CPU's and the GPU's sub-groups has both, so the count is at
         most one over what is built)."""
+        if shape.zero_stage < 3:
+            return zero12.offload_task_count(shape)
         extra = 1 if self.options.ratio < 1 else 0
         return gradient_offload_tasks(shape) + 2 * shape.layers + extra
 
     def step_task_count(self, shape: StepShape, hw: Hardware) -> int:
+        if shape.zero_stage < 3:
+            return zero12.step_task_count(shape, hw)
         cpu = cpu_groups(shape.subgroups, self.options.ratio)
         # Adam, the conversion and H2D (or the offloaded parameters' update); GPU Adam
         return cpu * (1 + update_tasks(self.param_offload, hw.has_gpu)) + shape.subgroups - cpu
@@ -227,6 +249,9 @@ class HostOffload(Strategy):
         its H2D copy that the host waits for, each access on the tiers its tensors are on; then
         the GPU's, launched one after another on the GPU's stream."""
         layout = self.layout(builder.step, builder.hw)
+        if builder.step.training.zero_stage < 3:
+            zero12.optimizer_step(builder, layout, begin)
+            return
         fetch = self.param_fetch(builder.step, builder.hw)
         groups = builder.step.subgroups
         on_cpu = cpu_groups(len(groups), self.options.ratio)

@@ -144,7 +144,10 @@ def _backward_layer(strategy: Strategy, builder: StepBuilder, fetch: ParamFetch 
             after = (*after, blocking)
         ready = _gather(builder, fetch, name, "backward", i, after, computed)
         computed.append(builder.compute(name, "backward", work, ready or after))
-    factor = 1 if builder.step.training.zero_stage >= 2 else 2
+    stage = builder.step.training.zero_stage
+    if stage < 2 and micro_step < builder.step.micro_steps - 1:  # below ZeRO-2 gradients reduce at the boundary
+        return strategy.offload_gradients(builder, micro_step, i, layer, computed[-1])
+    factor = 1 if stage >= 2 else 2
     rs = builder.collective(f"{prefix}.reduce", "reduce_scatter", "backward",
                       factor * layer.params * builder.step.lp_bytes, (computed[-1],))
     return strategy.offload_gradients(builder, micro_step, i, layer, rs or computed[-1])

@@ -32,7 +32,7 @@ from tiersim.strategies.memory import HostMemory
 from tiersim.strategies.param_offload import update_tasks, updated_params
 from tiersim.strategies.placement import MissingDevice, Placement, largest_partition
 from tiersim.strategies.swap import AIO_ALIGNED_BYTES, TENSORS_SWAPPED_IN, TENSORS_SWAPPED_OUT, SwapOptions, aio_kind
-from tiersim.workload import LayerWork, StepShape, TrainingStep
+from tiersim.workload import LayerWork, StepShape, TrainingSpec, TrainingStep
 
 
 class NVMeSwap(Strategy):
@@ -43,6 +43,14 @@ class NVMeSwap(Strategy):
     Options = SwapOptions
     hints = ScheduleHints(boundary_copies=frozenset({PARTITION_STREAM, "aio_write"}),
                           accumulation_copies=frozenset({PARTITION_STREAM}))
+
+    def refusal(self, training: TrainingSpec) -> tuple[str, str] | None:
+        """DeepSpeed swaps the optimizer state to NVMe under ZeRO-3 only (its engine asserts it;
+        ``stage_1_and_2.py`` offloads to CPU memory whatever the device)."""
+        if training.zero_stage < 3:
+            return "training.zero_stage", (f"{training.zero_stage}: DeepSpeed offloads the optimizer state to NVMe "
+                                           "under ZeRO-3 only; ZeRO-1/2 offload to CPU memory (dram or cxl)")
+        return None
 
     def check(self, hw: Hardware) -> MissingDevice | None:
         return None if hw.nvme is not None else MissingDevice("nvme", "NVMe drives")

@@ -84,7 +84,7 @@ Unfit = Misfit | MissingDevice
 
 
 def place_gpu_common(step: TrainingStep, placement: Placement, gpu: GPUProfile, grads_on_gpu: bool,
-                     gradient_conversion: int, fetched_ahead: int | None = None) -> None:
+                     gradient_conversion: int, fetched_ahead: int | None = None, step_transient: int = 0) -> None:
     """What every strategy keeps in HBM (per GPU): the 16-bit parameter partition (and gradients),
     ZeRO-3's contiguous reduce bucket, and at the backward peak the gathered layers, activations,
     the largest tensor's gradient before it moves into the bucket and ``gradient_conversion``
@@ -117,6 +117,8 @@ def place_gpu_common(step: TrainingStep, placement: Placement, gpu: GPUProfile, 
         placement.put("hbm", what, num_bytes)
     reserve = round(footprint.ALLOCATOR_RESERVE * sum(transient.values())) - sum(transient.values())
     placement.put("hbm", "caching-allocator reserve (freed blocks kept)", 0, reserve)
+    beyond = step_transient - sum(transient.values()) - reserve
+    placement.put("hbm", "optimizer step's temporary, beyond the backward's peak", max(beyond, 0))
     placement.put("hbm", "CUDA context and libraries", 0, gpu.reserved_memory)
 
 

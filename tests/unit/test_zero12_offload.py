@@ -1,0 +1,117 @@
+"""ZeRO-1/2 with CPU offload (DeepSpeed's ``stage_1_and_2.py``, the original ZeRO-Offload): the
+16-bit model whole in HBM, the fp32 state of the rank's flat partition on the host, the gradient
+copies of each micro-step, the step's copy back and all-gather, and the refusals."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tiersim import cli
+from tiersim.config.document import load_scenario
+from tiersim.engine import Task
+from tiersim.results import Result
+from tiersim.simulate import simulate
+from tiersim.workload import build_step
+
+QUICKSTART = Path(__file__).resolve().parents[2] / "scenarios" / "quickstart.yaml"
+SMALL = ["model.layers=4", "training.sub_group_size=1e8", "hardware.gpu=h200"]
+
+
+def run(*overrides: str, strategy: str = "dram") -> Result:
+    (config,) = load_scenario(QUICKSTART, [*SMALL, *overrides], strategies=[strategy])
+    return simulate(config, fast_forward=False)
+
+
+def tasks(result: Result, phase: str | None = None) -> list[Task]:
+    assert result.graph is not None
+    return [t for t in result.graph.tasks if phase is None or t.phase == phase]
+
+
+def hbm(result: Result, what: str) -> int:
+    return sum(allocated for tier, name, allocated, _held in result.placement_items if tier == "hbm" and what in name)
+
+
+def test_zero1_keeps_the_whole_16_bit_gradients_in_hbm_and_zero2_does_not() -> None:
+    one, two = run("training.zero_stage=1"), run("training.zero_stage=2")
+    step = build_step(one.config.model, one.config.training)
+    assert hbm(one, "bf16 parameters") == hbm(two, "bf16 parameters") == 2 * step.total_params
+    assert one.peak_bytes["hbm"] - two.peak_bytes["hbm"] == 2 * step.total_params
+
+
+def test_the_host_holds_16_bytes_per_element_of_the_partition() -> None:
+    result = run("training.zero_stage=2", "hardware.gpus=2", "training.global_batch=2")
+    step = build_step(result.config.model, result.config.training)
+    host = {name: allocated for tier, name, allocated, _held in result.placement_items if tier == "dram"}
+    state = host["fp32 params"] + host["Adam m, v"] + host["fp32 gradients"]
+    assert state == 16 * step.rank_params * 2  # two ranks
+    assert step.rank_params == -(-step.total_params // 2)
+
+
+@pytest.mark.parametrize(("version", "step_copy_bytes"), [("0.16.2", 4), ("0.13.3", 2)])
+def test_the_step_copies_back_then_all_gathers(version: str, step_copy_bytes: int) -> None:
+    """From 0.14.1 the fp32 partition goes H2D whole (and 4 B per element sit in HBM meanwhile);
+    before, the CPU converts it and copies 2 B per element. Then one all-gather of the model."""
+    result = run("training.zero_stage=2", "hardware.gpus=2", "training.global_batch=2",
+                 f"training.deepspeed_version={version}")
+    step = build_step(result.config.model, result.config.training)
+    h2d = [t for t in tasks(result, "optimizer_step") if t.name.endswith(".h2d")]
+    assert sum(t.size for t in h2d) == step_copy_bytes * step.rank_params
+    (gather,) = [t for t in tasks(result, "optimizer_step") if t.stream == "allgather"]
+    assert gather.size == pytest.approx(2 * step.total_params / 2)
+    transient = hbm(result, "optimizer step's temporary")
+    assert (transient > 0) == (version == "0.16.2")
+
+
+def test_zero2_copies_every_micro_step_and_zero1_at_the_boundary() -> None:
+    """Three micro-steps: ZeRO-2 copies each layer's 16-bit gradient D2H in the first and H2D in
+    the others, ZeRO-1 only H2D at the boundary; both copy the fp32 partition D2H at the
+    boundary. ZeRO-1 reduces at the boundary only."""
+    for stage, lp_copies in ((2, 3), (1, 1)):
+        result = run(f"training.zero_stage={stage}", "hardware.gpus=2", "training.global_batch=6")
+        step = build_step(result.config.model, result.config.training)
+        backward = tasks(result, "backward")
+        lp = [t for t in backward if t.name.endswith((".grad_d2h", ".grad_h2d"))]
+        fp32 = [t for t in backward if t.name.endswith(".fp32_grad_d2h")]
+        assert sum(t.size for t in lp) == lp_copies * 2 * sum(step.rank_partitions)
+        assert sum(t.size for t in fp32) == 4 * sum(step.rank_partitions)
+        reduces = [t for t in backward if t.stream == "reduce_scatter"]
+        assert len(reduces) == len(step.layers) * (3 if stage == 2 else 1)
+
+
+@pytest.mark.parametrize(("strategy", "policy"), [("dram", []), ("cxl", ["strategies.cxl.policy=bind",
+                                                                          "hardware.dram_capacity=12GiB"])])
+def test_fast_forward_agrees_at_zero_1_and_2(strategy: str, policy: list[str]) -> None:
+    """Also where a bind spills the partition's tail to CXL, each chunk and layer costed where it is."""
+    for stage in (1, 2):
+        (config,) = load_scenario(QUICKSTART, [*SMALL, f"training.zero_stage={stage}", "hardware.gpus=2",
+                                               "training.global_batch=10", *policy], strategies=[strategy])
+        fast, whole = simulate(config), simulate(config, fast_forward=False)
+        assert whole.fits and fast.iteration_time_s == pytest.approx(whole.iteration_time_s, rel=1e-9)
+        if policy:
+            assert 0 < whole.peak_bytes["cxl"] < whole.peak_bytes["dram"]
+
+
+@pytest.mark.parametrize(("strategy", "stage", "message"), [
+    ("nvme", 2, "training.zero_stage: 2: DeepSpeed offloads the optimizer state to NVMe under ZeRO-3 only"),
+    ("dram", 0, "training.zero_stage: 0: DeepSpeed offloads the optimizer state of a ZeRO optimizer only"),
+])
+def test_offload_deepspeed_does_not_run_is_refused_in_one_line(capsys: pytest.CaptureFixture[str], strategy: str,
+                                                               stage: int, message: str) -> None:
+    assert cli.main(["run", str(QUICKSTART), "--strategy", strategy, "--set", f"training.zero_stage={stage}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and message in err
+
+
+def test_the_zero_offload_tutorial_setting_runs() -> None:
+    """The bundled ZeRO-Offload tutorial scenario (ZeRO-2, 10B GPT-2, one V100-SXM3 32GB): the
+    whole 16-bit model in HBM, the rank's fp32 state (16 B per parameter) in DRAM, and the
+    tensors allocated in HBM within its 32,480 MiB."""
+    (config,) = load_scenario(Path(__file__).resolve().parents[2] / "scenarios" / "zero-offload-10b-v100.yaml")
+    result = simulate(config)
+    step = build_step(config.model, config.training)
+    assert 10.0e9 < step.total_params < 10.5e9
+    assert hbm(result, "parameters") == 2 * step.total_params
+    assert result.peak_bytes["hbm"] < result.capacity_bytes["hbm"] == 32_480 * 2**20
+    assert result.peak_bytes["dram"] > 16 * step.total_params

@@ -1,0 +1,179 @@
+"""ZeRO-1 and ZeRO-2 with CPU offload: DeepSpeed's ``stage_1_and_2.py`` path, the original
+ZeRO-Offload. Parameters are not partitioned: the 16-bit model stays whole in HBM, and only
+the fp32 master weights, Adam's moments and the fp32 gradients of a rank's flat partition live
+in host memory.
+
+DeepSpeed v0.16.2 ``deepspeed/runtime/zero/stage_1_and_2.py``:
+- ``reduce_ready_partitions_and_remove_grads`` (line 1415): ZeRO-2 reduces every micro-step,
+  ZeRO-1 only at the accumulation boundary;
+- ``copy_grads_in_partition`` (line 1322): with gradient accumulation,
+  ``async_accumulate_grad_in_cpu_via_gpu`` (line 1186) copies a parameter's 16-bit gradient
+  D2H in the first micro-step and the host's copy H2D in later ones; at the boundary
+  ``async_inplace_copy_grad_to_fp32_buffer_from_gpu`` (line 1261) converts the partition to
+  fp32 on the GPU and copies it D2H into the optimizer's gradient. All non-blocking, on the
+  reduction stream, which the backward's epilogue synchronizes;
+- ``step`` (lines 1857-1873, 1921): CPU Adam over the fp32 partition, then the 16-bit partition
+  copied back, and the 16-bit parameters all-gathered (``all_gather_dp_groups``). From 0.14.1
+  (PR #5301) the fp32 partition goes H2D whole (``fp32_partition.to(device)``, a transient of
+  4 B per element in HBM) and is converted on the GPU; before, one blocking ``copy_`` converts on
+  the CPU into a pageable temporary and copies that (``params_to_gpu``).
+
+tiersim's approximations: the per-parameter copies are per layer, of the rank's share of the
+layer; the optimizer's flat partition is stepped in ``sub_group_size`` chunks in order (one
+``optimizer.step`` and one copy in DeepSpeed: the same sum but for the per-call overhead).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+from tiersim.config.deepspeed_version import at_least
+from tiersim.config.hardware import Hardware
+from tiersim.strategies import footprint
+from tiersim.strategies.builder import StepBuilder
+from tiersim.strategies.footprint import pinned
+from tiersim.strategies.gradients import PARTITION_STREAM, params_to_gpu
+from tiersim.strategies.host_layout import (
+    ADAM_STATE,
+    FP32_PARAMS,
+    H2D_TEMPORARY,
+    RETAINED,
+    RUNTIME,
+    Allocation,
+    HostLayout,
+)
+from tiersim.strategies.kinds import ADAM_STATE_BYTES, FP32_BYTES, adam_kind, pcie_kind
+from tiersim.strategies.memory import HostMemory
+from tiersim.strategies.placement import Placement
+from tiersim.workload import StepShape, TrainingStep
+
+FP32_H2D_FROM = (0, 14, 1)
+"""The release whose step copies the fp32 partition H2D and converts it on the GPU (PR #5301)."""
+FP32_GRADS = "fp32 gradients"
+"""The optimizer's fp32 gradient of the rank's flat partition (``single_partition_of_fp32_groups[i].grad``)."""
+ACCUMULATED = "16-bit gradients accumulated on the host"
+"""``accumulated_grads_in_cpu``: each parameter's 16-bit gradient, made in the first backward."""
+
+
+def fp32_h2d(step: TrainingStep) -> bool:
+    """Whether the step copies the fp32 partition to the GPU whole (0.14.1 on)."""
+    return at_least(step.training.deepspeed_version, FP32_H2D_FROM)
+
+
+def allocations(step: TrainingStep, hw: Hardware) -> list[Allocation]:
+    """One rank's host tensors in the order ``stage_1_and_2.py`` allocates them: the process;
+    the fp32 partition (always pinned, ``__init__``); its fp32 gradient (pinned with
+    ``pin_memory``, ``initialize_optimizer_states``); with accumulation, each parameter's 16-bit
+    gradient (first backward); the first step's retained temporary and Adam's moments; before
+    0.14.1 the 16-bit temporary of the step's copy."""
+    pin = pinned if hw.pinned else int
+    rank, lp = step.rank_params, step.lp_bytes
+    tensors = [Allocation(RUNTIME, 0, footprint.PROCESS_HOST_BYTES),
+               Allocation(FP32_PARAMS, FP32_BYTES * rank, pinned(FP32_BYTES * rank)),
+               Allocation(FP32_GRADS, FP32_BYTES * rank, pin(FP32_BYTES * rank))]
+    if step.micro_steps > 1:
+        dp = step.training.data_parallel
+        tensors += [Allocation(ACCUMULATED, lp * part, pin(lp * part))
+                    for layer in step.layers for part in (-(-numel // dp) for numel in layer.tensors)]
+    tensors += [Allocation(RETAINED, 0, footprint.FIRST_STEP_RETAINED_BYTES * rank),
+                Allocation(ADAM_STATE, ADAM_STATE_BYTES * rank, ADAM_STATE_BYTES * rank)]
+    if not fp32_h2d(step):
+        tensors.append(Allocation(H2D_TEMPORARY, lp * rank, lp * rank))
+    return tensors
+
+
+def layer_memory(layout: HostLayout, step: TrainingStep) -> tuple[tuple[HostMemory, ...], tuple[HostMemory, ...]]:
+    """Where each layer's 16-bit accumulated gradient and fp32 gradient are."""
+    parts = step.rank_partitions
+    return layout.by_layer(ACCUMULATED, parts, step.lp_bytes), layout.by_layer(FP32_GRADS, parts, FP32_BYTES)
+
+
+def place_gpu(step: TrainingStep, placement: Placement) -> None:
+    """What ZeRO-1/2 adds in HBM: the second reduce bucket (``overlap_comm``'s double buffer),
+    the 16-bit gradient buffer of the offload (the largest parameter) and, under ZeRO-1, the
+    whole model's 16-bit gradients kept until the boundary."""
+    lp = step.lp_bytes
+    placement.put("hbm", "second reduce bucket (overlap_comm)", step.training.reduce_bucket_size * lp)
+    placement.put("hbm", "16-bit gradient buffer of the offload", step.largest_tensor * lp)
+    if step.training.zero_stage < 2:
+        placement.put("hbm", "16-bit gradients (ZeRO-1: whole, until the boundary)", step.total_params * lp)
+
+
+def step_transient_bytes(step: TrainingStep) -> int:
+    """HBM the step needs beyond the 16-bit model: the fp32 partition copied whole (0.14.1 on)."""
+    return FP32_BYTES * step.rank_params if fp32_h2d(step) else 0
+
+
+def offload_gradients(builder: StepBuilder, layout: HostLayout, micro: int, index: int, ready: str) -> None:
+    """One layer's gradient copies of ``copy_grads_in_partition`` on ``PARTITION_STREAM``, none
+    of which the host waits for (ZeRO-1 copies only at the boundary)."""
+    step = builder.step
+    last = micro == step.micro_steps - 1
+    if step.training.zero_stage < 2 and not last:
+        return
+    numel, prefix = step.rank_partitions[index], f"m{micro}.bwd.{index}"
+    accumulated, fp32 = (where[index] for where in layer_memory(layout, step))
+    after = ready
+    if step.micro_steps > 1:
+        direction = "d2h" if micro == 0 and step.training.zero_stage >= 2 else "h2d"
+        kind = pcie_kind(builder, direction, "backward", accumulated, stream=PARTITION_STREAM)
+        after = builder.add(kind.task(f"{prefix}.grad_{direction}", numel * step.lp_bytes, (ready,)))
+    if last:
+        kind = pcie_kind(builder, "d2h", "backward", fp32, stream=PARTITION_STREAM)
+        builder.add(kind.task(f"{prefix}.fp32_grad_d2h", numel * FP32_BYTES, (after,)))
+
+
+def offload_task_count(shape: StepShape) -> int:
+    """Tasks ``offload_gradients`` makes over a step."""
+    accumulating = shape.micro_steps > 1
+    copies = (shape.micro_steps if shape.zero_stage >= 2 else 1) if accumulating else 0
+    return shape.layers * (copies + 1)
+
+
+def step_task_count(shape: StepShape, hw: Hardware) -> int:
+    """Tasks ``optimizer_step`` makes: CPU Adam and the copy back (one task from 0.14.1, a
+    conversion and a copy before) per chunk, and the all-gather."""
+    fp32_copy = at_least(shape.deepspeed_version, FP32_H2D_FROM)
+    per_chunk = 1 + ((1 if fp32_copy else 2) if hw.has_gpu else 0)
+    return shape.subgroups * per_chunk + (1 if hw.has_gpu and shape.data_parallel > 1 else 0)
+
+
+def chunk_memory(layout: HostLayout, start: int, numel: int) -> tuple[HostMemory, HostMemory, HostMemory]:
+    """Where CPU Adam's reads (fp32 param, gradient, m, v) and writes (param, m, v) of the
+    partition's elements ``start`` to ``start + numel`` land, and where the params are."""
+    end = start + numel
+    params = layout.memory(FP32_PARAMS, FP32_BYTES * start, FP32_BYTES * end)
+    grads = layout.memory(FP32_GRADS, FP32_BYTES * start, FP32_BYTES * end)
+    state = layout.memory(ADAM_STATE, ADAM_STATE_BYTES * start, ADAM_STATE_BYTES * end)
+    reads = params.blend(((grads, FP32_BYTES), (state, ADAM_STATE_BYTES)), FP32_BYTES)
+    return reads, params.blend(((state, ADAM_STATE_BYTES),), FP32_BYTES), params
+
+
+def optimizer_step(builder: StepBuilder, layout: HostLayout, begin: str) -> None:
+    """Each chunk: CPU Adam, then its 16-bit parameters back on the GPU (the host waits);
+    then the 16-bit parameters all-gathered over the ranks. Each access is costed where its
+    bytes are."""
+    step = builder.step
+    starts = [0]
+    for size in step.subgroup_sizes[:-1]:
+        starts.append(starts[-1] + size)
+    where = [chunk_memory(layout, start, g.numel) for start, g in zip(starts, step.subgroups, strict=True)]
+    keys: tuple[Hashable, ...] = tuple((i == 0, size) for i, size in enumerate(step.subgroup_sizes))
+    if layout.uniform is None:
+        keys = tuple((key, where[i]) for i, key in enumerate(keys))
+    done = begin
+    for i in builder.loop(keys):
+        group, (reads, writes, params) = step.subgroups[i], where[i]
+        done = builder.add(adam_kind(builder, reads, writes).task(f"step.{group.index}.adam", group.numel, (done,)))
+        if not builder.hw.has_gpu:
+            continue
+        if fp32_h2d(step):
+            h2d = pcie_kind(builder, "h2d", "optimizer_step", params)
+            done = builder.add(h2d.task(f"step.{group.index}.h2d", group.numel * FP32_BYTES, (done,)))
+        else:
+            lp = step.lp_bytes
+            temporary = layout.memory(H2D_TEMPORARY, lp * starts[i], lp * (starts[i] + group.numel))
+            done = params_to_gpu(builder, params, group, done, temporary)
+    if builder.hw.has_gpu:
+        builder.collective("step.allgather", "allgather", "optimizer_step",
+                           builder.step.total_params * builder.step.lp_bytes, (done,))
