@@ -165,6 +165,9 @@ class TrainingSpec:
     ``data_types.grad_accum_dtype``); None: the 16-bit precision, DeepSpeed's default under ZeRO."""
     activation_checkpointing: bool = True
     """Each decoder layer keeps only its 16-bit input, and backward recomputes its forward."""
+    cpu_checkpointing: bool = False
+    """Those inputs are kept in host memory (DeepSpeed ``activation_checkpointing.cpu_checkpointing``):
+    copied D2H after each layer's forward and back H2D before its recomputation."""
     zero_stage: int = integer(3, ge=0, le=3, doc="DeepSpeed ZeRO stage: 1 partitions the optimizer state over the "
                                                  "ranks, 2 also the gradients, 3 also the parameters; 0 none")
     sub_group_size: int = integer(1_000_000_000, gt=0, doc="elements per optimizer sub-group (DeepSpeed "
@@ -190,6 +193,9 @@ class TrainingSpec:
         """global_batch must be a whole number of micro-batches on every rank; a DeepSpeed
         version tiersim models."""
         check_version(self.deepspeed_version, source, _join(path, "deepspeed_version"))
+        if self.cpu_checkpointing and not self.activation_checkpointing:
+            raise ConfigError(source, _join(path, "cpu_checkpointing"),
+                              "true needs activation_checkpointing: true (it keeps the checkpoints on the host)")
         per_step = self.micro_batch * self.data_parallel
         if self.global_batch % per_step:
             raise ConfigError(
@@ -316,8 +322,17 @@ class TrainingStep:
     def activation_peak_bytes(self) -> int:
         """Peak activation bytes on one GPU in backward: kept + largest working set + fp32 logits."""
         kept = sum(layer.activation_bytes for layer in self.layers)
+        if self.training.cpu_checkpointing:  # on the host but the one being recomputed
+            kept += max(self.host_checkpoint_sizes, default=0) - sum(self.host_checkpoint_sizes)
         working = max(layer.working_bytes for layer in self.layers)
         return kept + working + self.logits_bytes()
+
+    @functools.cached_property
+    def host_checkpoint_sizes(self) -> tuple[int, ...]:
+        """Bytes of each checkpoint ``cpu_checkpointing`` keeps on the host (none without it)."""
+        if not self.training.cpu_checkpointing:
+            return ()
+        return tuple(layer.activation_bytes for layer in self.layers if layer.checkpointed)
 
     def model_flops_per_iteration(self) -> float:
         """Forward + backward FLOPs of one optimizer step on one rank, recompute excluded."""
@@ -515,6 +530,8 @@ class StepShape:
     zero_stage: int
     deepspeed_version: str
     """The DeepSpeed release, where the tasks of a step differ by release."""
+    host_checkpoints: int = 0
+    """Checkpointed layers whose input ``cpu_checkpointing`` keeps on the host."""
 
 
 def step_shape(model: ModelSpec, training: TrainingSpec) -> StepShape:
@@ -527,6 +544,7 @@ def step_shape(model: ModelSpec, training: TrainingSpec) -> StepShape:
         data_parallel=training.data_parallel,
         zero_stage=training.zero_stage,
         deepspeed_version=training.deepspeed_version,
+        host_checkpoints=model.layers if training.activation_checkpointing and training.cpu_checkpointing else 0,
     )
 
 

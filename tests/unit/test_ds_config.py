@@ -290,7 +290,6 @@ def test_train_batch_and_accumulation_set_the_micro_batch(tmp_path: Path) -> Non
      "zero_optimization.overlap_comm: false (DeepSpeed's default below ZeRO-3)"),
     ({"zero_optimization": {"stage": 2, "overlap_comm": True, "offload_optimizer": {"device": "cpu", "ratio": 0.5}}},
      "strategies.dram.ratio: 0.5: partial offload is ZeRO-3's"),
-    ({"activation_checkpointing": {"cpu_checkpointing": True}}, "activation_checkpointing.cpu_checkpointing: true"),
     ({"zenflow": {"topk_ratio": 0.1}}, "zenflow.topk_ratio"),
     ({"zero_optimization": {"zenflow": {"topk_ratio": 0.1}}}, "zero_optimization.zenflow.topk_ratio"),
     ({"pipeline": {"stages": 2}}, "pipeline.stages: 2: pipeline parallelism is not modelled"),

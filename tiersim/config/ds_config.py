@@ -156,6 +156,7 @@ def _apply_training(training: dict[str, Any], settings: dict[str, Any], world: i
     dtype = get("data_types.grad_accum_dtype", _dtype)
     if dtype is not None:
         training["grad_accum_dtype"] = dtype
+    training["cpu_checkpointing"] = get("activation_checkpointing.cpu_checkpointing", _flag, False)
     get("optimizer.type", _adam)
     betas = get("optimizer.params.betas", _betas)
     if betas is not None:

@@ -144,7 +144,7 @@ KEYS: dict[str, Key] = {
     "aio.overlap_events": _refused("aio without overlapped events", True, None),
     "aio.use_gds": _refused("GPUDirect Storage", *_OFF),
     # activation checkpointing (DeepSpeed's API; training.activation_checkpointing says whether)
-    "activation_checkpointing.cpu_checkpointing": _refused("activation checkpoints in host memory", *_OFF),
+    "activation_checkpointing.cpu_checkpointing": _modelled("training.cpu_checkpointing"),
     "activation_checkpointing.partition_activations": _refused("activations partitioned over model-parallel "
                                                                "ranks", *_OFF),
     "activation_checkpointing.contiguous_memory_optimization": _refused("contiguous checkpoint buffers", *_OFF),

@@ -168,7 +168,7 @@ class Strategy(ABC):
         gathers = passes if shape.zero_stage >= 3 and shape.data_parallel > 1 else 0
         reduces = shape.layers if shape.data_parallel > 1 else 0
         reducing = shape.micro_steps if shape.zero_stage >= 2 else 1  # below ZeRO-2 at the boundary only
-        per_micro = 2 + passes + gathers + passes * fetch_tasks(self.param_offload)
+        per_micro = 2 + passes + gathers + passes * fetch_tasks(self.param_offload) + 2 * shape.host_checkpoints
         return (shape.micro_steps * per_micro + reducing * reduces + 1 + self.offload_task_count(shape)
                 + self.step_task_count(shape, hw))
 
@@ -192,6 +192,8 @@ class Strategy(ABC):
         if missing:
             return Plan(placement, False, missing, None)
         self.place(step, hw, placement)
+        placement.put("dram", "activation checkpoints (cpu_checkpointing, pageable)",
+                      sum(step.host_checkpoint_sizes) * step.training.data_parallel)
         if offload:
             place_params(step, offload, self.params_layout(step, offload), placement, self.places_param_host)
         for tier, need in placement.reserved().items():

@@ -10,8 +10,10 @@ from typing import TYPE_CHECKING
 from tiersim.config.hardware import Hardware
 from tiersim.engine.schedule import Session, iterations_back
 from tiersim.strategies.builder import StepBuilder
+from tiersim.strategies.kinds import pcie_kind
+from tiersim.strategies.memory import HostMemory
 from tiersim.strategies.param_offload import ParamFetch
-from tiersim.workload import TrainingStep
+from tiersim.workload import LayerWork, TrainingStep
 
 if TYPE_CHECKING:  # pragma: no cover
     from tiersim.strategies.base import Strategy
@@ -101,6 +103,20 @@ def _forward(builder: StepBuilder, fetch: ParamFetch | None, micro: int, after: 
         prefetch = tuple(iterations_back(computed, _ahead(fetch)) or [begin])
         ready = _gather(builder, fetch, f"m{micro}.fwd.{i}", "forward", i, prefetch, computed)
         computed.append(builder.compute(f"m{micro}.fwd.{i}", "forward", layers[i].forward_kernels, ready))
+        _checkpoint_copy(builder, "d2h", f"m{micro}.fwd.{i}", layers[i], (computed[-1],))
+
+
+def _checkpoint_copy(builder: StepBuilder, direction: str, prefix: str, layer: LayerWork,
+                     deps: tuple[str, ...]) -> None:
+    """``cpu_checkpointing``: a checkpointed layer's input copied to the host after its forward
+    (``d2h``) or back before its recomputation (``h2d``), as DeepSpeed's ``CheckpointFunction``
+    copies it (``.to(device)`` of a pageable host tensor): on the compute stream, at the pageable
+    rate, the host waiting for it."""
+    if not (layer.checkpointed and builder.step.training.cpu_checkpointing):
+        return
+    phase = "forward" if direction == "d2h" else "backward"
+    kind = pcie_kind(builder, direction, phase, HostMemory.dram_only(), builder.hw.pageable_bandwidth, stream="gpu")
+    builder.add(kind.task(f"{prefix}.checkpoint_{direction}", layer.activation_bytes, deps))
 
 
 def _backward(strategy: Strategy, builder: StepBuilder, fetch: ParamFetch | None, micro: int) -> None:
@@ -142,6 +158,8 @@ def _backward_layer(strategy: Strategy, builder: StepBuilder, fetch: ParamFetch 
         after = tuple(iterations_back(computed, _ahead(fetch)) or ([begin] if fetch else []))
         if blocking is not None:
             after = (*after, blocking)
+        if label:  # the checkpoint back from the host before its recomputation
+            _checkpoint_copy(builder, "h2d", prefix, layer, after)
         ready = _gather(builder, fetch, name, "backward", i, after, computed)
         computed.append(builder.compute(name, "backward", work, ready or after))
     stage = builder.step.training.zero_stage
