@@ -3,6 +3,7 @@ never beside a source edited since, and giving the results the sources give."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pickle
@@ -15,6 +16,7 @@ import pytest
 from tiersim import _native
 from tiersim.config.document import load_scenario
 from tiersim.simulate import simulate
+from tiersim.strategies import STRATEGIES
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ["quickstart", "llama2-70b-offload", "seed-20b"]
@@ -100,3 +102,12 @@ def test_results_and_configs_cross_processes() -> None:
         if result.fits:
             assert back.utilisation.equals(result.utilisation)
             assert back.trace.equals(result.trace)
+
+
+def test_the_options_the_schema_reads_stay_python() -> None:
+    """mypyc keeps no ``Literal`` or class annotations for the scenario schema to read at run
+    time (a compiled ``policy: Literal[...]`` reads as ``type``): every strategy's options with
+    fields live in a module that is not compiled."""
+    for strategy in STRATEGIES.values():
+        if dataclasses.fields(strategy.Options):
+            assert strategy.Options.__module__ not in _native.COMPILED, strategy.name

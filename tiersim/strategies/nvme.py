@@ -31,7 +31,8 @@ from tiersim.strategies.kinds import FP32_BYTES, adam_kind
 from tiersim.strategies.memory import HostMemory
 from tiersim.strategies.param_offload import update_tasks, updated_params
 from tiersim.strategies.placement import MissingDevice, Placement, largest_partition
-from tiersim.strategies.swap import AIO_ALIGNED_BYTES, TENSORS_SWAPPED_IN, TENSORS_SWAPPED_OUT, SwapOptions, aio_kind
+from tiersim.strategies.swap import AIO_ALIGNED_BYTES, TENSORS_SWAPPED_OUT, aio_kind
+from tiersim.strategies.swap_options import TENSORS_SWAPPED_IN, SwapOptions
 from tiersim.workload import LayerWork, StepShape, TrainingSpec, TrainingStep
 
 
