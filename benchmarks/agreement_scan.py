@@ -48,7 +48,10 @@ def draw(rng: random.Random) -> tuple[str, list[str]]:
     ]
     if rng.random() < 0.5:  # collectives over the PCIe links the gradient copies use
         overrides.append("hardware.fabric=pcie-p2p-gen5")
-    return rng.choice(["gpu", "dram", "cxl", "nvme"]), overrides
+    strategy = rng.choice(["gpu", "dram", "cxl", "nvme"])
+    if strategy == "nvme":  # DeepSpeed swaps to NVMe under ZeRO-3 only
+        overrides[4] = "training.zero_stage=3"
+    return strategy, overrides
 
 
 def main() -> int:

@@ -2,11 +2,11 @@
 
 Engine cases with known answers, the bundled scenarios, and generated scenarios across every
 strategy: iteration time, phases, exposed transfer and every utilisation row (busy seconds,
-units moved, utilisation) agree with and without fast-forward to 1e-9 relative. A schedule
-whose full simulation is itself chaotic (pipelined NVMe swaps of many small sub-groups, where a
-rate nudged by a float's worth moves the iteration time by 1e-4: no two runs that differ by
-float residue agree there) is held to agree as closely as the full simulation agrees with
-itself under such nudges.
+units moved, utilisation) agree with and without fast-forward to 1e-9 relative, chaotic
+schedules among them (pipelined NVMe swaps of many small sub-groups, where a rate nudged by a
+float's worth moves the iteration time by 1e-4): they defer no copies. The generated scenarios
+are held, where the full simulation is chaotic, to agree as closely as it agrees with itself
+under such nudges (``assert_agrees``).
 """
 
 from __future__ import annotations
@@ -130,23 +130,39 @@ def assert_agrees(config: RunConfig, fast: Result, full: Result) -> None:
         assert not beyond_spread(fast, full, spreads(config, full))
 
 
-def test_a_chaotic_schedule_agrees_as_closely_as_it_agrees_with_itself() -> None:
+def test_a_chaotic_schedule_gives_the_full_run() -> None:
     """70B layers on one GPU, pipelined NVMe swaps of ~300 small sub-groups: a relative timing
     difference grows about 1.4x per sub-group (reads and writes share the drives), so a drive's
     bandwidth nudged by 1e-12 (even 1e-15) moves the full simulation's iteration time by up to
-    7e-4, and the fast-forward, whose deferred copies end a float step off the event run's,
-    lands about as far off (3e-4)."""
+    7e-4. Copies timed apart from the event run end a float step off its times, which such a step
+    would grow (3e-4 off); none run in the background of this schedule (``chaotic_swaps``), and
+    the fast-forward gives the full run's results."""
     overrides = ["model.layers=3", "hardware.gpus=1", "training.global_batch=2", "training.zero_stage=3",
                  "training.sub_group_size=1e7", "training.activation_checkpointing=true", "hardware.nvme.count=5",
                  "strategies.nvme.buffer_count=16", "strategies.nvme.pipeline_read=true",
                  "strategies.nvme.pipeline_write=true", "strategies.nvme.queue_depth=8"]
     config = zero_one(load_scenario(SEVENTY_B, overrides, ["nvme"])[0])
     fast, full = simulate(config), simulate(config, fast_forward=False)
-    spread = chaos(config, full)
-    assert spread > 1e-5
-    assert fast.iteration_time_s == pytest.approx(full.iteration_time_s, rel=2 * spread)
-    assert fast.phases["forward"] == pytest.approx(full.phases["forward"], rel=REL)
-    assert fast.phases["backward"] == pytest.approx(full.phases["backward"], rel=REL)
+    assert chaos(config, full) > 1e-5
+    assert_same(fast, full)
+
+
+def test_a_pipelined_nvme_step_after_skipped_layers_gives_the_full_run() -> None:
+    """The draw of ``test_generated_scenarios_are_the_same_with_and_without_fast_forward`` that
+    once failed: 12 70B layers on one GPU, 2 micro-steps, 3 drives, pipelined swaps of 1e8
+    sub-groups. The boundary's gradient write, deferred, ended a float step off the event run's
+    (26.3601 s against 26.3610 s, beyond twice the full run's own spread in the drives'
+    utilisation); with no copies deferred before a chaotic step (``chaotic_swaps``) the layers
+    are still skipped and the results are the full run's."""
+    overrides = ["model.layers=12", "hardware.gpus=1", "hardware.sockets=2", "training.global_batch=2",
+                 "training.zero_stage=3", "training.sub_group_size=1e8", "training.activation_checkpointing=false",
+                 "hardware.nvme.count=3", "strategies.nvme.buffer_count=16", "strategies.nvme.pipeline_read=true",
+                 "strategies.nvme.pipeline_write=true", "strategies.nvme.queue_depth=8"]
+    config = zero_one(load_scenario(SEVENTY_B, overrides, ["nvme"])[0])
+    fast, full = simulate(config), simulate(config, fast_forward=False)
+    assert chaos(config, full) > 1e-5
+    assert_same(fast, full)
+    assert fast.events < full.events
 
 
 def chain_schedule(n: int, latency: float, size: float) -> object:

@@ -125,8 +125,9 @@ class NVMeSwap(Strategy):
                       min_numel)[::-1]
 
     def background_streams(self, builder: StepBuilder, micro: int) -> frozenset[str]:
-        """As the base class, but a boundary whose backward waits for its copies has none."""
-        if micro == builder.step.micro_steps - 1 and swapper_waits(builder.step):
+        """As the base class, but a boundary whose backward waits for its copies has none, and
+        nor has a step whose swaps overlap reads and writes (``chaotic_swaps``)."""
+        if chaotic_swaps(self.options) or (micro == builder.step.micro_steps - 1 and swapper_waits(builder.step)):
             return frozenset()
         return super().background_streams(builder, micro)
 
@@ -190,6 +191,14 @@ class NVMeSwap(Strategy):
             adam_done = builder.add(adam.task(f"step.{i}.adam", group.numel, tuple(adam_deps)))
             updated.append(updated_params(builder, fetch, dram, group, adam_done))
             writes.append(builder.add(swap_out.task(f"step.{i}.swap_out", TENSORS_SWAPPED_OUT * fp32, (updated[-1],))))
+
+
+def chaotic_swaps(options: SwapOptions) -> bool:
+    """Whether the optimizer step overlaps sub-groups' swap-ins with swap-outs on the drives
+    (``pipeline_read`` and ``pipeline_write``): a float step in when the step begins can then
+    grow about 1.4x per sub-group, so copies timed apart from the event run (by a float step
+    off its times) could move the result; the schedule says none run in the background."""
+    return options.pipeline_read and options.pipeline_write
 
 
 def swapper_waits(step: TrainingStep) -> bool:
