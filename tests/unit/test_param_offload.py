@@ -169,3 +169,10 @@ def test_deepspeed_estimate_follows_the_parameters() -> None:
     assert on_host["gpu_bytes"] < kept["gpu_bytes"]
     assert on_host["host_bytes"] == pytest.approx(kept["host_bytes"] * 18 / 16, abs=2)
     assert simulate(_config("dram", "{device: nvme}")).summary()["deepspeed_estimate"] is None
+
+
+def test_cpu_parameter_offload_needs_no_drives() -> None:
+    """Parameter offload to the CPU touches no drive: a node without NVMe runs it, in the same time."""
+    with_drives = simulate(_config("dram", "{device: cpu}"))
+    without = simulate(_config("dram", "{device: cpu}", "hardware.nvme=null"))
+    assert without.fits and without.iteration_time_s == with_drives.iteration_time_s
