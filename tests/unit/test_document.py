@@ -121,8 +121,14 @@ def test_strategies_are_addressed_by_name() -> None:
     doc = load_document(QUICKSTART)
     error = _error(lambda: doc.with_overrides(["strategies.tape.buffer_count=8"]))
     assert (error.source, error.field) == ("--set", "strategies.tape.buffer_count")
-    error = _error(lambda: doc.with_values({"strategies.nvme.buffer_count.x": 1}, SET))
+    error = _error(lambda: doc.with_values({"strategies.nvme": 1}, SET))
     assert "strategies.NAME.OPTION" in error.message
+    error = _error(lambda: doc.with_values({"strategies.nvme.buffer_count.x": 1}, SET))
+    assert "strategies.nvme.buffer_count is not a mapping" in error.message
+    block = doc.with_values({"strategies.dram.offload_param.device": "cpu"}, SET)  # a field of a block
+    assert block.get("strategies.dram.offload_param") == {"device": "cpu"}
+    assert block.with_values({"strategies.dram.offload_param.buffer_count": 8}, SET).get(
+        "strategies.dram.offload_param") == {"device": "cpu", "buffer_count": 8}
     only = doc.with_strategy("nvme")
     assert only.strategy_names() == ["nvme"] and only.get("strategies.nvme") == doc.get("strategies.nvme")
     assert doc.with_strategy("gpu").data["strategies"] == [{"name": "gpu"}]

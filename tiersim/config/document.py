@@ -166,15 +166,15 @@ class ScenarioDocument:
         if any(not part for part in parts):
             raise origin.error(path, "expected a dotted field path", value)
         if parts[0] == STRATEGY_SECTION and len(parts) > 1:
-            if len(parts) != 3:
-                raise origin.error(path, "strategy options are written strategies.NAME.OPTION, "
-                                         "e.g. strategies.nvme.buffer_count", value)
-            name, option = parts[1], parts[2]
+            if len(parts) < 3:
+                raise origin.error(path, "strategy options are written strategies.NAME.OPTION (or OPTION.FIELD "
+                                         "of a block), e.g. strategies.nvme.buffer_count", value)
+            name = parts[1]
             entries = self.strategy_entries(data)
             if name not in entries:
                 raise origin.error(path, f"strategy {name!r} is not in this scenario (has: {', '.join(entries)})",
                                    value)
-            listed = [{**entry, option: value} if entry_name == name else raw
+            listed = [_put_mapping(entry, parts, value, origin, path, 2) if entry_name == name else raw
                       for (entry_name, entry), raw in zip(entries.items(), data[STRATEGY_SECTION])]
             return {**data, STRATEGY_SECTION: listed}
         return _put_mapping(data, parts, value, origin, path)

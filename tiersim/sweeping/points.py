@@ -20,8 +20,10 @@ A factor is any scenario field by dotted path (``model.layers``, ``hardware.cxl.
 - ``strategy``: runs only that strategy (its options as in the base scenario, or its defaults
   when the base does not list it). Without it every strategy of the base is a separate run.
 - ``strategies.NAME.OPTION``: sets OPTION of strategy NAME's entry in the base scenario's
-  ``strategies`` list (``strategies.nvme.buffer_count``, ``strategies.cxl.dram_weight``). In a
-  point whose ``strategy`` is another one it is ignored.
+  ``strategies`` list (``strategies.nvme.buffer_count``, ``strategies.cxl.dram_weight``,
+  ``strategies.dram.ratio``), or a field of an option's block (``strategies.NAME.OPTION.FIELD``:
+  ``strategies.dram.offload_param.device``). In a point whose ``strategy`` is another one it is
+  ignored.
 
 Order of application: base, the file's ``set``, ``--set`` (``overrides``), the point's factors.
 Every point is resolved into its ``RunConfig`` objects before anything runs (each point a
