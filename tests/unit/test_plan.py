@@ -250,8 +250,9 @@ def test_plan_top_shows_the_first_rows(small: Path) -> None:
     proc = tiersim("plan", str(small), "--objective", "fastest", "--dram-gib", "96,192", "--cxl-counts", "2",
                    "--nvme-counts", "1", "--top", "2")
     assert proc.returncode == 0, proc.stderr
-    ranks = [line.split()[0] for line in proc.stdout.splitlines()[3:] if not line.startswith(" ")]
-    assert ranks == ["1", "2"]
+    lines = proc.stdout.splitlines()
+    ranks = [line.split()[0] for line in lines[3:-1] if not line.startswith(" ")]
+    assert ranks == ["1", "2"] and lines[-1].startswith("chose ")
 
 
 @pytest.mark.slow

@@ -21,8 +21,13 @@ Objectives
     ``gpu`` and ``dram`` candidates have no CXL and no NVMe, ``cxl`` ones no NVMe, ``nvme`` ones
     no CXL. With ``policies``, each ``cxl`` sizing is tried under each of those host memory
     policies (``strategies.cxl.policy``: ``bind`` fills DRAM then spills to CXL, ``interleave``,
-    ``weighted-interleave``...); without, under the scenario's. Ranked by iteration time (then
-    cost); ``budget`` and ``max_iteration_time`` filter.
+    ``weighted-interleave``...); without, under the scenario's. With ``ratios``, each ``dram``
+    and ``cxl`` sizing under each partial-offload ratio (``strategies.NAME.ratio``, DeepSpeed
+    ``offload_optimizer.ratio``); with ``offload_param``, every strategy's under each parameter
+    offload device (``none``, ``cpu``, ``nvme``: ``strategies.NAME.offload_param.device``; with
+    ``nvme`` the candidate keeps the drives). Parameter offload beside a ratio below 1 is not
+    modelled, so that pair is not tried. Ranked by iteration time (then cost); ``budget`` and
+    ``max_iteration_time`` filter; ``chosen`` says which candidate won and why.
 ``cheapest``
     The same candidates; among those that fit, meet ``max_iteration_time`` and ``budget``,
     ranked by hardware cost (then iteration time). Every priced device needs ``price_usd``.
@@ -91,15 +96,25 @@ LADDER: tuple[dict[str, Any], ...] = (
 """The ``scale="ladder"`` model shapes, smallest first."""
 
 _USES = {"gpu": (), "dram": (), "cxl": ("cxl",), "nvme": ("nvme",)}
+"""Optional devices each strategy needs (others are left out of its candidates)."""
 POLICY_PATH = "strategies.cxl.policy"
 """The option ``policies`` varies: the host memory policy over DRAM and CXL nodes."""
-"""Optional devices each strategy needs (others are left out of its candidates)."""
+RATIO_STRATEGIES = ("dram", "cxl")
+"""The strategies with a partial-offload ``ratio`` (the option ``ratios`` varies)."""
+PARAM_DEVICES = ("none", "cpu", "nvme")
+"""The values of the option ``offload_param``: no parameter offload, DeepSpeed's ``cpu``, ``nvme``."""
+OPTION_COLUMNS = ("policy", "ratio", "offload_param")
+"""The candidate options a row carries besides its strategy and sizing."""
 
 
 CANDIDATE = Origin("plan", "a candidate's tier sizing")
 """Where the planner's tier sizings come from (an error names the field and this)."""
 POLICIES = Origin("plan", "--policies")
 """Where the memory policies the planner tries come from."""
+RATIOS = Origin("plan", "--ratios")
+"""Where the partial-offload ratios the planner tries come from."""
+OFFLOAD_PARAM = Origin("plan", "--offload-param")
+"""Where the parameter offload devices the planner tries come from."""
 PROBE = Origin("plan", "a model size tried")
 """Where the planner's model shapes come from."""
 
@@ -239,8 +254,11 @@ def sized(scenario: Scenario, sizing: Sizing) -> Scenario:
 
 def sizings(scenario: Scenario, strategy: str, dram_gib: Sequence[float], cxl_counts: Sequence[int],
             nvme_counts: Sequence[int]) -> list[Sizing]:
-    """The tier sizings tried for ``strategy`` (devices it does not use are left out)."""
+    """The tier sizings tried for ``strategy`` (devices it does not use are left out; parameter
+    offload to ``nvme`` uses the drives)."""
     uses = _USES.get(strategy, ("cxl", "nvme"))
+    if scenario.document.get(f"strategies.{strategy}.offload_param.device") == "nvme":
+        uses = (*uses, "nvme")
     cxl = list(cxl_counts) if "cxl" in uses else [0]
     nvme = list(nvme_counts) if "nvme" in uses else [0]
     return [Sizing(int(round(g * GIB)), c, n) for g in dram_gib for c in cxl for n in nvme]
@@ -255,21 +273,73 @@ def _check_lists(dram_gib: Sequence[float], cxl_counts: Sequence[int], nvme_coun
         raise ConfigError(API, "nvme_counts", "expected counts >= 1 (NVMe is left out where unused)")
 
 
+@dataclass(frozen=True)
+class Options:
+    """The strategy options the planner tries besides the scenario's (empty: the scenario's)."""
+
+    policies: Sequence[str] = ()
+    """Host memory policies of the ``cxl`` strategy (``strategies.cxl.policy``)."""
+    ratios: Sequence[float] = ()
+    """Partial-offload ratios of ``dram`` and ``cxl`` (``strategies.NAME.ratio``, 0 to 1)."""
+    offload_param: Sequence[str] = ()
+    """Parameter offload devices of every strategy (``PARAM_DEVICES``)."""
+
+    def varied(self) -> list[str]:
+        """The ``OPTION_COLUMNS`` these options vary."""
+        given = {"policy": self.policies, "ratio": self.ratios, "offload_param": self.offload_param}
+        return [column for column in OPTION_COLUMNS if given[column]]
+
+
+def _check_options(scenario: Scenario, options: Options) -> None:
+    for ratio in options.ratios:
+        if not 0 <= ratio <= 1:
+            raise ConfigError(API, "ratios", f"expected fractions from 0 to 1, got {ratio:g}")
+    for device in options.offload_param:
+        if device not in PARAM_DEVICES:
+            raise ConfigError(API, "offload_param", f"expected {', '.join(PARAM_DEVICES)}, got {device!r}")
+    if "nvme" in options.offload_param and scenario.document.get("hardware.nvme.device") is None:
+        raise ConfigError(API, "offload_param", "nvme needs drives: hardware.nvme.device in the scenario")
+
+
+def option_variants(scenario: Scenario, name: str, options: Options) -> list[Scenario]:
+    """The variants of ``scenario`` strategy ``name`` is tried under: each combination of the
+    ``options`` that apply to it, in order (a ratio below 1 with parameter offload is left out:
+    not modelled)."""
+    variants = [scenario]
+    for axis in _axes(scenario, name, options):
+        variants = [v.with_values({path: value}, origin) for v in variants for path, value, origin in axis]
+    return [v for v in variants if not (v.document.get(f"strategies.{name}.offload_param")
+                                        and v.document.get(f"strategies.{name}.ratio", 1) < 1)]
+
+
+def _axes(scenario: Scenario, name: str, options: Options) -> list[list[tuple[str, Any, Origin]]]:
+    """The (path, value, origin) of each option value tried for strategy ``name``, per option."""
+    axes: list[list[tuple[str, Any, Origin]]] = []
+    if options.policies and name == "cxl":
+        axes.append([(POLICY_PATH, p, POLICIES) for p in options.policies])
+    if options.ratios and name in RATIO_STRATEGIES:
+        axes.append([(f"strategies.{name}.ratio", r, RATIOS) for r in options.ratios])
+    if options.offload_param:
+        block = scenario.document.get(f"strategies.{name}.offload_param") or {}
+        axes.append([(f"strategies.{name}.offload_param", None if d == "none" else {**block, "device": d},
+                      OFFLOAD_PARAM) for d in options.offload_param])
+    return axes
+
+
 def candidate_configs(scenario: Scenario, strategies: Sequence[str] = (),
                       dram_gib: Sequence[float] = DEFAULT_DRAM_GIB,
                       cxl_counts: Sequence[int] = DEFAULT_CXL_COUNTS,
                       nvme_counts: Sequence[int] = DEFAULT_NVME_COUNTS,
-                      policies: Sequence[str] = ()) -> list[tuple[Sizing, RunConfig]]:
+                      options: Options = Options()) -> list[tuple[Sizing, RunConfig]]:
     """Every (sizing, config) the ``fastest``/``cheapest`` objectives simulate, in a fixed order
-    (``cxl`` once per memory policy of ``policies``, or under the scenario's)."""
+    (each strategy under each combination of ``options`` that applies, or the scenario's)."""
     _check_lists(dram_gib, cxl_counts, nvme_counts)
+    _check_options(scenario, options)
     names = list(strategies) or scenario.strategies()
     scenario.configs(strategies=names)  # unknown strategy -> ConfigError
     out = []
     for name in names:
-        variants = [scenario.with_values({POLICY_PATH: p}, POLICIES) for p in policies] if policies and \
-            name == "cxl" else [scenario]
-        for variant in variants:
+        for variant in option_variants(scenario, name, options):
             for sizing in sizings(variant, name, dram_gib, cxl_counts, nvme_counts):
                 (config,) = sized(variant, sizing).configs([name])
                 out.append((sizing, config))
@@ -284,7 +354,7 @@ def result_row(result: Result, lifetime_years: float = DEFAULT_LIFETIME_YEARS) -
     t = result.iteration_time_s
     return {
         "strategy": result.strategy,
-        "policy": getattr(result.config.options, "policy", None),
+        **option_values(result.config.options),
         "dram_gib_per_socket": hw.dram_capacity_per_socket / GIB,
         "cxl_devices": hw.cxl_count if hw.cxl is not None else 0,
         "nvme_drives": hw.nvme_count if hw.nvme is not None else 0,
@@ -296,6 +366,14 @@ def result_row(result: Result, lifetime_years: float = DEFAULT_LIFETIME_YEARS) -
         "iterations_per_hour": 3600.0 / t if t else None,
         "binding": binding_constraint(result),
     }
+
+
+def option_values(options: object) -> dict[str, Any]:
+    """A candidate's ``OPTION_COLUMNS``: its memory policy and ratio (None where the strategy has
+    none) and its parameter offload device (``none``: the parameters stay in HBM)."""
+    offload = getattr(options, "offload_param", None)
+    return {"policy": getattr(options, "policy", None), "ratio": getattr(options, "ratio", None),
+            "offload_param": "none" if offload is None else offload.device}
 
 
 def _check_limits(budget: float | None, max_iteration_time: float | None, lifetime_years: float) -> None:
@@ -354,14 +432,46 @@ def nearest_miss(frame: pd.DataFrame, budget: float | None = None, max_iteration
         return max(_over(row, "iteration_time_s", max_iteration_time), _over(row, "cost_usd", budget))
 
     best = min(missed, key=overshoot)
-    sizing = f"{best['dram_gib_per_socket']:g} GiB DRAM per socket"
-    if best["cxl_devices"]:
-        sizing += f", {best['cxl_devices']} CXL devices"
-    if best["nvme_drives"]:
-        sizing += f", {best['nvme_drives']} NVMe drive{'s' if best['nvme_drives'] != 1 else ''}"
-    cost = "" if best["cost_usd"] is None or pd.isna(best["cost_usd"]) else f", ${best['cost_usd']:,.0f}"
-    return (f"nearest: {best['strategy']} with {sizing}: {best['iteration_time_s']:.4g} s{cost} "
-            f"({best['excluded']})")
+    return f"nearest: {describe(best)}: {best['iteration_time_s']:.4g} s{_cost(best)} ({best['excluded']})"
+
+
+def describe(row: dict[str, Any], varied: Sequence[str] = ()) -> str:
+    """A candidate in words: its strategy, the ``varied`` options it has, and its sizing."""
+    options = [f"{column} {row[column]:g}" if isinstance(row[column], float) else f"{column} {row[column]}"
+               for column in varied if row.get(column) is not None and not pd.isna(row[column])]
+    text = f"{row['strategy']} ({', '.join(options)})" if options else str(row["strategy"])
+    text += f" with {row['dram_gib_per_socket']:g} GiB DRAM per socket"
+    if row["cxl_devices"]:
+        text += f", {row['cxl_devices']} CXL devices"
+    if row["nvme_drives"]:
+        text += f", {row['nvme_drives']} NVMe drive{'s' if row['nvme_drives'] != 1 else ''}"
+    return text
+
+
+def _cost(row: dict[str, Any]) -> str:
+    """", $COST" of a row, or nothing where its cost is unknown."""
+    return "" if row["cost_usd"] is None or pd.isna(row["cost_usd"]) else f", ${row['cost_usd']:,.0f}"
+
+
+def chosen(frame: pd.DataFrame, objective: str, varied: Sequence[str] = ()) -> str | None:
+    """Which candidate a ranked ``fastest``/``cheapest`` frame chose and why, in one line (None
+    when none is eligible): it fits and is the fastest or cheapest of those eligible, and how
+    many do not fit."""
+    rows = frame.to_dict(orient="records")
+    eligible = [row for row in rows if row["rank"] is not None and not pd.isna(row["rank"])]
+    if not eligible:
+        return None
+    best = eligible[0]
+    ranked_by = f"fastest ({best['iteration_time_s']:.4g} s{_cost(best)})" if objective == "fastest" else \
+        f"cheapest ({_cost(best)[2:] or 'cost unknown'}, {best['iteration_time_s']:.4g} s)"
+    misfits = sum(1 for row in rows if not row["fits"])
+    others = sum(1 for row in rows if row["fits"]) - len(eligible)
+    why = f"it fits and is the {ranked_by} of {len(eligible)} eligible"
+    if misfits:
+        why += f"; {misfits} of {len(rows)} do not fit"
+    if others:
+        why += f"; {others} that fit miss the limits"
+    return f"chose {describe(best, varied)}: {why}"
 
 
 def _over(row: dict[str, Any], column: str, limit: float | None) -> float:
@@ -378,12 +488,15 @@ def plan_sizing(scenario: Scenario, objective: str, strategies: Sequence[str] = 
                 dram_gib: Sequence[float] = DEFAULT_DRAM_GIB, cxl_counts: Sequence[int] = DEFAULT_CXL_COUNTS,
                 nvme_counts: Sequence[int] = DEFAULT_NVME_COUNTS, budget: float | None = None,
                 max_iteration_time: float | None = None,
-                lifetime_years: float = DEFAULT_LIFETIME_YEARS, policies: Sequence[str] = ()) -> pd.DataFrame:
-    """The ``fastest`` or ``cheapest`` answer: every candidate simulated, ranked (see module doc)."""
+                lifetime_years: float = DEFAULT_LIFETIME_YEARS, policies: Sequence[str] = (),
+                ratios: Sequence[float] = (), offload_param: Sequence[str] = ()) -> pd.DataFrame:
+    """The ``fastest`` or ``cheapest`` answer: every candidate simulated, ranked (see module doc;
+    ``policies``, ``ratios`` and ``offload_param`` are the ``Options`` tried)."""
     if objective not in ("fastest", "cheapest"):
         raise ConfigError(API, "objective", f"expected fastest or cheapest here, got {objective!r}")
     _check_limits(budget, max_iteration_time, lifetime_years)
-    candidates = candidate_configs(scenario, strategies, dram_gib, cxl_counts, nvme_counts, policies)
+    candidates = candidate_configs(scenario, strategies, dram_gib, cxl_counts, nvme_counts,
+                                   Options(tuple(policies), tuple(ratios), tuple(offload_param)))
     if objective == "cheapest" or budget is not None:
         for _sizing, config in candidates:
             missing = unpriced(config.hardware)

@@ -4,9 +4,11 @@ largest-model: per strategy, the largest model that fits the scenario's hardware
 scenario's model at fixed width, or ``--scale ladder``: Llama-2-style 7B/13B/20B/30B/34B/52B/
 70B/100B/175B), with the tier that stops the next step. fastest: strategies x tier sizing
 (DRAM GiB per socket, CXL devices, NVMe drives) ranked by iteration time. cheapest: those that
-meet ``--max-iteration-time`` (and ``--budget``) ranked by hardware cost. Prices are the
-profiles' ``price_usd`` (edit them; each is cited). Cost per iteration amortises the hardware
-over ``--lifetime-years`` of continuous use. Each row names its binding constraint.
+meet ``--max-iteration-time`` (and ``--budget``) ranked by hardware cost; ``--policies``,
+``--ratios`` and ``--offload-param`` try those strategy options too, and the table ends with the
+candidate chosen and why. Prices are the profiles' ``price_usd`` (edit them; each is cited).
+Cost per iteration amortises the hardware over ``--lifetime-years`` of continuous use. Each row
+names its binding constraint.
 
 --plot FILE draws the answer (.html, .png, .svg, .pdf by extension): for fastest and cheapest,
 hardware cost against iteration time of every candidate, the Pareto front marked and the binding
@@ -63,6 +65,12 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policies", default="", metavar="LIST",
                         help="host memory policies to try for the cxl strategy (bind, preferred, interleave, "
                              "weighted-interleave: numactl -m, -p, -i, -w; default: the scenario's)")
+    parser.add_argument("--ratios", default="", metavar="LIST",
+                        help="partial-offload ratios to try for dram and cxl (offload_optimizer.ratio, 0 to 1; "
+                             "default: the scenario's)")
+    parser.add_argument("--offload-param", default="", metavar="LIST",
+                        help="parameter offload to try for every strategy: none, cpu, nvme (offload_param.device; "
+                             "default: the scenario's)")
     parser.add_argument("--nvme-counts", default=",".join(str(c) for c in plan.DEFAULT_NVME_COUNTS),
                         metavar="LIST", help="NVMe drive counts to try for the nvme strategy (default %(default)s)")
     parser.add_argument("--scale", choices=("layers", "ladder"), default="layers",
@@ -79,8 +87,8 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 PLANNER_FLAGS = {name: "--" + name.replace("_", "-") for name in (
-    "dram_gib", "cxl_counts", "nvme_counts", "policies", "budget", "max_iteration_time", "lifetime_years",
-    "objective", "scale", "max_layers")}
+    "dram_gib", "cxl_counts", "nvme_counts", "policies", "ratios", "offload_param", "budget", "max_iteration_time",
+    "lifetime_years", "objective", "scale", "max_layers")}
 """The planner's parameters by the flags that give them."""
 
 
@@ -98,9 +106,9 @@ def plan_command(args: argparse.Namespace) -> int:
                                    "apply to --objective fastest or cheapest, not largest-model")
         with flags(**PLANNER_FLAGS):
             frame = plan.plan_largest_model(scenario, args.strategy, args.scale, args.max_layers, args.lifetime_years)
-        columns = MODEL_COLUMNS
+        columns, varied = MODEL_COLUMNS, list[str]()
     else:
-        frame, columns = _sizing(scenario, args)
+        frame, columns, varied = _sizing(scenario, args)
     name = str(scenario.data.get("name", scenario.source))
     if args.plot is not None:
         with flags(path="--plot", frame="--plot"):
@@ -108,15 +116,7 @@ def plan_command(args: argparse.Namespace) -> int:
         print(f"tiersim: wrote {path}", file=sys.stderr)
     answered = not frame["fits"].eq(False).all() if args.objective == "largest-model" else \
         not frame["rank"].isna().all()
-    if args.format == "json":
-        print(json.dumps({"scenario": name, "objective": args.objective, "lifetime_years": args.lifetime_years,
-                          "budget_usd": args.budget, "max_iteration_time_s": args.max_iteration_time,
-                          "rows": plain_records(frame)}, indent=2))
-    else:
-        shown = frame.head(args.top) if args.top is not None else frame
-        print(f"scenario: {name}  objective: {args.objective}")
-        print(format_table([h for _c, h in columns], [[_cell(c, row[c]) for c, _h in columns]
-                                                      for row in shown.to_dict(orient="records")]))
+    _print_answer(frame, columns, varied, name, args)
     if answered:
         return 0
     if args.objective == "largest-model":
@@ -127,21 +127,45 @@ def plan_command(args: argparse.Namespace) -> int:
     return 1
 
 
-def _sizing(scenario: plan.Scenario, args: argparse.Namespace) -> tuple[pd.DataFrame, list[tuple[str, str]]]:
-    """The ``fastest``/``cheapest`` answer and its table's columns (the policy's where
-    ``--policies`` varies it)."""
-    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+def _print_answer(frame: pd.DataFrame, columns: list[tuple[str, str]], varied: list[str], name: str,
+                  args: argparse.Namespace) -> None:
+    """The answer as JSON, or as a table followed, for fastest and cheapest, by the line saying
+    which candidate was chosen and why (``varied``: the options named in it)."""
+    if args.format == "json":
+        print(json.dumps({"scenario": name, "objective": args.objective, "lifetime_years": args.lifetime_years,
+                          "budget_usd": args.budget, "max_iteration_time_s": args.max_iteration_time,
+                          "rows": plain_records(frame)}, indent=2))
+        return
+    shown = frame.head(args.top) if args.top is not None else frame
+    print(f"scenario: {name}  objective: {args.objective}")
+    print(format_table([h for _c, h in columns], [[_cell(c, row[c]) for c, _h in columns]
+                                                  for row in shown.to_dict(orient="records")]))
+    choice = None if args.objective == "largest-model" else plan.chosen(frame, args.objective, varied)
+    if choice is not None:
+        print(choice)
+
+
+def _sizing(scenario: plan.Scenario,
+            args: argparse.Namespace) -> tuple[pd.DataFrame, list[tuple[str, str]], list[str]]:
+    """The ``fastest``/``cheapest`` answer, its table's columns (an option's where ``--policies``,
+    ``--ratios`` or ``--offload-param`` varies it) and the options varied."""
     with flags(**PLANNER_FLAGS):
+        options = plan.Options(_names(args.policies), tuple(plan.parse_list(args.ratios, "--ratios"))
+                               if args.ratios.strip() else (), _names(args.offload_param))
         frame = plan.plan_sizing(
             scenario, args.objective, args.strategy,
             dram_gib=plan.parse_list(args.dram_gib, "--dram-gib"),
             cxl_counts=plan.parse_list(args.cxl_counts, "--cxl-counts", int),
             nvme_counts=plan.parse_list(args.nvme_counts, "--nvme-counts", int),
             budget=args.budget, max_iteration_time=args.max_iteration_time, lifetime_years=args.lifetime_years,
-            policies=policies)
-    if not policies:
-        return frame, SIZING_COLUMNS
-    return frame, [*SIZING_COLUMNS[:2], ("policy", "policy"), *SIZING_COLUMNS[2:]]
+            policies=options.policies, ratios=options.ratios, offload_param=options.offload_param)
+    varied = options.varied()
+    return frame, [*SIZING_COLUMNS[:2], *[(c, c) for c in varied], *SIZING_COLUMNS[2:]], varied
+
+
+def _names(text: str) -> tuple[str, ...]:
+    """'bind, interleave' -> ('bind', 'interleave')."""
+    return tuple(item.strip() for item in text.split(",") if item.strip())
 
 
 def plan_figure(scenario: plan.Scenario, frame: pd.DataFrame, args: argparse.Namespace) -> go.Figure:
@@ -170,6 +194,6 @@ def _cell(column: str, value: Any) -> str:
         return f"{value:.3g}"
     if column == "params_b":
         return f"{value:.1f}"
-    if column in ("dram_gib_per_socket", "layers", "hidden"):
+    if column in ("dram_gib_per_socket", "ratio", "layers", "hidden"):
         return f"{value:g}"
     return str(value)
