@@ -153,6 +153,30 @@ def test_the_readme_links_every_docs_page() -> None:
         assert f"]({page.relative_to(ROOT)})" in readme or page.parent.name == "reference", page
 
 
+def test_the_strategies_table_lists_every_option_with_its_deepspeed_key() -> None:
+    """docs/guide/scenarios.md's table (the README's links to it) has a row, with a DeepSpeed
+    key, for every option of every strategy and every field of ``offload_param``."""
+    from dataclasses import fields
+
+    from tiersim.strategies import STRATEGIES
+    from tiersim.strategies.param_options import ParamOffload
+
+    text = (DOCS / "guide" / "scenarios.md").read_text()
+    section = text.split("## Strategies and their options\n")[1].split("\n## ")[0]
+    rows = [line.split("|")[1:-1] for line in section.splitlines() if line.startswith("| `") or
+            line.startswith("| any ")]
+    covered = set()
+    for strategy, option, key, _what in rows:
+        assert key.strip(), strategy
+        names = re.findall(r"`([a-z]+)`", strategy) or list(STRATEGIES)
+        covered |= {(name, opt) for name in names for opt in re.findall(r"`([a-z_.]+)`", option)}
+    wanted = {(name, f.name) for name, kind in STRATEGIES.items() for f in fields(kind.Options)
+              if f.name != "offload_param"}
+    wanted |= {(name, f"offload_param.{f.name}") for name in STRATEGIES for f in fields(ParamOffload)}
+    assert wanted - covered == set()
+    assert "(docs/guide/scenarios.md#strategies-and-their-options)" in (ROOT / "README.md").read_text()
+
+
 def _links(page: Path) -> list[str]:
     """The relative targets of a page's markdown links and images, anchors left out."""
     targets = re.findall(r"\]\(([^)\s]+)\)", FENCE.sub("", page.read_text()))
