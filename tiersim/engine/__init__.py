@@ -2,11 +2,12 @@
 
 The physics: tasks on ordered ``streams`` (``graph``), flows over shared links with max-min
 sharing (``flows``), time integrals of what ran (``accounts``), the event loop that runs a graph
-(``runner``) on SimPy's queue, which only ``clock`` touches, and the interface a schedule is
-built through (``schedule``); ``links`` gives process-style SimPy models the same links.
-Tasks are not SimPy processes: a task's delay is a timeout whose callback starts its flow, the
-flow network's timer calls back when the flow ends, and that callback starts whatever the end
-made ready, so a run costs a few events per task and no generator frames.
+(``runner``) on a heap of timed callbacks ordered as SimPy's queue (``clock``, the only module
+that touches SimPy), and the interface a schedule is built through (``schedule``); ``links``
+gives process-style SimPy models the same links. Tasks are not processes: a task's delay is a
+timeout whose callback starts its flow, the flow network's timer calls back when the flow ends,
+and that callback starts whatever the end made ready, so a run costs a few events per task and
+no generator frames.
 
 The engine knows nothing about transformers or tiers: it runs ``Task`` objects on ordered
 ``streams`` over shared-bandwidth ``links`` and returns trace records.

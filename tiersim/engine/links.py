@@ -12,7 +12,7 @@ import itertools
 import math
 from collections.abc import Mapping
 
-from tiersim.engine.clock import Clock, Environment, Event
+from tiersim.engine.clock import Environment, Event, SimPyClock, SimPyEvent
 from tiersim.engine.flows import FlowNetwork
 from tiersim.engine.graph import Link
 from tiersim.errors import ModelError
@@ -25,13 +25,13 @@ class SharedLinks:
     def __init__(self, env: Environment, capacity: Mapping[str, float]) -> None:
         for name, value in capacity.items():
             Link(name, value)  # positive and finite, or a ModelError naming the link
-        self.clock = Clock(env)
+        self.clock = SimPyClock(env)
         self.network = FlowNetwork(self.clock, dict(capacity), self._done)
-        self._pending: dict[int, Event] = {}
+        self._pending: dict[int, SimPyEvent] = {}
         self._keys = itertools.count()
 
     def transfer(self, size: float, usage: Mapping[str, float], cap: float = math.inf,
-                 latency: float = 0.0) -> Event:
+                 latency: float = 0.0) -> SimPyEvent:
         """An event that succeeds, with the time (s) as its value, once ``size`` bytes have
         moved: after ``latency`` seconds the flow starts, each byte using ``usage[link]`` units
         of each link, at most ``cap`` bytes/s."""

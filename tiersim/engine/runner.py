@@ -91,8 +91,8 @@ class Run:
     the stream is free for it, ready, start and end times (-1 until then) and the order tasks
     finished in; the graph's own lists give the dependents, the next task on the stream and
     the flows. ``pending`` holds the tasks joined and not finished. Once the network is closed
-    nothing of a finished run is left in a reference cycle but its clock's SimPy environment (so it is
-    freed at once, without the cyclic garbage collector)."""
+    nothing of a finished run is left in a reference cycle (so it is freed at once, without the
+    cyclic garbage collector)."""
 
     def __init__(self, graph: TaskGraph) -> None:
         self.clock = Clock()
