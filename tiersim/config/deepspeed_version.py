@@ -7,6 +7,7 @@ asks ``at_least(training.deepspeed_version, (0, 14))`` rather than comparing str
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from tiersim.errors import ConfigError
 
@@ -24,8 +25,10 @@ def release(text: str) -> tuple[int, int]:
     return major, minor
 
 
+@lru_cache(maxsize=64)
 def patch_release(text: str) -> tuple[int, int, int]:
-    """``"0.13.3+8074cd62"`` -> ``(0, 13, 3)``, ``"0.16"`` -> ``(0, 16, 0)``; a ValueError for anything else."""
+    """``"0.13.3+8074cd62"`` -> ``(0, 13, 3)``, ``"0.16"`` -> ``(0, 16, 0)``; a ValueError for anything else.
+    Cached: the strategies ask for each layer they build (``at_least``)."""
     match = _VERSION.fullmatch(text.strip())
     if match is None:
         raise ValueError(f"not a DeepSpeed version: {text!r}")
