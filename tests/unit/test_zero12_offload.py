@@ -13,6 +13,7 @@ from tiersim.config.document import load_scenario
 from tiersim.engine import Task
 from tiersim.results import Result
 from tiersim.simulate import simulate
+from tiersim.strategies.footprint import ALLOCATOR_RESERVE
 from tiersim.workload import build_step
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "scenarios" / "quickstart.yaml"
@@ -31,6 +32,13 @@ def tasks(result: Result, phase: str | None = None) -> list[Task]:
 
 def hbm(result: Result, what: str) -> int:
     return sum(allocated for tier, name, allocated, _held in result.placement_items if tier == "hbm" and what in name)
+
+
+def held(result: Result, tier: str, what: str) -> int:
+    return sum(h for t, name, _allocated, h in result.placement_items if t == tier and name == what)
+
+
+RESERVE = "caching-allocator reserve (freed blocks kept)"
 
 
 def test_zero1_keeps_the_whole_16_bit_gradients_in_hbm_and_zero2_does_not() -> None:
@@ -115,3 +123,36 @@ def test_the_zero_offload_tutorial_setting_runs() -> None:
     assert hbm(result, "parameters") == 2 * step.total_params
     assert result.peak_bytes["hbm"] < result.capacity_bytes["hbm"] == 32_480 * 2**20
     assert result.peak_bytes["dram"] > 16 * step.total_params
+
+
+def test_the_zero_offload_tutorials_hbm_item_by_item() -> None:
+    """DeepSpeed 0.10's stage-1/2 buffers with CPU offload, in bytes: the 16-bit model (2 B per
+    parameter), two ipg buckets of ``reduce_bucket_size`` 16-bit elements (``overlap_comm``),
+    ``temp_grad_buffer_for_gpu_offload`` (2 B per element of the largest parameter); at the
+    backward peak the activations, the largest parameter's 16-bit gradient and its fp32
+    conversion (4 B); one layer's working set of stranded allocator blocks; the CUDA context.
+    No step temporary before 0.14.1. Fits exactly when that sum is within the V100's HBM."""
+    (config,) = load_scenario(Path(__file__).resolve().parents[2] / "scenarios" / "zero-offload-10b-v100.yaml")
+    result = simulate(config)
+    step, gpu = build_step(config.model, config.training), config.hardware.gpu
+    assert gpu is not None and config.training.deepspeed_version == "0.10"
+    largest, bucket = step.largest_tensor, config.training.reduce_bucket_size
+    working = max(layer.working_bytes for layer in step.layers)
+    expected = (2 * step.total_params + 2 * 2 * bucket + 2 * largest + step.activation_peak_bytes + 2 * largest
+                + 4 * largest + working + gpu.reserved_memory)
+    assert sum(h for tier, _what, _a, h in result.placement_items if tier == "hbm") == expected
+    assert result.fits == (expected <= result.capacity_bytes["hbm"])
+
+
+def test_the_allocator_reserve_at_zero_1_and_2_is_one_layers_working_set() -> None:
+    """No parameter gather churns the allocator below ZeRO-3: what it holds beyond the transient
+    peak is bounded by the blocks one layer frees (its working set), not ZeRO-3's 1.70 per
+    transient byte, which still holds at ZeRO-3."""
+    for stage in (1, 2):
+        result = run(f"training.zero_stage={stage}")
+        step = build_step(result.config.model, result.config.training)
+        assert held(result, "hbm", RESERVE) == max(layer.working_bytes for layer in step.layers) > 0
+    three = run("training.zero_stage=3", "hardware.gpus=2", "training.global_batch=2")
+    parts = ("activations", "gradient of the largest", "fp32 gradient", "gathered")
+    transient = sum(hbm(three, what) for what in parts)
+    assert held(three, "hbm", RESERVE) == round(ALLOCATOR_RESERVE * transient) - transient

@@ -15,8 +15,8 @@ and the bytes the process holds for them (``reserved``, what decides a fit):
   CUDA and NCCL host buffers, the aio handle, Python).
 - On the GPU the caching allocator keeps freed blocks of the transient tensors (gathered
   layers, activations, gradients) for reuse, so it reserves more than it has allocated at peak
-  (``ALLOCATOR_RESERVE`` per byte of transient peak); the CUDA context and libraries add the GPU
-  profile's ``reserved_memory`` outside the allocator. Their sum is what ``nvidia-smi`` shows.
+  (``allocator_reserve``); the CUDA context and libraries add the GPU profile's
+  ``reserved_memory`` outside the allocator. Their sum is what ``nvidia-smi`` shows.
 
 The two calibrated constants come from the seed study's 70B logs
 (``tiersim.fitting.footprint.calibrate``, which a test re-derives them with); every other
@@ -24,6 +24,8 @@ figure is a byte count DeepSpeed's source allocates.
 """
 
 from __future__ import annotations
+
+from tiersim.workload import TrainingStep
 
 FIRST_STEP_RETAINED_BYTES = 4
 """Bytes per element updated by CPU Adam in host memory left allocated after the first step."""
@@ -35,7 +37,30 @@ growth per rank less the swapper's and ZeRO-3's pinned buffers)."""
 ALLOCATOR_RESERVE = 1.70
 """GPU bytes the caching allocator reserves per byte of transient peak allocation (calibrated:
 the 70B logs' steady ``CA`` less the persistent partition and bucket, over the modeled
-transient peak; the same in all three runs)."""
+transient peak; the same in all three runs). ZeRO-3 only: see ``allocator_reserve``."""
+
+
+def allocator_reserve(step: TrainingStep, transient_bytes: int) -> int:
+    """GPU bytes the caching allocator holds beyond the ``transient_bytes`` allocated at peak.
+
+    ZeRO-3: ``ALLOCATOR_RESERVE`` per transient byte, calibrated on logs where the gathered
+    parameters are allocated and released every layer, in sizes that differ from the
+    activations' and on the all-gather's stream (whose freed blocks the compute stream cannot
+    reuse).
+
+    ZeRO-1/2 (``stage_1_and_2.py``) has no such churn: the 16-bit parameters are one persistent
+    flat buffer, the ipg buckets are requested at the same size every backward and get the same
+    cached blocks back, and every layer requests the same sizes in the same order as the one
+    before, so PyTorch's allocator (best fit within a stream's pool, blocks rounded to 512 B,
+    segments of large requests to 2 MiB) serves each layer from the blocks the previous one
+    freed. What it cannot give back is free space stranded in segments that a longer-lived
+    block (a checkpoint, the tied embedding's gradient) was split from: at least none (exact
+    reuse), at most the blocks one layer frees in a pass, its working set. The bound's top,
+    the largest layer's ``working_bytes``, is what is held (the fit errs toward not fitting).
+    """
+    if step.training.zero_stage >= 3:
+        return round(ALLOCATOR_RESERVE * transient_bytes) - transient_bytes
+    return max(layer.working_bytes for layer in step.layers)
 
 
 def pinned(num_bytes: int) -> int:

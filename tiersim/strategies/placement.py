@@ -89,7 +89,7 @@ def place_gpu_common(step: TrainingStep, placement: Placement, gpu: GPUProfile, 
     ZeRO-3's contiguous reduce bucket, and at the backward peak the gathered layers, activations,
     the largest tensor's gradient before it moves into the bucket and ``gradient_conversion``
     bytes of fp32 gradient partitions on their way off the GPU. The caching allocator reserves
-    ``ALLOCATOR_RESERVE`` per transient byte; the CUDA context and libraries add
+    ``footprint.allocator_reserve`` beyond the transient peak; the CUDA context and libraries add
     ``gpu.reserved_memory`` beside it.
 
     With the parameters offloaded (``fetched_ahead``: layers fetched ahead of the one computing,
@@ -115,7 +115,7 @@ def place_gpu_common(step: TrainingStep, placement: Placement, gpu: GPUProfile, 
                 in_flight * math.ceil(step.largest_layer / dp) * step.lp_bytes)
     for what, num_bytes in transient.items():
         placement.put("hbm", what, num_bytes)
-    reserve = round(footprint.ALLOCATOR_RESERVE * sum(transient.values())) - sum(transient.values())
+    reserve = footprint.allocator_reserve(step, sum(transient.values()))
     placement.put("hbm", "caching-allocator reserve (freed blocks kept)", 0, reserve)
     beyond = step_transient - sum(transient.values()) - reserve
     placement.put("hbm", "optimizer step's temporary, beyond the backward's peak", max(beyond, 0))
