@@ -4,6 +4,7 @@ copies of each micro-step, the step's copy back and all-gather, and the refusals
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from tiersim.config.document import load_scenario
 from tiersim.engine import Task
 from tiersim.results import Result
 from tiersim.simulate import simulate
-from tiersim.strategies.footprint import ALLOCATOR_RESERVE
+from tiersim.strategies.footprint import ALLOCATOR_RESERVE, pinned
 from tiersim.workload import build_step
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "scenarios" / "quickstart.yaml"
@@ -156,3 +157,16 @@ def test_the_allocator_reserve_at_zero_1_and_2_is_one_layers_working_set() -> No
     parts = ("activations", "gradient of the largest", "fp32 gradient", "gathered")
     transient = sum(hbm(three, what) for what in parts)
     assert held(three, "hbm", RESERVE) == round(ALLOCATOR_RESERVE * transient) - transient
+
+
+@pytest.mark.parametrize(("version", "pin", "held_bytes"), [
+    ("0.16.2", "true", pinned), ("0.16.2", "false", int), ("0.10.0", "false", pinned)])
+def test_the_host_keeps_the_largest_parameters_16_bit_gradient_buffer(version: str, pin: str,
+                                                                     held_bytes: Callable[[int], int]) -> None:
+    """``temp_grad_buffer_for_cpu_offload``: 2 B per element of the largest parameter, pinned as
+    ``pin_memory`` says from 0.10.1 and always before."""
+    result = run("training.zero_stage=2", f"training.deepspeed_version={version}", f"hardware.pinned={pin}")
+    step = build_step(result.config.model, result.config.training)
+    host = {name: (a, h) for tier, name, a, h in result.placement_items if tier == "dram"}
+    size = 2 * step.largest_tensor
+    assert host["16-bit gradient buffer of the offload (host)"] == (size, held_bytes(size))

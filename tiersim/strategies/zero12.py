@@ -51,6 +51,10 @@ FP32_H2D_FROM = (0, 14, 1)
 """The release whose step copies the fp32 partition H2D and converts it on the GPU (PR #5301)."""
 FP32_GRADS = "fp32 gradients"
 """The optimizer's fp32 gradient of the rank's flat partition (``single_partition_of_fp32_groups[i].grad``)."""
+PIN_SETTING_FROM = (0, 10, 1)
+"""The release whose host buffers follow ``offload_optimizer.pin_memory`` (PR #4131); before, all pinned."""
+HOST_GRAD_BUFFER = "16-bit gradient buffer of the offload (host)"
+"""``temp_grad_buffer_for_cpu_offload``: the largest parameter's 16-bit size, allocated and never used."""
 ACCUMULATED = "16-bit gradients accumulated on the host"
 """``accumulated_grads_in_cpu``: each parameter's 16-bit gradient, made in the first backward."""
 
@@ -62,14 +66,16 @@ def fp32_h2d(step: TrainingStep) -> bool:
 
 def allocations(step: TrainingStep, hw: Hardware) -> list[Allocation]:
     """One rank's host tensors in the order ``stage_1_and_2.py`` allocates them: the process;
-    the fp32 partition (always pinned, ``__init__``); its fp32 gradient (pinned with
-    ``pin_memory``, ``initialize_optimizer_states``); with accumulation, each parameter's 16-bit
-    gradient (first backward); the first step's retained temporary and Adam's moments; before
-    0.14.1 the 16-bit temporary of the step's copy."""
-    pin = pinned if hw.pinned else int
+    in ``__init__`` the fp32 partition (always pinned) and the largest parameter's 16-bit
+    gradient buffer; the partition's fp32 gradient (``initialize_optimizer_states``); with
+    accumulation, each parameter's 16-bit gradient (first backward); the first step's retained
+    temporary and Adam's moments; before 0.14.1 the 16-bit temporary of the step's copy. All but
+    the fp32 partition are pinned with ``pin_memory`` (from 0.10.1; before, always)."""
+    pin = pinned if hw.pinned or not at_least(step.training.deepspeed_version, PIN_SETTING_FROM) else int
     rank, lp = step.rank_params, step.lp_bytes
     tensors = [Allocation(RUNTIME, 0, footprint.PROCESS_HOST_BYTES),
                Allocation(FP32_PARAMS, FP32_BYTES * rank, pinned(FP32_BYTES * rank)),
+               Allocation(HOST_GRAD_BUFFER, lp * step.largest_tensor, pin(lp * step.largest_tensor)),
                Allocation(FP32_GRADS, FP32_BYTES * rank, pin(FP32_BYTES * rank))]
     if step.micro_steps > 1:
         dp = step.training.data_parallel
