@@ -48,6 +48,7 @@ COMPILED = (
     "tiersim.strategies.estimator",
     "tiersim.strategies.footprint",
     "tiersim.strategies.gpu",
+    "tiersim.strategies.gpu_kernels",
     "tiersim.strategies.gradients",
     "tiersim.strategies.host",
     "tiersim.strategies.iteration",
