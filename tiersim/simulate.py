@@ -9,6 +9,7 @@ from tiersim.config.scenario import RunConfig
 from tiersim.config.worksize import too_many_tasks
 from tiersim.engine.schedule import TaskLimit
 from tiersim.fastforward import run_schedule
+from tiersim.gc_pause import cyclic_gc_paused
 from tiersim.results import PHASES, Result
 from tiersim.strategies import STRATEGIES
 from tiersim.workload import build_step
@@ -23,8 +24,15 @@ def simulate(config: RunConfig, trace: bool = False, fast_forward: bool = True,
     fast-forwarded result simulates the step again in full the first time its ``trace`` (or
     ``run``) is read. A run that builds more than ``max_tasks`` tasks (None: no limit; the
     CLI checks ``worksize.run_tasks``, an upper bound, before it runs) is a ``ConfigError``
-    naming the setting that makes most of them.
+    naming the setting that makes most of them. Python's cyclic garbage collector is paused
+    meanwhile (``tiersim.gc_pause``).
     """
+    with cyclic_gc_paused():
+        return _simulate(config, trace, fast_forward, max_tasks)
+
+
+def _simulate(config: RunConfig, trace: bool, fast_forward: bool, max_tasks: int | None) -> Result:
+    """``simulate``'s work."""
     step = build_step(config.model, config.training)
     strategy = STRATEGIES[config.strategy](config.options)
     plan = strategy.plan(step, config.hardware)

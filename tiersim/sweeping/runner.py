@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from tiersim._version import __version__
 from tiersim.errors import API, ConfigError, ModelError
+from tiersim.gc_pause import cyclic_gc_paused
 from tiersim.progress import progress_bar
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -108,7 +109,7 @@ def run_batch(batch: Sequence[tuple[int, RunConfig]]) -> list[tuple[int, dict[st
     from tiersim.simulate import simulate
 
     out: list[tuple[int, dict[str, Any]]] = []
-    with _collector_paused():
+    with cyclic_gc_paused():
         for index, config in batch:
             began = time.perf_counter()
             try:
@@ -125,21 +126,6 @@ def run_batch(batch: Sequence[tuple[int, RunConfig]]) -> list[tuple[int, dict[st
             row["tiersim_version"] = __version__
             out.append((index, row))
     return out
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector: a run leaves no reference cycle but SimPy's small
-    environment (reference counting frees the rest at once), so the collector's passes over the
-    objects of the run in progress, over a tenth of a sweep's CPU time, find nothing to free.
-    The environments are collected after the batch."""
-    paused = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if paused:
-            gc.enable()
 
 
 @contextlib.contextmanager
@@ -399,7 +385,7 @@ def run_sweep(
     pool = _start_pool(workers, sweep) if scheduler is None and workers > 1 else None
     held = contextlib.ExitStack()  # the output folder's lock, from opening the store to the last file
     try:
-        with _collector_paused():  # planning leaves no reference cycle to collect
+        with cyclic_gc_paused():  # planning leaves no reference cycle to collect
             runs = _plan(sweep, force, progress, notice, pool)
         with _frozen():
             if out is not None:
