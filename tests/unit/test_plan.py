@@ -251,8 +251,9 @@ def test_plan_top_shows_the_first_rows(small: Path) -> None:
                    "--nvme-counts", "1", "--top", "2")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    ranks = [line.split()[0] for line in lines[3:-1] if not line.startswith(" ")]
-    assert ranks == ["1", "2"] and lines[-1].startswith("chose ")
+    choice = next(k for k, line in enumerate(lines) if line.startswith("chose "))
+    ranks = [line.split()[0] for line in lines[3:choice] if not line.startswith(" ")]
+    assert ranks == ["1", "2"] and all(line.startswith("  ") for line in lines[choice + 1:])
 
 
 @pytest.mark.slow

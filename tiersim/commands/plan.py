@@ -21,13 +21,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from tiersim.analysis import plan
 from tiersim.analysis.figure_export import add_plot_arguments, check_target, write_figure
-from tiersim.analysis.report import format_table
+from tiersim.analysis.report import TABLE_WIDTH, format_table
 from tiersim.commands.options import add_format, add_model, add_overrides, add_strategy, flags
 from tiersim.config.bundled import resolve
 from tiersim.errors import ConfigError
@@ -142,7 +143,7 @@ def _print_answer(frame: pd.DataFrame, columns: list[tuple[str, str]], varied: l
                                                   for row in shown.to_dict(orient="records")]))
     choice = None if args.objective == "largest-model" else plan.chosen(frame, args.objective, varied)
     if choice is not None:
-        print(choice)
+        print(textwrap.fill(choice, TABLE_WIDTH, subsequent_indent="  ", break_long_words=False))
 
 
 def _sizing(scenario: plan.Scenario,
