@@ -101,10 +101,10 @@ def _training(log: TrainingLog, data_parallel: int) -> dict[str, Any]:
         "data_parallel": data_parallel,
         "precision": "fp16" if args.get("fp16") else "bf16",
         "activation_checkpointing": bool(args.get("checkpoint_activations") or args.get("recompute_granularity")),
-        "zero_stage": _integer(zero, "stage", source),
+        "zero_stage": _integer(zero, "stage", source, least=0),
         "sub_group_size": _integer(zero, "sub_group_size", source, 1_000_000_000),
         "reduce_bucket_size": _integer(zero, "reduce_bucket_size", source, 500_000_000),
-        "prefetch_bucket_size": _integer(zero, "prefetch_bucket_size", source, 50_000_000),
+        "prefetch_bucket_size": _integer(zero, "prefetch_bucket_size", source, 50_000_000, least=0),
         "adam_beta1": _real(args, "adam_beta1", source, 0.9),
         "adam_beta2": _real(args, "adam_beta2", source, 0.999),
         "flash_attention": any(args.get(flag) is True for flag in FLASH_ATTENTION_FLAGS),
@@ -206,7 +206,7 @@ def _param_offload(zero: dict[str, Any], source: str) -> dict[str, Any] | None:
         "device": device,
         "buffer_count": _integer(zero, "offload_param.buffer_count", source, 5),
         "buffer_size": _integer(zero, "offload_param.buffer_size", source, 100_000_000),
-        "max_in_cpu": _integer(zero, "offload_param.max_in_cpu", source, 1_000_000_000),
+        "max_in_cpu": _integer(zero, "offload_param.max_in_cpu", source, 1_000_000_000, least=0),
         "pin_memory": boolean(zero.get("offload_param.pin_memory", False), source,
                               "zero_config.offload_param.pin_memory"),
     }
@@ -243,11 +243,12 @@ def _aio(aio: dict[str, object], key: str, source: str, default: int) -> int:
     value = aio[key]
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise ConfigError(source, f"aio_config.{key}", f"expected a whole number, got {value!r}")
-    return whole(value, source, f"aio_config.{key}")
+    return at_least(whole(value, source, f"aio_config.{key}"), 1, source, f"aio_config.{key}")
 
 
-def _integer(values: dict[str, Any], key: str, source: str, default: int | None = None) -> int:
-    """A whole number the log printed (``1e8``, ``1.000000e+08`` and ``500,000,000`` allowed)."""
+def _integer(values: dict[str, Any], key: str, source: str, default: int | None = None, least: int = 1) -> int:
+    """A whole number the log printed (``1e8``, ``1.000000e+08`` and ``500,000,000`` allowed), at
+    least ``least`` (a count or size: 1; a stage or an optional amount: 0)."""
     raw = values.get(key)
     if raw is None or raw == "None":
         if default is None:
@@ -255,7 +256,14 @@ def _integer(values: dict[str, Any], key: str, source: str, default: int | None 
         return default
     if raw is True:
         raise ConfigError(source, key, "given without a value in the log's launcher arguments")
-    return whole(raw, source, key)
+    return at_least(whole(raw, source, key), least, source, key)
+
+
+def at_least(value: int, least: int, source: str, key: str) -> int:
+    """``value``, or a ConfigError at ``key`` where it is below ``least``."""
+    if value < least:
+        raise ConfigError(source, key, f"expected a whole number of at least {least}, got {value}")
+    return value
 
 
 def _real(values: dict[str, Any], key: str, source: str, default: float) -> float:
