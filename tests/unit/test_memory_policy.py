@@ -168,11 +168,22 @@ def test_memory_in_use_comes_off_usable_dram() -> None:
     (["--strategy", "dram", "--set", "strategies.dram.policy=interleave"], "strategies.dram.policy"),
     (["--strategy", "cxl", "--set", "strategies.cxl.policy=membind"], "strategies.cxl.policy"),
     (["--strategy", "dram", "--set", "hardware.host_memory_in_use=100 TB"], "hardware.host_memory_in_use"),
+    (["--strategy", "cxl", "--set", "hardware.cxl=null", "--set", "strategies.cxl.policy=bind"],
+     "strategies.cxl.policy: bind places memory on CXL nodes, but hardware.cxl has no CXL devices"),
 ])
 def test_refusals_are_one_line_and_exit_2(sets: list[str], field: str) -> None:
     done = tiersim("run", str(QUICKSTART), *sets)
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and field in done.stderr
+
+
+def test_without_cxl_the_default_policy_answers_the_devices_are_missing() -> None:
+    """Only a policy set explicitly is refused on a node without CXL; left out, the run says it
+    lacks the devices, as it always did."""
+    result = simulate(config("cxl", "hardware.cxl=null"))
+    assert not result.fits and "CXL devices" in str(result.misfit)
+    done = tiersim("run", str(QUICKSTART), "--strategy", "cxl", "--set", "hardware.cxl=null")
+    assert done.returncode == 0 and "no CXL devices" in done.stdout
 
 
 def test_the_planner_tries_each_memory_policy_it_is_given() -> None:

@@ -97,6 +97,7 @@ def scenario_from_dict(
     training = _training(data["training"], hardware_spec.gpus, source, validated)
     hardware = _hardware(hardware_spec, source, search, host, resolved)
     entries = _chosen(_strategy_options(data[STRATEGY_SECTION], source, validated), strategies, source)
+    refuse_policy_without_cxl(data[STRATEGY_SECTION], entries, hardware, source)
     configs = [
         RunConfig(str(name), seed, model, training, hardware, strategy, options)
         for strategy, options in entries.items()
@@ -114,6 +115,19 @@ def refuse_unmodelled(config: RunConfig, source: str) -> None:
     refused = STRATEGIES[config.strategy](config.options).refusal(config.training)
     if refused is not None:
         raise ConfigError(source, *refused)
+
+
+def refuse_policy_without_cxl(raw: object, entries: dict[str, Any], hardware: Hardware, source: str) -> None:
+    """A ConfigError at ``strategies.cxl.policy`` where a chosen ``cxl`` strategy sets a memory
+    policy (every one places pages on CXL nodes) on a node without CXL devices. Left at its
+    default, the run answers that it lacks the devices (``MissingDevice``), as before."""
+    if "cxl" not in entries or hardware.cxl is not None:
+        return
+    fields = strategy_entries(raw, source)["cxl"]
+    if "policy" in fields:
+        raise ConfigError(source, f"{STRATEGY_SECTION}.cxl.policy",
+                          f"{fields['policy']} places memory on CXL nodes, but hardware.cxl has no CXL devices "
+                          "(add hardware.cxl, or leave the policy out)")
 
 
 def _check_param_offload(config: RunConfig, source: str) -> None:
