@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from tiersim import cli
 from tiersim.config import limits
 from tiersim.config.document import load_scenario
-from tiersim.config.worksize import run_tasks
+from tiersim.config.worksize import FAST_FORWARD_TRIES, run_seconds, run_tasks, simulated_tasks
 from tiersim.errors import ConfigError
 from tiersim.simulate import simulate
 from tiersim.sweeping.points import load_sweep, plan_sweep
@@ -47,7 +47,9 @@ def test_task_count_is_exactly_the_graph_the_strategy_builds(scenario: Path, lay
         result = simulate(config, fast_forward=False)
         if result.graph is not None:
             assert run_tasks(config) == len(result.graph.tasks), config.strategy
-            assert len(simulate(config).built.tasks) <= run_tasks(config)
+            built = len(simulate(config).built.tasks)
+            assert built <= run_tasks(config)
+            assert built <= simulated_tasks(config) // FAST_FORWARD_TRIES
 
 
 LOWEST_STAGE = {"gpu": 0, "dram": 1, "cxl": 1, "nvme": 3}
@@ -91,6 +93,34 @@ def test_plan_refuses_past_the_limit_and_force_lifts_it(capsys: pytest.CaptureFi
     assert "the limit is 100 tasks" in capsys.readouterr().err
     assert main("plan", str(QUICKSTART), "--objective", "fastest", "--strategy", "dram", "--dram-gib", "512",
                 "--force") == 0
+
+
+def test_a_fast_forwarded_run_builds_no_more_than_the_tasks_its_time_is_bounded_by() -> None:
+    for config in load_scenario(QUICKSTART, ["training.global_batch=640"], ["dram", "nvme"]):
+        assert simulated_tasks(config) < run_tasks(config) / 20
+        assert len(simulate(config).built.tasks) <= simulated_tasks(config) // FAST_FORWARD_TRIES
+
+
+def test_a_run_that_may_take_more_than_a_second_is_refused_naming_the_field(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main("run", str(QUICKSTART), "--strategy", "dram", "--set", "training.zero_stage=2",
+                "--set", "training.sub_group_size=1e5") == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0
+    assert "--set: training.sub_group_size: 100,000 gives 67,385 optimizer sub-groups" in err
+    assert f"the limit is {limits.MAX_RUN_SECONDS:g} s per run" in err and "--force" in err
+    (config,) = load_scenario(QUICKSTART, ["training.zero_stage=2", "training.sub_group_size=1e5"], ["dram"],
+                              force=True)
+    assert run_seconds(config) == pytest.approx(simulated_tasks(config) * limits.SECONDS_PER_TASK)
+    assert run_seconds(config) > limits.MAX_RUN_SECONDS
+
+
+def test_force_runs_past_the_time_limit(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("tiersim.config.worksize.MAX_RUN_SECONDS", 1e-3)
+    assert main("run", str(QUICKSTART), "--strategy", "dram", "--set", "model.layers=2000") == 2
+    assert "model.layers: 2,000 gives 2,002 layers in each of 3 micro-steps" in capsys.readouterr().err
+    assert main("run", str(QUICKSTART), "--strategy", "dram", "--force") == 0
+    assert "dram" in capsys.readouterr().out
 
 
 def test_run_says_how_large_large_work_is_before_running() -> None:

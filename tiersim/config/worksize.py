@@ -4,25 +4,35 @@ A run's size is the number of tasks its strategy would put in the task graph
 (``Strategy.task_count``, from the layers, micro-steps and optimizer sub-groups of the step);
 the engine handles at most two events per task (a delay, a flow's finish). Past
 ``limits.MAX_TASKS`` a config is refused, naming the setting that makes most of the work,
-unless ``force`` is given. The bytes a run places and a tier's capacity must stay within
+unless ``force`` is given; so is one whose engine may take more than ``limits.MAX_RUN_SECONDS``
+(``run_seconds``: the tasks fast-forward may simulate one by one, at ``limits.SECONDS_PER_TASK``
+each). The bytes a run places and a tier's capacity must stay within
 ``limits.MAX_WHOLE`` (2^53, 8 PiB) so that every byte count of a result is exact and fits a
 64-bit column (``check_bytes``; no ``force``).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from tiersim.config.limits import FORCE_HINT, MAX_TASKS, MAX_WHOLE
+from tiersim.config.limits import FORCE_HINT, MAX_RUN_SECONDS, MAX_TASKS, MAX_WHOLE, SECONDS_PER_TASK
 from tiersim.errors import ConfigError
 from tiersim.strategies import STRATEGIES
-from tiersim.workload import parameter_count, step_shape
+from tiersim.workload import StepShape, parameter_count, step_shape
 
 if TYPE_CHECKING:  # pragma: no cover
     from tiersim.config.scenario import RunConfig
 
 EVENTS_PER_TASK = 2
 """At most this many engine events per task (a delay's timeout and a flow's finish timer)."""
+SIMULATED_MICRO_STEPS = 3
+"""Micro-steps a fast-forwarded run simulates at most: the first, an accumulating one whose
+state repeats the first's, and the next, begun when the repeat is seen (docs/design/fast-forward.md;
+2, 3, 4 and 1,024 micro-steps cost the same events in benchmarks/engine_scaling.py)."""
+FAST_FORWARD_TRIES = 3
+"""Times ``run_schedule`` may run a schedule: once, again without geometric skips, again
+without deferred copies (tiersim/fastforward/session.py)."""
 
 
 def run_tasks(config: RunConfig) -> int:
@@ -33,19 +43,57 @@ def run_tasks(config: RunConfig) -> int:
     return strategy.task_count(step_shape(config.model, config.training), config.hardware)
 
 
+def simulated_tasks(config: RunConfig) -> int:
+    """At most how many tasks the fast-forwarded run of ``config`` simulates one by one: each
+    of ``FAST_FORWARD_TRIES`` tries simulates at most the tasks of ``SIMULATED_MICRO_STEPS``
+    micro-steps, the boundary and the optimizer step (its layers and sub-groups in full)."""
+    strategy = STRATEGIES[config.strategy](config.options)
+    return FAST_FORWARD_TRIES * strategy.task_count(simulated_shape(config), config.hardware)
+
+
+def simulated_shape(config: RunConfig) -> StepShape:
+    """The step's shape with its micro-steps cut to ``SIMULATED_MICRO_STEPS``."""
+    shape = step_shape(config.model, config.training)
+    return replace(shape, micro_steps=min(shape.micro_steps, SIMULATED_MICRO_STEPS))
+
+
+def run_seconds(config: RunConfig) -> float:
+    """An upper estimate of the engine's seconds of CPU for the run of ``config``, fast-forwarded
+    (``simulated_tasks`` at ``SECONDS_PER_TASK``)."""
+    return simulated_tasks(config) * SECONDS_PER_TASK
+
+
 def check_run(config: RunConfig, source: str, force: bool = False) -> int:
-    """The run's tasks; past ``MAX_TASKS`` (unless ``force``) a ConfigError naming the field
-    that makes most of them, its value and the limit."""
+    """The run's tasks; past ``MAX_TASKS``, or with an engine that may take more than
+    ``MAX_RUN_SECONDS`` (unless ``force``), a ConfigError naming the field that makes most of
+    the work, its value and the limit."""
     tasks = run_tasks(config)
-    if tasks <= MAX_TASKS or force:
+    if force:
         return tasks
-    raise too_many_tasks(config, source, tasks)
+    if tasks > MAX_TASKS:
+        raise too_many_tasks(config, source, tasks)
+    seconds = run_seconds(config)
+    if seconds > MAX_RUN_SECONDS:
+        simulated = simulated_tasks(config)
+        field, value, why = largest_factor(config, simulated // FAST_FORWARD_TRIES, simulated_shape(config))
+        raise ConfigError(source, field, f"{count(value)} gives {why}, {count(simulated)} tasks simulated at most "
+                                         f"({config.strategy}), about {seconds:.2g} s; the limit is "
+                                         f"{MAX_RUN_SECONDS:g} s per run ({FORCE_HINT})")
+    return tasks
 
 
 def too_many_tasks(config: RunConfig, source: str, tasks: int) -> ConfigError:
     """The error for a run of ``tasks`` tasks, past ``MAX_TASKS``: it names the setting that
     makes most of them, its value and the limit."""
-    shape = step_shape(config.model, config.training)
+    field, value, why = largest_factor(config, tasks)
+    return ConfigError(source, field, f"{count(value)} gives {why}, {count(tasks)} tasks per run ({config.strategy}); "
+                                      f"the limit is {MAX_TASKS:,} tasks ({FORCE_HINT})")
+
+
+def largest_factor(config: RunConfig, tasks: int, shape: StepShape | None = None) -> tuple[str, int, str]:
+    """The setting that makes most of a run's ``tasks`` (the field, its value and why), from
+    the sub-groups, micro-steps and layers of ``shape`` (by default the config's)."""
+    shape = shape or step_shape(config.model, config.training)
     strategy = STRATEGIES[config.strategy](config.options)
     if 2 * strategy.step_task_count(shape, config.hardware) >= tasks:
         field, value = "training.sub_group_size", config.training.sub_group_size
@@ -56,8 +104,7 @@ def too_many_tasks(config: RunConfig, source: str, tasks: int) -> ConfigError:
     else:
         field, value = "model.layers", config.model.layers
         why = f"{count(shape.layers)} layers in each of {count(shape.micro_steps)} micro-steps"
-    return ConfigError(source, field, f"{count(value)} gives {why}, {count(tasks)} tasks per run ({config.strategy}); "
-                                      f"the limit is {MAX_TASKS:,} tasks ({FORCE_HINT})")
+    return field, value, why
 
 
 def check_bytes(config: RunConfig, source: str) -> None:
