@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from tiersim import cli
 from tiersim.config import limits
 from tiersim.config.document import load_scenario
-from tiersim.config.worksize import FAST_FORWARD_TRIES, run_seconds, run_tasks, simulated_tasks
+from tiersim.config.worksize import FAST_FORWARD_TRIES, run_tasks, simulated_tasks
 from tiersim.errors import ConfigError
 from tiersim.simulate import simulate
 from tiersim.sweeping.points import load_sweep, plan_sweep
@@ -111,8 +111,19 @@ def test_a_run_that_may_take_more_than_a_second_is_refused_naming_the_field(
     assert f"the limit is {limits.MAX_RUN_SECONDS:g} s per run" in err and "--force" in err
     (config,) = load_scenario(QUICKSTART, ["training.zero_stage=2", "training.sub_group_size=1e5"], ["dram"],
                               force=True)
-    assert run_seconds(config) == pytest.approx(simulated_tasks(config) * limits.SECONDS_PER_TASK)
-    assert run_seconds(config) > limits.MAX_RUN_SECONDS
+    assert simulated_tasks(config) * limits.SECONDS_PER_TASK > limits.MAX_RUN_SECONDS
+
+
+def test_a_traced_run_is_held_to_a_second_of_all_its_tasks(capsys: pytest.CaptureFixture[str],
+                                                          tmp_path: Path) -> None:
+    assert main("run", str(QUICKSTART), "--strategy", "dram", "--set", "training.global_batch=640",
+                "--out", str(tmp_path / "out")) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0
+    assert err.startswith("tiersim: error: --out: writes a per-task trace, so simulates in full: "
+                          "training.global_batch 640 gives 640 micro-steps")
+    assert f"the limit is {limits.MAX_RUN_SECONDS:g} s per run" in err and "--force" in err
+    assert not (tmp_path / "out").exists()
 
 
 def test_force_runs_past_the_time_limit(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:

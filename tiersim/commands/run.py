@@ -12,8 +12,9 @@ from tiersim.analysis.report import csv_text, flat_row, results_table
 from tiersim.commands.options import add_format, add_model, add_overrides, add_strategy, flags, output_folder
 from tiersim.config.bundled import resolve
 from tiersim.config.document import load_scenario
-from tiersim.config.limits import MAX_TASKS, NOTICE_TASKS
-from tiersim.config.worksize import describe, run_tasks
+from tiersim.config.limits import MAX_RUN_SECONDS, MAX_TASKS, NOTICE_TASKS
+from tiersim.config.scenario import RunConfig
+from tiersim.config.worksize import check_traced, describe, run_tasks
 from tiersim.errors import ConfigError
 from tiersim.results import Result
 from tiersim.simulate import simulate
@@ -43,7 +44,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     add_plot_arguments(parser, "a report: phase bars, and per fitted strategy its critical path (HTML only), "
                                "timeline (Gantt) and utilisation")
     parser.add_argument("--force", action="store_true",
-                        help=f"run past the limit of {MAX_TASKS:,} tasks per run (see tiersim.config.limits)")
+                        help=f"run past the limits of {MAX_TASKS:,} tasks and {MAX_RUN_SECONDS:g} s per run "
+                             "(see tiersim.config.limits)")
     parser.set_defaults(func=run_command)
 
 
@@ -54,6 +56,7 @@ def run_command(args: argparse.Namespace) -> int:
     with flags(path="--plot"):
         check_target(args.plot)
     scenario = configs[0].scenario
+    check_traces(args, configs)
     tasks = sum(run_tasks(config) for config in configs)
     if tasks >= NOTICE_TASKS:
         print(f"tiersim: {scenario}: {describe(len(configs), tasks)}", file=sys.stderr)
@@ -79,6 +82,14 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"scenario: {scenario}")
         print(results_table(results))
     return 0
+
+
+def check_traces(args: argparse.Namespace, configs: list[RunConfig]) -> None:
+    """Unless ``--force``, refuse (naming ``--out`` or ``--plot``) runs too long to simulate in
+    full for the per-task trace those write."""
+    flag = "--out" if args.out is not None else "--plot"
+    for config in configs if (args.out is not None or args.plot is not None) and not args.force else ():
+        check_traced(config, flag)
 
 
 def scenario_argument(args: argparse.Namespace) -> str:

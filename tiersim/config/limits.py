@@ -31,7 +31,7 @@ MAX_WHOLE = 2**53
 MAX_TASKS = 1_000_000
 """Tasks of one run (simulated iteration)."""
 MAX_RUN_SECONDS = 1.0
-"""Seconds of engine work one run may take (estimated up front, ``worksize.run_seconds``)."""
+"""Seconds of engine work one run may take (``worksize.simulated_tasks`` at ``SECONDS_PER_TASK``)."""
 SECONDS_PER_TASK = 13e-6
 """Seconds of CPU the engine spends on a task it simulates one by one, at most: simulated in
 full (``fast_forward=False``) on the loaded 2-core development VM, the quickstart at global batch

@@ -5,7 +5,7 @@ A run's size is the number of tasks its strategy would put in the task graph
 the engine handles at most two events per task (a delay, a flow's finish). Past
 ``limits.MAX_TASKS`` a config is refused, naming the setting that makes most of the work,
 unless ``force`` is given; so is one whose engine may take more than ``limits.MAX_RUN_SECONDS``
-(``run_seconds``: the tasks fast-forward may simulate one by one, at ``limits.SECONDS_PER_TASK``
+(``simulated_tasks``: the tasks fast-forward may simulate one by one, at ``limits.SECONDS_PER_TASK``
 each). The bytes a run places and a tier's capacity must stay within
 ``limits.MAX_WHOLE`` (2^53, 8 PiB) so that every byte count of a result is exact and fits a
 64-bit column (``check_bytes``; no ``force``).
@@ -57,12 +57,6 @@ def simulated_shape(config: RunConfig) -> StepShape:
     return replace(shape, micro_steps=min(shape.micro_steps, SIMULATED_MICRO_STEPS))
 
 
-def run_seconds(config: RunConfig) -> float:
-    """An upper estimate of the engine's seconds of CPU for the run of ``config``, fast-forwarded
-    (``simulated_tasks`` at ``SECONDS_PER_TASK``)."""
-    return simulated_tasks(config) * SECONDS_PER_TASK
-
-
 def check_run(config: RunConfig, source: str, force: bool = False) -> int:
     """The run's tasks; past ``MAX_TASKS``, or with an engine that may take more than
     ``MAX_RUN_SECONDS`` (unless ``force``), a ConfigError naming the field that makes most of
@@ -72,14 +66,28 @@ def check_run(config: RunConfig, source: str, force: bool = False) -> int:
         return tasks
     if tasks > MAX_TASKS:
         raise too_many_tasks(config, source, tasks)
-    seconds = run_seconds(config)
-    if seconds > MAX_RUN_SECONDS:
-        simulated = simulated_tasks(config)
+    simulated = simulated_tasks(config)
+    if simulated * SECONDS_PER_TASK > MAX_RUN_SECONDS:
         field, value, why = largest_factor(config, simulated // FAST_FORWARD_TRIES, simulated_shape(config))
-        raise ConfigError(source, field, f"{count(value)} gives {why}, {count(simulated)} tasks simulated at most "
-                                         f"({config.strategy}), about {seconds:.2g} s; the limit is "
-                                         f"{MAX_RUN_SECONDS:g} s per run ({FORCE_HINT})")
+        raise ConfigError(source, field, f"{count(value)} gives {why}, {too_slow(config, simulated)}")
     return tasks
+
+
+def check_traced(config: RunConfig, flag: str) -> None:
+    """A ConfigError (naming ``flag``, ``--out`` or ``--plot``, which write the per-task trace and
+    so simulate in full) when the run of ``config`` in full may take more than ``MAX_RUN_SECONDS``."""
+    tasks = run_tasks(config)
+    if tasks * SECONDS_PER_TASK > MAX_RUN_SECONDS:
+        field, value, why = largest_factor(config, tasks)
+        raise ConfigError(flag, "", f"writes a per-task trace, so simulates in full: {field} {count(value)} gives "
+                                    f"{why}, {too_slow(config, tasks)}")
+
+
+def too_slow(config: RunConfig, simulated: int) -> str:
+    """The end of the error for a run that simulates ``simulated`` tasks one by one, past
+    ``MAX_RUN_SECONDS``."""
+    return (f"{count(simulated)} tasks simulated at most ({config.strategy}), about "
+            f"{simulated * SECONDS_PER_TASK:.2g} s; the limit is {MAX_RUN_SECONDS:g} s per run ({FORCE_HINT})")
 
 
 def too_many_tasks(config: RunConfig, source: str, tasks: int) -> ConfigError:
