@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from clirun import QUICKSTART, tiersim
 
@@ -69,6 +70,30 @@ def test_each_strategy_gets_the_options_it_has() -> None:
         (0.5, "none"), (1.0, "none"), (1.0, "cpu"), (1.0, "nvme")]
     assert len([s for s, _o, _n in seen if s == "cxl"]) == 2 * 4
     assert all(n == (1 if o["offload_param"] == "nvme" else 0) for _s, o, n in seen)
+
+
+def test_nvme_parameter_offload_sizes_the_swap_buffer_to_the_embedding() -> None:
+    """quickstart's embedding partition (32000 x 4096 elements on one rank) exceeds DeepSpeed's
+    default ``buffer_size`` (1e8): the planner raises it to one element more, as a user must
+    write it, shows it in the row, and the row is that run's answer; a small vocabulary keeps
+    the default."""
+    frame = plan.plan_sizing(plan.read_scenario(QUICKSTART, SMALL), "fastest", ["dram"], dram_gib=[256],
+                             nvme_counts=[1], offload_param=["none", "nvme"])
+    by_device = {r["offload_param"]: r for r in frame.to_dict(orient="records")}
+    assert pd.isna(by_device["none"]["param_buffer_size"])
+    nvme = by_device["nvme"]
+    assert nvme["param_buffer_size"] == 32000 * 4096 + 1 and nvme["fits"]
+    alone = ["hardware.dram_capacity=256 GiB", "hardware.cxl=null", "hardware.nvme.count=1",
+             "strategies=[{name: dram, offload_param: {device: nvme, buffer_size: 131072001}}]"]
+    (config,) = load_scenario(QUICKSTART, [*SMALL, *alone])
+    assert nvme["iteration_time_s"] == simulate(config).iteration_time_s
+    small = plan.candidate_configs(plan.read_scenario(QUICKSTART, [*SMALL, "model.vocab=1024"]), ["dram"], [64],
+                                   nvme_counts=[1], options=plan.Options(offload_param=("nvme",)))
+    assert [plan.option_values(c.options)["param_buffer_size"] for _s, c in small] == [100_000_000]
+    proc = tiersim("plan", str(QUICKSTART), *[a for s in SMALL for a in ("--set", s)], "--objective", "fastest",
+                   "--strategy", "dram", "--dram-gib", "256", "--nvme-counts", "1", "--offload-param", "nvme")
+    assert proc.returncode == 0, proc.stderr
+    assert "buffer_size" in proc.stdout.splitlines()[1] and "131,072,001" in proc.stdout
 
 
 @pytest.mark.parametrize(("options", "field"), [

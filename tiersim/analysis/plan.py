@@ -25,9 +25,11 @@ Objectives
     and ``cxl`` sizing under each partial-offload ratio (``strategies.NAME.ratio``, DeepSpeed
     ``offload_optimizer.ratio``); with ``offload_param``, every strategy's under each parameter
     offload device (``none``, ``cpu``, ``nvme``: ``strategies.NAME.offload_param.device``; with
-    ``nvme`` the candidate keeps the drives). Parameter offload beside a ratio below 1 is not
-    modelled, so that pair is not tried. Ranked by iteration time (then cost); ``budget`` and
-    ``max_iteration_time`` filter; ``chosen`` says which candidate won and why.
+    ``nvme`` the candidate keeps the drives, and its ``buffer_size`` is raised to the smallest
+    DeepSpeed takes where the largest parameter partition does not fit: ``param_block``).
+    Parameter offload beside a ratio below 1 is not modelled, so that pair is not tried.
+    Ranked by iteration time (then cost); ``budget`` and ``max_iteration_time`` filter;
+    ``chosen`` says which candidate won and why.
 ``cheapest``
     The same candidates; among those that fit, meet ``max_iteration_time`` and ``budget``,
     ranked by hardware cost (then iteration time). Every priced device needs ``price_usd``.
@@ -63,11 +65,14 @@ from tiersim.config.document import Origin, ScenarioDocument, load_document
 from tiersim.config.document import with_model as with_named_model
 from tiersim.config.hardware import TIERS, Hardware
 from tiersim.config.scenario import RunConfig
+from tiersim.config.schema import build
 from tiersim.errors import API, ConfigError
 from tiersim.results import PHASES, Result
 from tiersim.simulate import simulate
+from tiersim.strategies.param_offload import smallest_buffer
+from tiersim.strategies.param_options import ParamOffload
 from tiersim.strategies.placement import Misfit
-from tiersim.workload import parameter_count
+from tiersim.workload import build_step, parameter_count
 
 GIB = 2**30
 SECONDS_PER_YEAR = 365 * 24 * 3600
@@ -320,10 +325,27 @@ def _axes(scenario: Scenario, name: str, options: Options) -> list[list[tuple[st
     if options.ratios and name in RATIO_STRATEGIES:
         axes.append([(f"strategies.{name}.ratio", r, RATIOS) for r in options.ratios])
     if options.offload_param:
-        block = scenario.document.get(f"strategies.{name}.offload_param") or {}
-        axes.append([(f"strategies.{name}.offload_param", None if d == "none" else {**block, "device": d},
-                      OFFLOAD_PARAM) for d in options.offload_param])
+        axes.append([(f"strategies.{name}.offload_param", param_block(scenario, name, d), OFFLOAD_PARAM)
+                     for d in options.offload_param])
     return axes
+
+
+def param_block(scenario: Scenario, name: str, device: str) -> dict[str, Any] | None:
+    """Strategy ``name``'s ``offload_param`` block on ``device`` (None for ``none``): the
+    scenario's block with that device. On ``nvme``, a ``buffer_size`` (default 1e8 elements) not
+    larger than the largest parameter partition (a large vocabulary's embedding) is raised to
+    the smallest DeepSpeed's swapper takes (``smallest_buffer``), as a DeepSpeed user must write
+    it; the row shows it (``param_buffer_size``)."""
+    if device == "none":
+        return None
+    path = f"strategies.{name}.offload_param"
+    block = {**(scenario.document.get(path) or {}), "device": device}
+    if device == "nvme":
+        (config,) = scenario.configs([name])
+        needed = smallest_buffer(build_step(config.model, config.training))
+        if build(ParamOffload, block, OFFLOAD_PARAM.source, path).buffer_size < needed:
+            block["buffer_size"] = needed
+    return block
 
 
 def candidate_configs(scenario: Scenario, strategies: Sequence[str] = (),
@@ -370,10 +392,12 @@ def result_row(result: Result, lifetime_years: float = DEFAULT_LIFETIME_YEARS) -
 
 def option_values(options: object) -> dict[str, Any]:
     """A candidate's ``OPTION_COLUMNS``: its memory policy and ratio (None where the strategy has
-    none) and its parameter offload device (``none``: the parameters stay in HBM)."""
+    none) and its parameter offload device (``none``: the parameters stay in HBM), and with
+    ``nvme`` the swap buffers' ``param_buffer_size`` (elements; else None)."""
     offload = getattr(options, "offload_param", None)
     return {"policy": getattr(options, "policy", None), "ratio": getattr(options, "ratio", None),
-            "offload_param": "none" if offload is None else offload.device}
+            "offload_param": "none" if offload is None else offload.device,
+            "param_buffer_size": offload.buffer_size if offload is not None and offload.device == "nvme" else None}
 
 
 def _check_limits(budget: float | None, max_iteration_time: float | None, lifetime_years: float) -> None:

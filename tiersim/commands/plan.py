@@ -161,7 +161,9 @@ def _sizing(scenario: plan.Scenario,
             budget=args.budget, max_iteration_time=args.max_iteration_time, lifetime_years=args.lifetime_years,
             policies=options.policies, ratios=options.ratios, offload_param=options.offload_param)
     varied = options.varied()
-    return frame, [*SIZING_COLUMNS[:2], *[(c, c) for c in varied], *SIZING_COLUMNS[2:]], varied
+    shown = [(c, c) for c in varied] + ([("param_buffer_size", "buffer_size")] if "nvme" in options.offload_param
+                                        else [])
+    return frame, [*SIZING_COLUMNS[:2], *shown, *SIZING_COLUMNS[2:]], varied
 
 
 def _names(text: str) -> tuple[str, ...]:
@@ -189,7 +191,7 @@ def _cell(column: str, value: Any) -> str:
         return "-"
     if column in ("iteration_time_s", "optimizer_step_s"):
         return f"{value:.4g}"
-    if column == "cost_usd":
+    if column in ("cost_usd", "param_buffer_size"):
         return f"{value:,.0f}"
     if column == "cost_per_iteration_usd":
         return f"{value:.3g}"

@@ -38,7 +38,7 @@ from tiersim.strategies.host_layout import Allocation
 from tiersim.strategies.kinds import FP32_BYTES, host_copy_kind, pcie_kind
 from tiersim.strategies.memory import HostMemory
 from tiersim.strategies.param_options import ParamOffload
-from tiersim.strategies.placement import MissingDevice, Placement
+from tiersim.strategies.placement import MissingDevice, Placement, largest_partition
 from tiersim.strategies.swap import AIO_ALIGNED_BYTES, SwapOptions, aio_kind
 from tiersim.workload import SubGroup, TrainingStep
 
@@ -118,13 +118,17 @@ def refuse_offload(offload: ParamOffload, options: object, step: TrainingStep, h
     if getattr(options, "ratio", 1.0) < 1:
         raise ConfigError(source, f"{path}.device", "parameter offload with partial optimizer offload (ratio below "
                                                     "1) is not modelled")
-    if offload.device == "nvme":
-        dp = step.training.data_parallel
-        largest = -(-step.largest_tensor // dp)
-        if largest >= offload.buffer_size:
-            raise ConfigError(source, f"{path}.buffer_size", f"{offload.buffer_size} elements, but a parameter "
-                                                             f"partition has {largest}: DeepSpeed's swapper needs "
-                                                             "every partition smaller than a buffer")
+    if offload.device == "nvme" and offload.buffer_size < smallest_buffer(step):
+        raise ConfigError(source, f"{path}.buffer_size", f"{offload.buffer_size} elements, but a parameter "
+                                                         f"partition has {largest_partition(step)}: DeepSpeed's "
+                                                         "swapper needs every partition smaller than a buffer")
+
+
+def smallest_buffer(step: TrainingStep) -> int:
+    """The smallest ``buffer_size`` (elements) DeepSpeed's parameter swapper takes for ``step``:
+    one more than its largest parameter partition (``get_buffer`` asserts ``numel <
+    elements_per_buffer``)."""
+    return largest_partition(step) + 1
 
 
 PARAM_PARTITIONS = "16-bit parameter partitions (pinned flat buffer)"
