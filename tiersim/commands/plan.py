@@ -83,7 +83,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top", type=int, default=None, metavar="N", help="table: only the first N rows")
     add_format(parser, "table", "json")
     add_plot_arguments(parser, "a picture of the answer (see above)")
-    parser.add_argument("--force", action="store_true", help="simulate candidates past the limit of tasks per run")
+    parser.add_argument("--force", action="store_true",
+                        help="simulate candidates past the limits of tasks and engine seconds per run")
     parser.set_defaults(func=plan_command)
 
 

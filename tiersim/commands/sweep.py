@@ -54,7 +54,8 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="runs per worker task and per part file (default: automatic, at most 128)",
     )
     parser.add_argument(
-        "--force", action="store_true", help="run past the limits on runs per sweep and tasks per run and per sweep"
+        "--force", action="store_true",
+        help="run past the limits on runs per sweep, tasks and engine seconds per run, and tasks per sweep"
     )
     parser.set_defaults(func=sweep_command)
 
