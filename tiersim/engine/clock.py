@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 import simpy
 from simpy.events import Timeout
@@ -73,17 +73,7 @@ class Clock:
 
     def withdraw_first(self, callback: Callable[[Event], None]) -> bool:
         """Take the earliest queued event with ``callback`` out of the queue; False if none is."""
-        queue = self.queue
-        found = -1
-        for k, entry in enumerate(queue):
-            if (found < 0 or entry[0] < queue[found][0]) and entry[2].callback == callback:
-                found = k
-        if found < 0:
-            return False
-        queue[found] = queue[-1]
-        queue.pop()
-        heapq.heapify(queue)
-        return True
+        return _withdraw_first(self.queue, lambda entry: entry[2].callback == callback)
 
     def queued(self) -> list[tuple[float, object]]:
         """Each queued event's time (s) and value, in queue order."""
@@ -143,15 +133,20 @@ class SimPyClock(Clock):
         self.env.run()
 
     def withdraw_first(self, callback: Callable[[Event], None]) -> bool:
-        queue = self.env._queue
-        found = -1
-        for k, entry in enumerate(queue):
-            if (found < 0 or entry[0] < queue[found][0]) and any(
-                    isinstance(relay, _Relay) and relay.event.callback == callback for relay in entry[3].callbacks):
-                found = k
-        if found < 0:
-            return False
-        queue[found] = queue[-1]
-        queue.pop()
-        heapq.heapify(queue)
-        return True
+        return _withdraw_first(self.env._queue, lambda entry: any(
+            isinstance(relay, _Relay) and relay.event.callback == callback for relay in entry[3].callbacks))
+
+
+def _withdraw_first(queue: list[Any], matches: Callable[[Any], bool]) -> bool:
+    """Take the earliest entry of the heap ``queue`` (time first) that ``matches`` out of it,
+    keeping it a heap; False if none matches."""
+    found = -1
+    for k, entry in enumerate(queue):
+        if (found < 0 or entry[0] < queue[found][0]) and matches(entry):
+            found = k
+    if found < 0:
+        return False
+    queue[found] = queue[-1]
+    queue.pop()
+    heapq.heapify(queue)
+    return True
