@@ -382,9 +382,7 @@ def _head_tensors(model: ModelSpec) -> tuple[int, ...]:
 
 def moe_layer_count(model: ModelSpec) -> int:
     """Decoder layers with experts (``projections.is_moe_layer``)."""
-    if model.experts == 0:
-        return 0
-    return sum(1 for i in range(model.dense_layers, model.layers) if (i + 1) % model.moe_interval == 0)
+    return sum(1 for i in range(model.layers) if is_moe_layer(model, i))
 
 
 def parameter_count(model: ModelSpec) -> int:
