@@ -20,7 +20,7 @@ import json
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from tiersim.config.ds_auto import AUTO, Filled, fill_auto
 from tiersim.config.ds_batch import deepspeed_batch, world_size
@@ -304,26 +304,26 @@ def _show(value: object) -> str:
     return json.dumps(value) if isinstance(value, (str, bool, list)) or value is None else str(value)
 
 
-def _is_number(value: object) -> bool:
+def _is_number(value: object) -> TypeGuard[int | float]:
+    """A finite int or float (not a bool)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _whole(source: str, key: str, value: object) -> int:
-    if not isinstance(value, (int, float)) or not _is_number(value) or value != int(value) or value <= 0:
+    if not _is_number(value) or value != int(value) or value <= 0:
         raise ConfigError(source, key, f"expected a positive whole number, got {_show(value)}")
     return int(value)
 
 
 def _fraction(source: str, key: str, value: object) -> float:
-    if not _is_number(value) or not 0 <= value <= 1:  # type: ignore[operator]
+    if not _is_number(value) or not 0 <= value <= 1:
         raise ConfigError(source, key, f"expected a number from 0 to 1, got {_show(value)}")
-    return float(value)  # type: ignore[arg-type]
+    return float(value)
 
 
 def _count(source: str, key: str, value: object) -> int:
     """A whole number of at least 0 (DeepSpeed's ``ge=0`` fields)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or value != int(value) or value < 0:
+    if not _is_number(value) or value != int(value) or value < 0:
         raise ConfigError(source, key, f"expected a whole number of at least 0, got {_show(value)}")
     return int(value)
 
