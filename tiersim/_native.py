@@ -108,9 +108,9 @@ def unchanged(module: str, entry: object) -> bool:
         return False  # no entry, or a manifest of an older build: rebuild to use the extensions
     path = source(module)
     stat = path.stat()
-    if stat.st_size == entry.get("size") and stat.st_mtime_ns == entry.get("mtime_ns"):
-        return True
-    return stat.st_size == entry.get("size") and digest(path) == entry.get("sha256")
+    if stat.st_size != entry.get("size"):
+        return False
+    return stat.st_mtime_ns == entry.get("mtime_ns") or digest(path) == entry.get("sha256")
 
 
 def usable(recorded: Mapping[str, object] | None, environ: Mapping[str, str] = os.environ) -> bool:
