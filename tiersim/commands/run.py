@@ -87,8 +87,10 @@ def run_command(args: argparse.Namespace) -> int:
 def check_traces(args: argparse.Namespace, configs: list[RunConfig]) -> None:
     """Unless ``--force``, refuse (naming ``--out`` or ``--plot``) runs too long to simulate in
     full for the per-task trace those write."""
+    if args.force or (args.out is None and args.plot is None):
+        return
     flag = "--out" if args.out is not None else "--plot"
-    for config in configs if (args.out is not None or args.plot is not None) and not args.force else ():
+    for config in configs:
         check_traced(config, flag)
 
 
