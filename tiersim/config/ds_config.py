@@ -36,12 +36,14 @@ _DTYPES = {"fp32": "fp32", "float32": "fp32", "fp16": "fp16", "float16": "fp16",
 _DEVICE_STRATEGIES = {"cpu": ("dram", "cxl"), "nvme": ("nvme",), "none": ("gpu",)}
 _OFFLOAD = "zero_optimization.offload_optimizer."
 _PARAM = "zero_optimization.offload_param."
-_PARAM_OPTIONS = {  # strategies.NAME.offload_param option: DeepSpeed's default (offload_config.py)
+PARAM_OFFLOAD_DEFAULTS: dict[str, int] = {
     "buffer_count": 5,
     "buffer_size": 100_000_000,
     "max_in_cpu": 1_000_000_000,
     "pin_memory": False,
 }
+"""``strategies.NAME.offload_param`` options at DeepSpeed's defaults (``offload_config.py``), for a
+DeepSpeed config here and a training log (``tiersim.ingest.log_scenario``) alike."""
 _NVME_OPTIONS = {  # strategies.nvme option: (DeepSpeed key, DeepSpeed's default)
     "buffer_count": (_OFFLOAD + "buffer_count", 4),
     "pipeline_read": (_OFFLOAD + "pipeline_read", False),
@@ -221,7 +223,7 @@ def _param_offload(settings: dict[str, Any], stage: int, source: str) -> dict[st
         raise ConfigError(source, _PARAM + "device", f"{device!r} at ZeRO stage {stage}: DeepSpeed offloads "
                                                      "parameters at stage 3 only")
     block: dict[str, Any] = {"device": device}
-    for option, default in _PARAM_OPTIONS.items():
+    for option, default in PARAM_OFFLOAD_DEFAULTS.items():
         kind = _flag if option == "pin_memory" else _count
         block[option] = kind(source, _PARAM + option, settings.get(_PARAM + option, default))
     return block

@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 from tiersim.config.document import ScenarioDocument
+from tiersim.config.ds_config import PARAM_OFFLOAD_DEFAULTS
 from tiersim.config.schema import UNKNOWN
 from tiersim.errors import ConfigError
 from tiersim.ingest.printed_values import boolean, number, whole
@@ -202,12 +203,13 @@ def _param_offload(zero: dict[str, Any], source: str) -> dict[str, Any] | None:
         return None
     if device not in ("cpu", "nvme"):
         raise ConfigError(source, "zero_config.offload_param.device", f"expected cpu, nvme or none, got {device!r}")
+    default = PARAM_OFFLOAD_DEFAULTS
     return {
         "device": device,
-        "buffer_count": _integer(zero, "offload_param.buffer_count", source, 5),
-        "buffer_size": _integer(zero, "offload_param.buffer_size", source, 100_000_000),
-        "max_in_cpu": _integer(zero, "offload_param.max_in_cpu", source, 1_000_000_000, least=0),
-        "pin_memory": boolean(zero.get("offload_param.pin_memory", False), source,
+        "buffer_count": _integer(zero, "offload_param.buffer_count", source, default["buffer_count"]),
+        "buffer_size": _integer(zero, "offload_param.buffer_size", source, default["buffer_size"]),
+        "max_in_cpu": _integer(zero, "offload_param.max_in_cpu", source, default["max_in_cpu"], least=0),
+        "pin_memory": boolean(zero.get("offload_param.pin_memory", default["pin_memory"]), source,
                               "zero_config.offload_param.pin_memory"),
     }
 
