@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import statistics
 from collections.abc import Sequence
@@ -88,7 +89,7 @@ def render_table(results: Sequence[CaseResult], title: str = "tiersim validate",
     from rich.console import Console
 
     shown = other if any(r.other_s is not None for r in results) else None
-    console = Console(width=TABLE_WIDTH, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console = Console(width=TABLE_WIDTH, record=True, file=io.StringIO())
     console.print(_case_table(results, title, shown))
     lines = [console.export_text(), *_mape_lines(results, shown)]
     if note:
