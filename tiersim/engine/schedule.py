@@ -28,6 +28,8 @@ LoopRun = tuple[Hashable, int] | tuple[Hashable, int, int]
 (1 when not given) whose keys are alike, block for block."""
 Runs = Sequence[LoopRun]
 """A loop's iterations as runs of alike blocks."""
+Block = tuple[Hashable, int, int]
+"""(key, count, width): ``count`` consecutive blocks of ``width`` iterations, alike."""
 
 
 class TaskLimit(Exception):
@@ -46,9 +48,14 @@ def iterations_back(tasks: Sequence[str], back: int) -> list[str]:
     return [tasks[-back]] if len(tasks) >= back else []
 
 
+def blocks_of(runs: Runs) -> list[Block]:
+    """Runs given as (key, count) or (key, count, width) as blocks (width 1 when not given)."""
+    return [(run[0], run[1], run[2] if len(run) == 3 else 1) for run in runs]
+
+
 def run_count(runs: Runs) -> int:
     """The iterations ``runs`` count."""
-    return sum(run[1] * (run[2] if len(run) == 3 else 1) for run in runs)
+    return sum(count * width for _key, count, width in blocks_of(runs))
 
 
 class Session:

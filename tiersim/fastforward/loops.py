@@ -8,16 +8,13 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from tiersim.engine.schedule import Runs
+from tiersim.engine.schedule import Block
 
 if TYPE_CHECKING:  # pragma: no cover
     from tiersim.fastforward.state import BoundaryState
 
 MAX_PERIOD = 8
 """Longest block of iterations ``runs_of`` looks for a repeating pattern in."""
-
-Block = tuple[Hashable, int, int]
-"""(key, count, width): ``count`` consecutive blocks of ``width`` iterations, alike."""
 
 
 @functools.lru_cache(maxsize=256)
@@ -37,11 +34,6 @@ def runs_of(keys: tuple[Hashable, ...]) -> tuple[Block, ...]:
         out.append(((keys[i] if width == 1 else ("period", keys[i:i + width])), count, width))
         i += count * width
     return tuple(out)
-
-
-def blocks_of(runs: Runs) -> list[Block]:
-    """Runs given as (key, count) or (key, count, width) as blocks (width 1 when not given)."""
-    return [(run[0], run[1], run[2] if len(run) == 3 else 1) for run in runs]
 
 
 def _repeats(keys: tuple[Hashable, ...], start: int, width: int) -> int:

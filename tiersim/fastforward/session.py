@@ -40,13 +40,13 @@ from dataclasses import replace
 
 from tiersim.engine.graph import TaskGraph
 from tiersim.engine.runner import EngineRun, LateTask
-from tiersim.engine.schedule import Runs, Session, run_whole
+from tiersim.engine.schedule import Block, Runs, Session, blocks_of, run_whole
 from tiersim.errors import ModelError
 from tiersim.fastforward.counters import advance_counters
 from tiersim.fastforward.deferred import Deferral, DeferredFlowContended, SkippedSpan, credit_deferred
 from tiersim.fastforward.deferred_copies import SkippedStretch, add_skipped_copies, copy_references
 from tiersim.fastforward.deferred_run import DeferringRun
-from tiersim.fastforward.loops import Block, LoopProgress, blocks_of, runs_of
+from tiersim.fastforward.loops import LoopProgress, runs_of
 from tiersim.fastforward.shift import retime, shift_run
 from tiersim.fastforward.state import (
     REL_TOL,
