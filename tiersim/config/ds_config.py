@@ -44,7 +44,7 @@ PARAM_OFFLOAD_DEFAULTS: dict[str, int] = {
 }
 """``strategies.NAME.offload_param`` options at DeepSpeed's defaults (``offload_config.py``), for a
 DeepSpeed config here and a training log (``tiersim.ingest.log_scenario``) alike."""
-_NVME_OPTIONS = {  # strategies.nvme option: (DeepSpeed key, DeepSpeed's default)
+NVME_OPTIONS = {  # strategies.nvme option: (DeepSpeed key, DeepSpeed's default)
     "buffer_count": (_OFFLOAD + "buffer_count", 4),
     "pipeline_read": (_OFFLOAD + "pipeline_read", False),
     "pipeline_write": (_OFFLOAD + "pipeline_write", False),
@@ -195,7 +195,7 @@ def _apply_offload(out: dict[str, Any], settings: dict[str, Any], stage: int, so
         _section(out, "hardware", source)["pinned"] = pinned
     kinds: dict[str, Callable[[str, str, object], Any]] = {"pipeline_read": _flag, "pipeline_write": _flag}
     swap = {option: kinds.get(option, _whole)(source, name, settings.get(name, default))
-            for option, (name, default) in _NVME_OPTIONS.items()}
+            for option, (name, default) in NVME_OPTIONS.items()}
     ratio = _cpu_options(settings, device, source)
     options = {**(swap if device == "nvme" else ratio), "offload_param": _param_offload(settings, stage, source)}
     out["strategies"] = _strategies(out.get("strategies"), device, options)

@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 
 from tiersim.config.document import ScenarioDocument
-from tiersim.config.ds_config import PARAM_OFFLOAD_DEFAULTS
+from tiersim.config.ds_config import NVME_OPTIONS, PARAM_OFFLOAD_DEFAULTS
 from tiersim.config.schema import UNKNOWN
 from tiersim.errors import ConfigError
 from tiersim.ingest.printed_values import boolean, number, whole
@@ -221,20 +221,30 @@ def _optimizer_strategy(log: TrainingLog) -> dict[str, Any] | str:
     if device == "nvme":
         return {
             "name": "nvme",
-            "buffer_count": _integer(zero, "offload_optimizer.buffer_count", source, 4),
-            "pipeline_read": boolean(zero.get("offload_optimizer.pipeline_read", False), source,
-                                     "zero_config.offload_optimizer.pipeline_read"),
-            "pipeline_write": boolean(zero.get("offload_optimizer.pipeline_write", False), source,
-                                      "zero_config.offload_optimizer.pipeline_write"),
-            "block_size": _aio(aio, "block_size", source, 1 << 20),
-            "queue_depth": _aio(aio, "queue_depth", source, 8),
-            "thread_count": _aio(aio, "thread_count", source, 1),
+            "buffer_count": _integer(zero, "offload_optimizer.buffer_count", source, _nvme_default("buffer_count")),
+            "pipeline_read": _pipelined(zero, "pipeline_read", source),
+            "pipeline_write": _pipelined(zero, "pipeline_write", source),
+            "block_size": _aio(aio, "block_size", source, _nvme_default("block_size")),
+            "queue_depth": _aio(aio, "queue_depth", source, _nvme_default("queue_depth")),
+            "thread_count": _aio(aio, "thread_count", source, _nvme_default("thread_count")),
         }
     if device == "cpu":
         return _host_strategy(log)
     if device not in ("none", "None"):
         raise ConfigError(source, "zero_config.offload_optimizer.device", f"expected cpu, nvme or none, got {device!r}")
     return "gpu"
+
+
+def _nvme_default(option: str) -> Any:
+    """DeepSpeed's default for a ``strategies.nvme`` option (``tiersim.config.ds_config``)."""
+    return NVME_OPTIONS[option][1]
+
+
+def _pipelined(zero: dict[str, Any], option: str, source: str) -> bool:
+    """The swapper's ``offload_optimizer.pipeline_read``/``_write`` switch, DeepSpeed's default
+    where the log does not print it."""
+    key = f"offload_optimizer.{option}"
+    return boolean(zero.get(key, _nvme_default(option)), source, f"zero_config.{key}")
 
 
 def _aio(aio: dict[str, object], key: str, source: str, default: int) -> int:
