@@ -48,12 +48,12 @@ def simulated_tasks(config: RunConfig) -> int:
     of ``FAST_FORWARD_TRIES`` tries simulates at most the tasks of ``SIMULATED_MICRO_STEPS``
     micro-steps, the boundary and the optimizer step (its layers and sub-groups in full)."""
     strategy = STRATEGIES[config.strategy](config.options)
-    return FAST_FORWARD_TRIES * strategy.task_count(simulated_shape(config), config.hardware)
+    return FAST_FORWARD_TRIES * strategy.task_count(simulated_shape(step_shape(config.model, config.training)),
+                                                    config.hardware)
 
 
-def simulated_shape(config: RunConfig) -> StepShape:
-    """The step's shape with its micro-steps cut to ``SIMULATED_MICRO_STEPS``."""
-    shape = step_shape(config.model, config.training)
+def simulated_shape(shape: StepShape) -> StepShape:
+    """The step's ``shape`` with its micro-steps cut to ``SIMULATED_MICRO_STEPS``."""
     return replace(shape, micro_steps=min(shape.micro_steps, SIMULATED_MICRO_STEPS))
 
 
@@ -61,14 +61,17 @@ def check_run(config: RunConfig, source: str, force: bool = False) -> int:
     """The run's tasks; past ``MAX_TASKS``, or with an engine that may take more than
     ``MAX_RUN_SECONDS`` (unless ``force``), a ConfigError naming the field that makes most of
     the work, its value and the limit."""
-    tasks = run_tasks(config)
+    strategy = STRATEGIES[config.strategy](config.options)
+    shape = step_shape(config.model, config.training)
+    tasks = strategy.task_count(shape, config.hardware)
     if force:
         return tasks
     if tasks > MAX_TASKS:
         raise too_many_tasks(config, source, tasks)
-    simulated = simulated_tasks(config)
+    short = simulated_shape(shape)
+    simulated = FAST_FORWARD_TRIES * strategy.task_count(short, config.hardware)
     if simulated * SECONDS_PER_TASK > MAX_RUN_SECONDS:
-        field, value, why = largest_factor(config, simulated // FAST_FORWARD_TRIES, simulated_shape(config))
+        field, value, why = largest_factor(config, simulated // FAST_FORWARD_TRIES, short)
         raise ConfigError(source, field, f"{count(value)} gives {why}, {too_slow(config, simulated)}")
     return tasks
 
