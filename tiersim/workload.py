@@ -157,7 +157,15 @@ class TrainingSpec:
                                            "train_micro_batch_size_per_gpu)")
     global_batch: int = integer(gt=0, doc="sequences per optimizer step, all ranks (DeepSpeed train_batch_size); "
                                           "a multiple of micro_batch x data_parallel")
-    data_parallel: int = integer(1, gt=0, doc="data-parallel ranks, one per GPU: equal to hardware.gpus")
+    data_parallel: int = integer(1, gt=0, doc="data-parallel ranks: hardware.nodes x hardware.gpus / "
+                                              "(tensor_parallel x pipeline_parallel)")
+    tensor_parallel: int = integer(1, gt=0, doc="GPUs each layer's matrices are split over, within a node "
+                                                "(Megatron --tensor-model-parallel-size)")
+    pipeline_parallel: int = integer(1, gt=0, doc="pipeline stages the layers are split over (Megatron "
+                                                  "--pipeline-model-parallel-size)")
+    sequence_parallel: bool = False
+    """Megatron's sequence parallelism (``--sequence-parallel``): with ``tensor_parallel`` > 1 the
+    norms' and dropouts' activations are split over the tensor-parallel ranks too."""
     precision: Literal["bf16", "fp16"] = "bf16"
     """16-bit type of the GPU's parameters, gradients and activations (2 bytes either way)."""
     grad_accum_dtype: Literal["bf16", "fp16", "fp32"] | None = None
@@ -196,6 +204,10 @@ class TrainingSpec:
         if self.cpu_checkpointing and not self.activation_checkpointing:
             raise ConfigError(source, _join(path, "cpu_checkpointing"),
                               "true needs activation_checkpointing: true (it keeps the checkpoints on the host)")
+        if self.pipeline_parallel > 1 and self.zero_stage >= 2:
+            raise ConfigError(source, _join(path, "zero_stage"),
+                              f"{self.zero_stage} with pipeline_parallel {self.pipeline_parallel}: DeepSpeed's "
+                              "pipeline engine refuses ZeRO-2 and ZeRO-3 (use zero_stage 0 or 1)")
         per_step = self.micro_batch * self.data_parallel
         if self.global_batch % per_step:
             raise ConfigError(

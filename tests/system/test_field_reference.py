@@ -94,7 +94,8 @@ def test_rendered_scenario_rows(fields_rows: dict[str, list[str]]) -> None:
     assert fields_rows["training.seq_len"][2] == "`2048`"
     assert fields_rows["training.sub_group_size"][2] == "`1e9`"
     assert fields_rows["training.zero_stage"][3] == "≥ 0, ≤ 3"
-    assert fields_rows["training.data_parallel"][2] == "`hardware.gpus`"
+    assert fields_rows["training.data_parallel"][2] == (
+        "`hardware.nodes x hardware.gpus / (tensor_parallel x pipeline_parallel)`")
     assert fields_rows["training.grad_accum_dtype"][0] == '`"bf16" \\| "fp16" \\| "fp32" \\| None`'
     assert fields_rows["training.flash_attention"][4].startswith("Fused attention (Megatron `--use-flash-attn`)")
     assert fields_rows["strategies.nvme.block_size"][:4] == ["`int`", "bytes", "`1 MiB`", "> 0"]

@@ -53,7 +53,8 @@ TOP_LEVEL: dict[str, tuple[str, str, str]] = {
                        "strategy's options (`strategies.NAME.OPTION` below)."),
 }
 """Type, default and meaning of each top-level key of a scenario (``scenario.SECTIONS``)."""
-SCENARIO_DEFAULTS = {"training.data_parallel": "`hardware.gpus`"}
+SCENARIO_DEFAULTS = {
+    "training.data_parallel": "`hardware.nodes x hardware.gpus / (tensor_parallel x pipeline_parallel)`"}
 """Defaults a scenario sets in place of the class's own (``scenario_from_dict``)."""
 HEADER = ("| Field | Type | Unit | Default | Bounds | Meaning |", "|---|---|---|---|---|---|")
 _DECIMAL = (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3), ("", 1.0))

@@ -54,7 +54,8 @@ class HardwareSpec:
 
     gpu: str | None = None
     """GPU profile name; None: the host profile's GPU (required without one)."""
-    gpus: int = integer(1, gt=0, doc="GPUs of the node, one data-parallel rank each")
+    gpus: int = integer(1, gt=0, doc="GPUs of each node, one rank (process) each")
+    nodes: int = integer(1, gt=0, doc="nodes, alike, each with its own GPUs and host (CPU, DRAM, CXL, NVMe)")
     fabric: str | None = None
     """Fabric profile name of ZeRO's collectives; None: the host profile's fabric, else the GPU's
     NVLink (``nvlink_bandwidth``)."""
@@ -116,6 +117,8 @@ class Hardware:
     nvme_count: int
     host_memory_in_use: int = 0
     """Bytes of the node's DRAM in use before the job, over all sockets (``usable``)."""
+    nodes: int = 1
+    """Nodes of this kind in the job; host figures above are each node's own."""
 
     @property
     def ranks_per_socket(self) -> int:
@@ -307,6 +310,7 @@ def resolve_hardware(spec: HardwareSpec, source: str, search: tuple[Path, ...] =
         nvme=nvme,
         nvme_count=spec.nvme.count if spec.nvme else (1 if nvme is not None else 0),
         host_memory_in_use=spec.host_memory_in_use,
+        nodes=spec.nodes,
     )
 
 

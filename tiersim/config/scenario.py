@@ -21,6 +21,7 @@ from tiersim.config.hardware import Hardware, HardwareSpec, resolve_hardware
 from tiersim.config.hf_config import expand_model
 from tiersim.config.limits import MAX_WHOLE
 from tiersim.config.profiles import HostProfile
+from tiersim.config.ranks import check_data_parallel, default_data_parallel, refuse_unmodelled_layout
 from tiersim.config.schema import build, to_plain
 from tiersim.config.worksize import check_bytes, check_run
 from tiersim.config.yamlfile import parse_value
@@ -94,7 +95,7 @@ def scenario_from_dict(
     folder = search[0] if search else Path(".")
     model = _section(ModelSpec, expand_model(data["model"], source, folder), source, "model", validated)
     hardware_spec = _section(HardwareSpec, data["hardware"], source, "hardware", validated)
-    training = _training(data["training"], hardware_spec.gpus, source, validated)
+    training = _training(data["training"], hardware_spec, source, validated)
     hardware = _hardware(hardware_spec, source, search, host, resolved)
     entries = _chosen(_strategy_options(data[STRATEGY_SECTION], source, validated), strategies, source)
     refuse_policy_without_cxl(data[STRATEGY_SECTION], entries, hardware, source)
@@ -148,18 +149,15 @@ def _check_sections(data: dict[str, Any], source: str) -> None:
             raise ConfigError(source, key, "required field is missing")
 
 
-def _training(raw: object, gpus: int, source: str, validated: dict[Any, Any] | None) -> TrainingSpec:
-    """The ``training`` section, ``data_parallel`` defaulting to (and required to equal) ``gpus``."""
+def _training(raw: object, hardware: HardwareSpec, source: str, validated: dict[Any, Any] | None) -> TrainingSpec:
+    """The ``training`` section, ``data_parallel`` defaulting to (and required to equal) what the
+    ranks' layout leaves (``tiersim.config.ranks``)."""
     training_data = dict(raw) if isinstance(raw, dict) else raw
     if isinstance(training_data, dict):
-        training_data.setdefault("data_parallel", gpus)
+        training_data.setdefault("data_parallel", default_data_parallel(training_data, hardware, source))
     training = _section(TrainingSpec, training_data, source, "training", validated)
-    if training.data_parallel != gpus:
-        raise ConfigError(
-            source,
-            "training.data_parallel",
-            f"{training.data_parallel} ranks but hardware.gpus is {gpus} (one rank per GPU)",
-        )
+    check_data_parallel(training, hardware, source)
+    refuse_unmodelled_layout(training, hardware, source)
     return training
 
 

@@ -1,0 +1,56 @@
+"""The ranks' layout (tiersim.config.ranks): data parallelism is what tensor and pipeline
+parallelism leave of nodes x GPUs, and layouts DeepSpeed or tiersim refuse exit 2 by field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tiersim import cli
+from tiersim.config.document import load_scenario
+
+QUICKSTART = Path(__file__).resolve().parents[2] / "scenarios" / "quickstart.yaml"
+
+
+def refusal(capsys: pytest.CaptureFixture[str], *overrides: str) -> str:
+    args = ["run", str(QUICKSTART)]
+    for item in overrides:
+        args += ["--set", item]
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err
+    return err
+
+
+def test_data_parallel_defaults_to_every_gpu_of_one_node() -> None:
+    (config,) = load_scenario(QUICKSTART, ["hardware.gpus=4"], strategies=["dram"])
+    assert config.training.data_parallel == 4
+    assert (config.training.tensor_parallel, config.training.pipeline_parallel, config.hardware.nodes) == (1, 1, 1)
+
+
+def test_a_tensor_parallel_group_stays_within_a_node(capsys: pytest.CaptureFixture[str]) -> None:
+    err = refusal(capsys, "hardware.gpus=4", "training.tensor_parallel=3")
+    assert "training.tensor_parallel: 3 does not divide hardware.gpus 4" in err
+
+
+def test_a_given_data_parallel_must_be_what_the_layout_leaves(capsys: pytest.CaptureFixture[str]) -> None:
+    err = refusal(capsys, "hardware.gpus=4", "training.tensor_parallel=2", "training.data_parallel=4")
+    assert "training.data_parallel: 4 ranks but the layout leaves 2" in err
+
+
+def test_pipeline_parallelism_with_zero_3_is_refused_as_deepspeed_refuses_it(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    err = refusal(capsys, "hardware.gpus=2", "training.pipeline_parallel=2")
+    assert "training.zero_stage: 3 with pipeline_parallel 2" in err and "refuses ZeRO-2 and ZeRO-3" in err
+
+
+@pytest.mark.parametrize("overrides, field", [
+    (("hardware.gpus=2", "training.tensor_parallel=2"), "training.tensor_parallel"),
+    (("hardware.gpus=2", "training.pipeline_parallel=2", "training.zero_stage=1"), "training.pipeline_parallel"),
+    (("hardware.nodes=2",), "hardware.nodes"),
+])
+def test_layouts_not_modelled_yet_are_refused_by_field(capsys: pytest.CaptureFixture[str],
+                                                       overrides: tuple[str, ...], field: str) -> None:
+    err = refusal(capsys, *overrides)
+    assert f"{field}: 2: " in err and err.endswith("is not modelled yet")
