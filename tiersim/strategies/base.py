@@ -193,9 +193,10 @@ class Strategy(ABC):
             return Plan(placement, False, missing, None)
         self.place(step, hw, placement)
         placement.put("dram", "activation checkpoints (cpu_checkpointing, pageable)",
-                      sum(step.host_checkpoint_sizes) * step.training.data_parallel)
+                      sum(step.host_checkpoint_sizes) * hw.gpus)
         if offload:
-            place_params(step, offload, self.params_layout(step, offload), placement, self.places_param_host)
+            place_params(step, offload, self.params_layout(step, offload), placement, hw.gpus,
+                         self.places_param_host)
         for tier, need in placement.reserved().items():
             have = hw.usable(tier)
             if need > have:

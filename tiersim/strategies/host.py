@@ -155,7 +155,7 @@ class HostOffload(Strategy):
             on_gpu = self.split(step).gpu_elements
             placement.put("hbm", "fp32 params, Adam m, v (GPU sub-groups)", (FP32_BYTES + ADAM_STATE_BYTES) * on_gpu)
             placement.put("hbm", "fp32 gradients (GPU sub-groups)", FP32_BYTES * on_gpu)
-        ranks = step.training.data_parallel
+        ranks = hw.gpus  # the ranks sharing one node's host memory
         layout = self.layout(step, hw)
         for what, pieces in layout.labels().items():
             allocated = sum(p.allocation.allocated for p in pieces) * ranks

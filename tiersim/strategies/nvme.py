@@ -67,7 +67,7 @@ class NVMeSwap(Strategy):
         ``swap_tensor/optimizer_utils.py`` (``numel_alignment``), ``zero/stage3.py``
         (``grad_partitions_flat_buffer``, ``pinned_grad_buffer``, the ``gradient_buffer`` of
         ``initialize_optimizer_states``), ``zero/offload_config.py`` (``buffer_count``)."""
-        ranks = step.training.data_parallel
+        ranks = hw.gpus  # the ranks sharing one node's host memory and drives
         pin = pinned if hw.pinned else int
         rank = step.rank_params
         largest = step.largest_subgroup

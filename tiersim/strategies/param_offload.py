@@ -154,10 +154,9 @@ def param_allocations(step: TrainingStep, offload: ParamOffload, layout: ParamLa
 
 
 def place_params(step: TrainingStep, offload: ParamOffload, layout: ParamLayout, placement: Placement,
-                 host: bool = True) -> None:
+                 ranks: int, host: bool = True) -> None:
     """The partitions' bytes on NVMe and (``host``; a strategy that lays out its host memory
-    itself places them there) the ``param_allocations`` in DRAM, all ranks."""
-    ranks = step.training.data_parallel
+    itself places them there) the ``param_allocations`` in DRAM, for the ``ranks`` of one node."""
     placement.put("nvme", "16-bit parameter partitions", sum(layout.nvme_elements) * step.lp_bytes * ranks)
     for tensor in param_allocations(step, offload, layout) if host else ():
         placement.put("dram", tensor.what, tensor.allocated * ranks, tensor.reserved * ranks)

@@ -122,11 +122,6 @@ def place_gpu_common(step: TrainingStep, placement: Placement, gpu: GPUProfile, 
     placement.put("hbm", "CUDA context and libraries", 0, gpu.reserved_memory)
 
 
-def place_host_runtime(step: TrainingStep, placement: Placement) -> None:
-    """Each rank's process's own host memory (runtime, not tensors), in DRAM."""
-    placement.put("dram", "process runtime (per rank)", 0, footprint.PROCESS_HOST_BYTES * step.training.data_parallel)
-
-
 def largest_partition(step: TrainingStep) -> int:
     """Elements of the largest tensor partition one rank owns (ZeRO-3 partitions each tensor)."""
     return math.ceil(step.largest_tensor / step.training.data_parallel)  # ceil is monotone
