@@ -12,8 +12,8 @@ stepping, it takes a stale timer back out of the queue and moves or resets every
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable
+from heapq import heapify, heappop, heappush
 from typing import Any, TypeAlias
 
 import simpy
@@ -51,7 +51,7 @@ class Clock:
     def call_after(self, delay: float, callback: Callable[[Event], None], value: object = None) -> None:
         """Call ``callback`` with an event carrying ``value`` ``delay`` seconds from now."""
         self.order += 1
-        heapq.heappush(self.queue, (self.time + delay, self.order, Event(callback, value)))
+        heappush(self.queue, (self.time + delay, self.order, Event(callback, value)))
 
     def pending(self) -> bool:
         """Whether any callback is queued."""
@@ -59,7 +59,7 @@ class Clock:
 
     def step(self) -> None:
         """Process the next queued event."""
-        at, _order, event = heapq.heappop(self.queue)
+        at, _order, event = heappop(self.queue)
         self.time = at
         event.callback(event)
 
@@ -67,7 +67,7 @@ class Clock:
         """Process queued events until none is left."""
         queue = self.queue
         while queue:
-            at, _order, event = heapq.heappop(queue)
+            at, _order, event = heappop(queue)
             self.time = at
             event.callback(event)
 
@@ -83,7 +83,7 @@ class Clock:
         """Give the queued events the ``times`` (s), in the order ``queued`` lists them."""
         queue = self.queue
         queue[:] = [(at, order, event) for at, (_was, order, event) in zip(times, queue)]
-        heapq.heapify(queue)
+        heapify(queue)
 
     def shift(self, seconds: float) -> None:
         """Move the clock and every queued event ``seconds`` later (a fast-forward)."""
@@ -148,5 +148,5 @@ def _withdraw_first(queue: list[Any], matches: Callable[[Any], bool]) -> bool:
         return False
     queue[found] = queue[-1]
     queue.pop()
-    heapq.heapify(queue)
+    heapify(queue)
     return True

@@ -13,9 +13,9 @@ taken back out of the event queue.
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Callable
+from heapq import heappop, heappush
 
 from tiersim.engine.accounts import Accounts
 from tiersim.engine.clock import Clock, Event
@@ -151,7 +151,7 @@ def _fill_step(active: list[Flow], residual: dict[str, float], load: dict[str, f
                 load[link] = load.get(link, 0.0) + units
     for link, units in load.items():
         step = min(step, residual[link] / units)
-    if not math.isfinite(step):
+    if math.isinf(step) or math.isnan(step):
         raise ModelError("a flow has neither a link nor a finite rate cap")
     return step
 
@@ -163,8 +163,9 @@ def _due(flow: Flow, at: float) -> bool:
 
 
 def _at_cap(flow: Flow) -> bool:
-    """Whether a flow has reached its own rate cap (never, for an uncapped flow)."""
-    return math.isfinite(flow.cap) and flow.cap - flow.rate <= _REL_TOL * flow.cap
+    """Whether a flow has reached its own rate cap (never, for an uncapped flow; nor for a NaN
+    cap, which fails the comparison: ``math.isinf`` compiles inline, ``math.isfinite`` does not)."""
+    return not math.isinf(flow.cap) and flow.cap - flow.rate <= _REL_TOL * flow.cap
 
 
 class FlowNetwork:
@@ -326,7 +327,7 @@ class FlowNetwork:
         armed = self.armed
         if armed and armed[0] <= due * _ARM_SLACK:
             return
-        heapq.heappush(armed, due)
+        heappush(armed, due)
         self.timers += 1
         self.clock.call_after(max(due - now, 0.0), self._on_timer)
 
@@ -341,7 +342,7 @@ class FlowNetwork:
             for flow in flows:
                 if _due(flow, at):
                     return
-            heapq.heappop(armed)
+            heappop(armed)
             if not self.clock.withdraw_first(self._on_timer):
                 raise ModelError("an armed timer is missing from the event queue")
             self.timers -= 1
@@ -350,7 +351,7 @@ class FlowNetwork:
         """The flows due now are done, whatever float residue ``now``'s spacing left them;
         the flows they shared a saturated link with get their rates re-allocated."""
         now = self.clock.now()
-        heapq.heappop(self.armed)
+        heappop(self.armed)
         flows = self.flows
         due: list[Flow] = []
         first = math.inf  # the earliest finish of the others

@@ -140,7 +140,7 @@ class TaskGraph:
         here = len(self.tasks)
         deps = self._dependencies(task)
         bound = self._bound(task)
-        if task.size > 0 and not math.isfinite(bound):
+        if task.size > 0 and (math.isinf(bound) or math.isnan(bound)):
             raise ModelError(f"task {task.name!r}: a flow needs a link it uses or a finite rate cap")
         positions[task.name] = here
         self.tasks.append(task)

@@ -10,7 +10,7 @@ the skip moved there. Times are s, sizes bytes, rates bytes/s.
 
 from __future__ import annotations
 
-import bisect
+from bisect import bisect_right
 
 from tiersim.engine.graph import Task, TaskGraph
 from tiersim.fastforward.deferred import Deferral
@@ -112,7 +112,7 @@ def _references(run: DeferringRun, loop: LoopProgress) -> dict[int, int] | None:
         if deferred[p] and (p >= first[last] or p not in run.deferred_end):  # a copy's template, or waiting
             for d in graph.deps[p]:
                 if d >= first[0] and not deferred[d]:
-                    it = bisect.bisect_right(first, d) - 1
+                    it = bisect_right(first, d) - 1
                     if keys[it] != keys[last]:
                         return None
                     wanted.add(d - first[it])
@@ -163,7 +163,7 @@ def _release_waiting(run: DeferringRun, first: list[int], stretch: SkippedStretc
     for p in waiting:
         for d in graph.deps[p]:
             if d >= first[0] and not run.deferred[d] and run.end[d] < 0:
-                it = bisect.bisect_right(first, d) - 1
+                it = bisect_right(first, d) - 1
                 run.unmet[p] -= 1
                 run.ready[p] = max(run.ready[p], stretch.ended(it, d - first[it]))
                 graph.dependents[d].remove(p)
@@ -199,7 +199,7 @@ def _inputs(run: DeferringRun, first: list[int], q: int) -> list[CopyInput]:
         elif run.deferred[d]:
             out.append(CopyInput(SAME_ITERATION, d, 0))
         else:
-            it = bisect.bisect_right(first, d) - 1
+            it = bisect_right(first, d) - 1
             out.append(CopyInput(COMPUTE_SIDE, d - first[it], it))
     return out
 

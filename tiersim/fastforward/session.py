@@ -34,7 +34,7 @@ waits for) then repeats as one without any. Should a deferred flow have been slo
 
 from __future__ import annotations
 
-import bisect
+from bisect import bisect_right
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import replace
 
@@ -322,7 +322,7 @@ class FastForwardSession(Session):
         start, unmet, at_head, delay = run.start, run.unmet, run.at_head, run.delay
         for p in run.pending:
             if first and p >= first[0]:
-                it = bisect.bisect_right(first, p) - 1
+                it = bisect_right(first, p) - 1
                 who.append((index[it] - current, p - first[it], keys[it]))
             else:
                 who.append(("before", p))
@@ -363,7 +363,7 @@ class FastForwardSession(Session):
             return (0, len(self.graph.tasks) - p)
         if p < first[0]:
             return ("before", p)
-        it = bisect.bisect_right(first, p) - 1
+        it = bisect_right(first, p) - 1
         end = first[it + 1] if it + 1 < len(first) else len(self.graph.tasks)
         return (loop.index[it] - loop.index[-1], end - p)
 
