@@ -65,10 +65,19 @@ def rank_link_capacity(hw: Hardware, name: str) -> float:
 
 
 class StepBuilder:
-    """Lays out one iteration's tasks for one representative rank; strategies add to it."""
+    """Lays out one iteration's tasks for one representative rank; strategies add to it.
 
-    def __init__(self, step: TrainingStep, hw: Hardware, session: Session | None = None) -> None:
+    ``stage``: the prefix (``"s1/"``) of the names of the tasks, streams and links of one
+    pipeline stage's rank, whose tasks share a graph with the other stages' ("" without
+    pipeline parallelism); ``phases``: whether its markers begin phases (one stage's do)."""
+
+    def __init__(self, step: TrainingStep, hw: Hardware, session: Session | None = None, stage: str = "",
+                 phases: bool = True) -> None:
         self.step = step
+        self.stage = stage
+        self.marker_category = "marker" if phases else "stage_marker"
+        self.staged: dict[Usage, Usage] = {}
+        """Each usage the stage's tasks name, with the stage's links (made once per usage)."""
         self.hw = hw
         self.session = session or Session(functools.partial(rank_link_capacity, hw))
         self.graph: TaskGraph = self.session.graph
@@ -83,16 +92,32 @@ class StepBuilder:
 
     def add(self, task: Task) -> str:
         """Add a task and return its name (the graph declares the rank's links on first use)."""
+        if self.stage:
+            task = self.on_stage(task)
         return self.graph.add(task)
+
+    def on_stage(self, task: Task) -> Task:
+        """``task`` as the stage's rank runs it: its name, stream and links prefixed with
+        ``stage``, a marker's category ``marker_category`` (its dependencies are names already
+        added, prefixed)."""
+        prefix = self.stage
+        usage = self.staged.get(task.usage)
+        if usage is None:
+            usage = self.staged[task.usage] = tuple((prefix + link, units) for link, units in task.usage)
+        category = self.marker_category if task.category == "marker" else task.category
+        return Task(prefix + task.name, prefix + task.stream, task.phase, category, task.delay, task.size, usage,
+                    task.rate_cap, task.deps)
 
     def loop(self, keys: Sequence[Hashable]) -> Iterator[int]:
         """The indices of a loop, one per key; equal keys mark alike iterations (``Session.loop``)."""
         return self.session.loop(keys)
 
     def tails(self) -> tuple[str, ...]:
-        """The last task of every stream but the ``background`` ones: what the host thread
-        waits for when it synchronizes the device."""
-        return tuple(name for stream, name in self.graph.stream_tails().items() if stream not in self.background)
+        """The last task of every stream of the rank but the ``background`` ones: what the host
+        thread waits for when it synchronizes the device."""
+        prefix, skip = self.stage, len(self.stage)
+        return tuple(name for stream, name in self.graph.stream_tails().items()
+                     if stream.startswith(prefix) and stream[skip:] not in self.background)
 
     @property
     def gpu(self) -> GPUProfile:

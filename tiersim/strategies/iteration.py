@@ -29,12 +29,12 @@ def schedule_iteration(strategy: Strategy, step: TrainingStep, hw: Hardware, ses
     before the loop)."""
     builder = StepBuilder(step, hw, session)
     fetch = strategy.param_fetch(step, hw)
-    _forward(builder, fetch, 0, ())
+    forward_pass(builder, fetch, 0, ())
     first_alike = step.micro_steps > 2 and _first_alike(strategy, builder, fetch)
     for micro in builder.session.loop_runs(micro_keys(step.micro_steps, first_alike), self_contained=True):
-        _backward(strategy, builder, fetch, micro)
+        backward_pass(strategy, builder, fetch, micro)
         if micro + 1 < step.micro_steps:
-            _forward(builder, fetch, micro + 1, builder.tails())
+            forward_pass(builder, fetch, micro + 1, builder.tails())
     strategy.optimizer_step(builder, builder.marker("step.begin", "optimizer_step", builder.tails()))
 
 
@@ -89,7 +89,7 @@ def _ahead(fetch: ParamFetch | None) -> int:
     return 2 if fetch is None else 1 + fetch.depth
 
 
-def _forward(builder: StepBuilder, fetch: ParamFetch | None, micro: int, after: tuple[str, ...]) -> None:
+def forward_pass(builder: StepBuilder, fetch: ParamFetch | None, micro: int, after: tuple[str, ...]) -> None:
     """Each layer's parameters are fetched and gathered while the layer before computes
     (``_ahead``), then the layer computes. Nothing of it is issued before ``after`` (the
     previous micro-step's backward) is done: DeepSpeed ends every backward by synchronizing the
@@ -119,10 +119,12 @@ def _checkpoint_copy(builder: StepBuilder, direction: str, prefix: str, layer: L
     builder.add(kind.task(f"{prefix}.checkpoint_{direction}", layer.activation_bytes, deps))
 
 
-def _backward(strategy: Strategy, builder: StepBuilder, fetch: ParamFetch | None, micro: int) -> None:
-    """Layers in reverse (``_backward_layer``); the streams whose copies run in the background
-    of this micro-step's backward (``Strategy.background_streams``) are said so for its span."""
-    begin = builder.marker(f"m{micro}.backward.begin", "backward")
+def backward_pass(strategy: Strategy, builder: StepBuilder, fetch: ParamFetch | None, micro: int,
+                  after: tuple[str, ...] = ()) -> None:
+    """Layers in reverse (``_backward_layer``), after ``after`` (a pipeline stage's: the
+    gradient from the next stage); the streams whose copies run in the background of this
+    micro-step's backward (``Strategy.background_streams``) are said so for its span."""
+    begin = builder.marker(f"m{micro}.backward.begin", "backward", after)
     background = strategy.background_streams(builder, micro)
     if background:
         builder.session.background_copies(background)
