@@ -42,7 +42,8 @@ def _simulate(config: RunConfig, trace: bool, fast_forward: bool, max_tasks: int
     if not plan.fits or plan.schedule is None or plan.capacity_of is None:
         return Result(config, False, plan.misfit, None, None, None, peak, capacity, items, 0)
     try:
-        run, graph = run_schedule(plan.schedule, plan.capacity_of, fast_forward and not trace, max_tasks)
+        run, graph = run_schedule(plan.schedule, plan.capacity_of, fast_forward and not trace and not plan.whole,
+                                  max_tasks)
     except TaskLimit as built:
         raise too_many_tasks(config, "<run>", built.tasks) from None
     accounts = run.accounts

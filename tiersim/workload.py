@@ -269,6 +269,21 @@ class TrainingStep:
     subgroups: tuple[SubGroup, ...]
     lp_bytes: int = 2
     fp32_bytes: int = 4
+    stage: int = 0
+    """The pipeline stage (from 0) whose layers ``layers`` are (``stage_steps``); 0 without
+    pipeline parallelism, when they are all the model's."""
+
+    @property
+    def last_stage(self) -> bool:
+        """Whether this step's stage holds the LM head and the loss (the last, or the only one)."""
+        return self.stage == self.training.pipeline_parallel - 1
+
+    @property
+    def in_flight(self) -> int:
+        """Micro-batches whose checkpoints the stage holds at once: 1F1B's stage ``s`` of ``p``
+        keeps ``min(p - s, micro_steps)`` (DeepSpeed ``TrainSchedule.num_pipe_buffers``);
+        without pipeline parallelism, one."""
+        return min(self.training.pipeline_parallel - self.stage, self.micro_steps)
 
     @functools.cached_property
     def layer_shapes(self) -> tuple[int, ...]:
@@ -327,15 +342,17 @@ class TrainingStep:
         return count * self.lp_bytes
 
     def logits_bytes(self) -> int:
-        """Bytes of the fp32 logits of one micro-batch (``seq*mb*vocab*4``)."""
-        return self.tokens_per_micro_batch * self.model.vocab * self.fp32_bytes
+        """Bytes of the fp32 logits of one micro-batch (``seq*mb*vocab*4``) on the stage with the
+        LM head (0 on the other pipeline stages)."""
+        return self.tokens_per_micro_batch * self.model.vocab * self.fp32_bytes if self.last_stage else 0
 
     @functools.cached_property
     def activation_peak_bytes(self) -> int:
-        """Peak activation bytes on one GPU in backward: kept + largest working set + fp32 logits."""
-        kept = sum(layer.activation_bytes for layer in self.layers)
+        """Peak activation bytes on one GPU in backward: kept (for each micro-batch in flight,
+        ``in_flight``) + largest working set + fp32 logits."""
+        kept = self.in_flight * sum(layer.activation_bytes for layer in self.layers)
         if self.training.cpu_checkpointing:  # on the host but the one being recomputed
-            kept += max(self.host_checkpoint_sizes, default=0) - sum(self.host_checkpoint_sizes)
+            kept += max(self.host_checkpoint_sizes, default=0) - self.in_flight * sum(self.host_checkpoint_sizes)
         working = max(layer.working_bytes for layer in self.layers)
         return kept + working + self.logits_bytes()
 
@@ -643,6 +660,67 @@ def build_step(model: ModelSpec, training: TrainingSpec) -> TrainingStep:
         subgroups=_subgroups(partitions, training.sub_group_size, training.zero_stage),
         lp_bytes=lp_bytes,
     )
+
+
+def check_stages(model: ModelSpec, training: TrainingSpec, source: str) -> None:
+    """The decoder layers must split evenly over the pipeline stages (Megatron's
+    ``--pipeline-model-parallel-size`` asserts ``num_layers`` a multiple of it)."""
+    stages = training.pipeline_parallel
+    if model.layers % stages:
+        raise ConfigError(source, "training.pipeline_parallel",
+                          f"{stages} does not divide model.layers {model.layers}: the decoder layers are split "
+                          "evenly over the pipeline stages, as Megatron splits them")
+
+
+def stage_bounds(layers: int, stages: int) -> tuple[tuple[int, int], ...]:
+    """Each pipeline stage's slice (first, end) of a step's layers (the embedding, ``layers``
+    decoder layers, the head): Megatron's uniform split, ``layers / stages`` decoder layers a
+    stage, the embedding on the first and the final norm and LM head on the last (Megatron-
+    DeepSpeed's ``GPTModelPipe`` partitions likewise: ``partition_method='type:transformer'``)."""
+    per = layers // stages
+    return tuple((0 if s == 0 else 1 + s * per, 1 + (s + 1) * per + (1 if s == stages - 1 else 0))
+                 for s in range(stages))
+
+
+def stage_steps(step: TrainingStep) -> tuple[TrainingStep, ...]:
+    """One step per pipeline stage (``stage_bounds``): its layers, its parameters, its rank's
+    ZeRO partition of them over the data-parallel group and that partition's sub-groups; the
+    step itself without pipeline parallelism."""
+    training = step.training
+    if training.pipeline_parallel == 1:
+        return (step,)
+    check_stages(step.model, training, "<api>")
+    stages = []
+    for stage, (first, end) in enumerate(stage_bounds(step.model.layers, training.pipeline_parallel)):
+        layers = step.layers[first:end]
+        partitions = _partitions(layers, training)
+        stages.append(replace(step, total_params=sum(layer.params for layer in layers), rank_params=sum(partitions),
+                              layers=layers, stage=stage,
+                              subgroups=_subgroups(partitions, training.sub_group_size, training.zero_stage)))
+    return tuple(stages)
+
+
+def stage_shapes(model: ModelSpec, training: TrainingSpec) -> tuple[StepShape, ...]:
+    """The shape of each pipeline stage's step (``stage_steps``), from arithmetic alone; the
+    step's shape alone without pipeline parallelism. A stage's rank owns a flat ZeRO-1
+    partition (pipeline parallelism refuses ZeRO-2 and -3), cut into sub-groups."""
+    whole = step_shape(model, training)
+    stages = training.pipeline_parallel
+    if stages == 1:
+        return (whole,)
+    per = model.layers // stages
+    sizes = {moe: layer_params(model, moe) for moe in {False, model.experts > 0}}
+    shapes = []
+    for stage in range(stages):
+        params = sum(sizes[is_moe_layer(model, i)] for i in range(stage * per, (stage + 1) * per))
+        params += (_embedding_params(model) if stage == 0 else 0) + (sum(_head_tensors(model)) if stage == stages - 1
+                                                                      else 0)
+        owned = math.ceil(params / training.data_parallel) if training.zero_stage >= 1 else params
+        shapes.append(replace(whole, layers=per + (stage == 0) + (stage == stages - 1),
+                              checkpointed=per if whole.checkpointed else 0,
+                              subgroups=-(-owned // training.sub_group_size),
+                              host_checkpoints=per if whole.host_checkpoints else 0))
+    return tuple(shapes)
 
 
 _LLAMA2: dict[str, tuple[int, int, int, int, int]] = {

@@ -45,9 +45,14 @@ def test_pipeline_parallelism_with_zero_3_is_refused_as_deepspeed_refuses_it(
     assert "training.zero_stage: 3 with pipeline_parallel 2" in err and "refuses ZeRO-2 and ZeRO-3" in err
 
 
+def test_pipeline_stages_split_the_decoder_layers_evenly(capsys: pytest.CaptureFixture[str]) -> None:
+    err = refusal(capsys, "hardware.gpus=3", "training.pipeline_parallel=3", "training.zero_stage=1",
+                  "training.global_batch=3")
+    assert "training.pipeline_parallel: 3 does not divide model.layers 32" in err
+
+
 @pytest.mark.parametrize("overrides, field", [
     (("hardware.gpus=2", "training.tensor_parallel=2"), "training.tensor_parallel"),
-    (("hardware.gpus=2", "training.pipeline_parallel=2", "training.zero_stage=1"), "training.pipeline_parallel"),
     (("hardware.nodes=2",), "hardware.nodes"),
 ])
 def test_layouts_not_modelled_yet_are_refused_by_field(capsys: pytest.CaptureFixture[str],

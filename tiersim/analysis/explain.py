@@ -44,10 +44,11 @@ def task_graph(result: Result) -> TaskGraph:
 
 def resource_label(stream: str, category: str) -> str:
     """``stream category`` for computation (``gpu compute``, ``cpu adam``); the category for a
-    transfer (``d2h``, ``h2d``, ``nvme_read``, ``allgather``); the stream for a marker."""
+    transfer (``d2h``, ``h2d``, ``nvme_read``, ``allgather``); the stream for a marker (a pipeline
+    stage's too)."""
     if category in COMPUTE_CATEGORIES:
         return f"{stream} {category}"
-    return stream if category in ("", "marker") else category
+    return stream if category in ("", "marker", "stage_marker") else category
 
 
 def flow_limit(task: Task, graph: TaskGraph) -> str:

@@ -93,7 +93,7 @@ def timeline_bars(result: Result, max_bars: int = 1500, merge_gap: float | None 
     if not result.fits or result.trace.empty:
         raise ConfigError("plot", result.strategy, f"nothing to draw: the run does not fit ({result.reason})")
     makespan = float(result.iteration_time_s or 0.0)
-    work = result.trace[result.trace["category"] != "marker"]
+    work = result.trace[~result.trace["category"].isin(("marker", "stage_marker"))]
     gap = merge_gap if merge_gap is not None else (makespan / 2000 if len(work) > max_bars else -1.0)
     bars = _merge(work, gap)
     if links:

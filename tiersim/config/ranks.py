@@ -50,7 +50,6 @@ def check_data_parallel(training: TrainingSpec, hardware: HardwareSpec, source: 
 
 NOT_YET = {
     "training.tensor_parallel": "tensor parallelism",
-    "training.pipeline_parallel": "pipeline parallelism",
     "hardware.nodes": "more than one node",
 }
 """Layouts the schema reads but the strategies do not model yet, refused by field."""
@@ -59,7 +58,6 @@ NOT_YET = {
 def refuse_unmodelled_layout(training: TrainingSpec, hardware: HardwareSpec, source: str) -> None:
     """A ConfigError naming the first layout field above 1 that is not modelled yet."""
     values = {"training.tensor_parallel": training.tensor_parallel,
-              "training.pipeline_parallel": training.pipeline_parallel,
               "hardware.nodes": hardware.nodes}
     for path, what in NOT_YET.items():
         if values[path] > 1:

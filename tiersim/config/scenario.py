@@ -29,7 +29,7 @@ from tiersim.errors import ConfigError
 from tiersim.strategies import STRATEGIES
 from tiersim.strategies.param_offload import refuse_offload
 from tiersim.strategies.param_options import ParamOffload
-from tiersim.workload import ModelSpec, TrainingSpec, build_step
+from tiersim.workload import ModelSpec, TrainingSpec, build_step, check_stages
 
 T = TypeVar("T")
 
@@ -96,6 +96,7 @@ def scenario_from_dict(
     model = _section(ModelSpec, expand_model(data["model"], source, folder), source, "model", validated)
     hardware_spec = _section(HardwareSpec, data["hardware"], source, "hardware", validated)
     training = _training(data["training"], hardware_spec, source, validated)
+    check_stages(model, training, source)
     hardware = _hardware(hardware_spec, source, search, host, resolved)
     entries = _chosen(_strategy_options(data[STRATEGY_SECTION], source, validated), strategies, source)
     refuse_policy_without_cxl(data[STRATEGY_SECTION], entries, hardware, source)

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 from tiersim.config.limits import FORCE_HINT, MAX_RUN_SECONDS, MAX_TASKS, MAX_WHOLE, SECONDS_PER_TASK
 from tiersim.errors import ConfigError
 from tiersim.strategies import STRATEGIES
-from tiersim.workload import StepShape, parameter_count, step_shape
+from tiersim.strategies.pipeline import send_count
+from tiersim.workload import StepShape, parameter_count, stage_shapes, step_shape
 
 if TYPE_CHECKING:  # pragma: no cover
     from tiersim.config.scenario import RunConfig
@@ -39,17 +40,26 @@ def run_tasks(config: RunConfig) -> int:
     """Tasks the run of ``config`` builds (when it fits) without fast-forward: an upper
     bound of what it builds (a run that builds past ``MAX_TASKS`` stops there, with the error
     ``check_run`` gives up front)."""
+    return stage_tasks(config, stage_shapes(config.model, config.training))
+
+
+def stage_tasks(config: RunConfig, shapes: tuple[StepShape, ...]) -> int:
+    """Tasks of a step whose pipeline stages have ``shapes`` (one without pipeline parallelism):
+    each stage's and the sends between them."""
     strategy = STRATEGIES[config.strategy](config.options)
-    return strategy.task_count(step_shape(config.model, config.training), config.hardware)
+    return (sum(strategy.task_count(shape, config.hardware) for shape in shapes)
+            + send_count(len(shapes), shapes[0].micro_steps))
 
 
 def simulated_tasks(config: RunConfig) -> int:
     """At most how many tasks the fast-forwarded run of ``config`` simulates one by one: each
     of ``FAST_FORWARD_TRIES`` tries simulates at most the tasks of ``SIMULATED_MICRO_STEPS``
-    micro-steps, the boundary and the optimizer step (its layers and sub-groups in full)."""
-    strategy = STRATEGIES[config.strategy](config.options)
-    return FAST_FORWARD_TRIES * strategy.task_count(simulated_shape(step_shape(config.model, config.training)),
-                                                    config.hardware)
+    micro-steps, the boundary and the optimizer step (its layers and sub-groups in full). A
+    pipeline's schedule runs on the plain session, once and whole: all its tasks."""
+    shapes = stage_shapes(config.model, config.training)
+    if len(shapes) > 1:
+        return stage_tasks(config, shapes)
+    return FAST_FORWARD_TRIES * stage_tasks(config, (simulated_shape(shapes[0]),))
 
 
 def simulated_shape(shape: StepShape) -> StepShape:
@@ -61,17 +71,16 @@ def check_run(config: RunConfig, source: str, force: bool = False) -> int:
     """The run's tasks; past ``MAX_TASKS``, or with an engine that may take more than
     ``MAX_RUN_SECONDS`` (unless ``force``), a ConfigError naming the field that makes most of
     the work, its value and the limit."""
-    strategy = STRATEGIES[config.strategy](config.options)
-    shape = step_shape(config.model, config.training)
-    tasks = strategy.task_count(shape, config.hardware)
+    tasks = run_tasks(config)
     if force:
         return tasks
     if tasks > MAX_TASKS:
         raise too_many_tasks(config, source, tasks)
-    short = simulated_shape(shape)
-    simulated = FAST_FORWARD_TRIES * strategy.task_count(short, config.hardware)
+    simulated = simulated_tasks(config)
     if simulated * SECONDS_PER_TASK > MAX_RUN_SECONDS:
-        field, value, why = largest_factor(config, simulated // FAST_FORWARD_TRIES, short)
+        whole = config.training.pipeline_parallel > 1
+        short = None if whole else simulated_shape(step_shape(config.model, config.training))
+        field, value, why = largest_factor(config, simulated if whole else simulated // FAST_FORWARD_TRIES, short)
         raise ConfigError(source, field, f"{count(value)} gives {why}, {too_slow(config, simulated)}")
     return tasks
 

@@ -9,6 +9,7 @@ micro-steps around those hooks. Adding a strategy = subclass ``Strategy`` and re
 from __future__ import annotations
 
 import functools
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
@@ -30,8 +31,9 @@ from tiersim.strategies.param_offload import (
     swap_options,
 )
 from tiersim.strategies.param_options import ParamOffload
+from tiersim.strategies.pipeline import schedule_pipeline, stage_link_capacity
 from tiersim.strategies.placement import Misfit, MissingDevice, Placement, Unfit, place_gpu_common
-from tiersim.workload import LayerWork, StepShape, TrainingSpec, TrainingStep
+from tiersim.workload import LayerWork, StepShape, TrainingSpec, TrainingStep, stage_steps
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,18 @@ class Plan:
     schedule: Callable[[Session], None] | None
     capacity_of: Callable[[str], float] | None = None
     """Capacity of each of the rank's links the schedule uses (units/s), by name."""
+    whole: bool = False
+    """Whether the schedule must run on the plain session, built whole (a pipeline's stages:
+    the fast-forward does not skip in them)."""
+
+
+def fullness(plan: Plan, hw: Hardware) -> float:
+    """The largest share of a tier's usable bytes ``plan`` holds (above 1: it does not fit)."""
+    shares = [0.0]
+    for tier, need in plan.placement.reserved().items():
+        have = hw.usable(tier)
+        shares.append(need / have if have > 0 else math.inf if need else 0.0)
+    return max(shares)
 
 
 class Strategy(ABC):
@@ -181,7 +195,22 @@ class Strategy(ABC):
         return 0
 
     def plan(self, step: TrainingStep, hw: Hardware) -> Plan:
-        """Place tensors, check capacity and, when everything fits, build the task graph."""
+        """Place tensors, check capacity and, when everything fits, the schedule; with pipeline
+        parallelism for each stage's rank (``stage_steps``), the verdict and placement those of
+        the fullest stage (``fullness``), the schedule the stages' 1F1B (``schedule_pipeline``)."""
+        stages = stage_steps(step)
+        if len(stages) == 1:
+            return self.plan_rank(step, hw)
+        plans = [self.plan_rank(stage, hw) for stage in stages]
+        unfit = [plan for plan in plans if not plan.fits]
+        worst = max(unfit or plans, key=functools.partial(fullness, hw=hw))
+        if unfit:
+            return worst
+        return Plan(worst.placement, True, None, functools.partial(schedule_pipeline, self, stages, hw),
+                    functools.partial(stage_link_capacity, hw), whole=True)
+
+    def plan_rank(self, step: TrainingStep, hw: Hardware) -> Plan:
+        """``plan`` for one rank holding ``step``'s layers."""
         placement = Placement()
         offload = self.param_offload
         missing = self.check(hw) or (check_offload(offload, hw) if offload else None)
@@ -193,7 +222,7 @@ class Strategy(ABC):
             return Plan(placement, False, missing, None)
         self.place(step, hw, placement)
         placement.put("dram", "activation checkpoints (cpu_checkpointing, pageable)",
-                      sum(step.host_checkpoint_sizes) * hw.gpus)
+                      sum(step.host_checkpoint_sizes) * step.in_flight * hw.gpus)
         if offload:
             place_params(step, offload, self.params_layout(step, offload), placement, hw.gpus,
                          self.places_param_host)

@@ -1,0 +1,167 @@
+"""Pipeline parallelism (tiersim.strategies.pipeline): 1F1B over the stages' ranks, the bubble
+coming out of the task graph's dependencies."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tiersim.config.document import load_scenario
+from tiersim.config.scenario import RunConfig
+from tiersim.config.worksize import run_tasks
+from tiersim.engine import Task
+from tiersim.engine.schedule import Session, run_whole
+from tiersim.results import Result
+from tiersim.simulate import simulate
+from tiersim.strategies.gpu_kernels import pass_seconds
+from tiersim.strategies.pipeline import build_order, one_f_one_b
+from tiersim.workload import build_step, stage_steps
+
+ROOT = Path(__file__).resolve().parents[2]
+QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
+
+
+def _passes_graph(micro: int, forward: list[float], backward: list[float]) -> float:
+    """The makespan of 1F1B passes alone, stage ``s``'s forward taking ``forward[s]`` and its
+    backward ``backward[s]``: each a delay on its stage's stream, waiting for the neighbour's
+    pass it needs, as ``schedule_pipeline`` lays them out."""
+    stages = len(forward)
+
+    def schedule(session: Session) -> None:
+        for stage, is_forward, m in build_order(stages, micro):
+            needs = (f"{stage - 1}.F{m}",) if is_forward and stage else \
+                (f"{stage + 1}.B{m}",) if not is_forward and stage < stages - 1 else ()
+            session.add(Task(f"{stage}.{'F' if is_forward else 'B'}{m}", f"s{stage}", "forward", "compute",
+                             forward[stage] if is_forward else backward[stage], deps=needs))
+    run, _graph = run_whole(schedule, lambda _link: 1.0)
+    return run.makespan
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 12), st.floats(0.1, 3.0), st.floats(0.1, 3.0))
+def test_1f1b_on_equal_stages_takes_m_plus_p_minus_1_slots(stages: int, micro: int, forward: float,
+                                                           backward: float) -> None:
+    assert _passes_graph(micro, [forward] * stages, [backward] * stages) == pytest.approx(
+        (micro + stages - 1) * (forward + backward), rel=1e-12)
+
+
+@pytest.mark.parametrize("stages, micro", [(1, 1), (2, 1), (2, 5), (4, 3), (4, 8), (5, 2)])
+def test_each_stage_runs_warm_up_forwards_then_alternates(stages: int, micro: int) -> None:
+    for stage in range(stages):
+        passes = one_f_one_b(stage, stages, micro)
+        warmup = min(stages - stage - 1, micro)
+        assert passes[:warmup] == [(True, i) for i in range(warmup)]
+        assert sorted(passes) == sorted([(True, i) for i in range(micro)] + [(False, i) for i in range(micro)])
+        assert [m for forward, m in passes if not forward] == list(range(micro))
+        in_flight = max(sum(1 if f else -1 for f, _m in passes[:k + 1]) for k in range(len(passes)))
+        assert in_flight == min(stages - stage, micro)  # DeepSpeed's num_pipe_buffers
+
+
+def _config(stages: int, micro: int, *overrides: str) -> RunConfig:
+    """A small model whose embedding and head cost next to nothing, on ``stages`` GPUs, one
+    stage each (data parallelism 1), ZeRO-1, all state in HBM."""
+    (config,) = load_scenario(QUICKSTART, [
+        "model.layers=8", "model.hidden=2048", "model.heads=16", "model.kv_heads=16", "model.ffn=5504",
+        "model.vocab=128", "training.zero_stage=1", f"training.global_batch={micro}", f"hardware.gpus={stages}",
+        f"training.pipeline_parallel={stages}", *overrides], strategies=["gpu"])
+    return config
+
+
+def _compute_only(config: RunConfig) -> RunConfig:
+    """``config`` with sends that cost nothing: a fabric of no latency and all but infinite bandwidth."""
+    (fabric,) = load_scenario(QUICKSTART, ["hardware.fabric=pcie-p2p-gen5"], strategies=["gpu"])
+    assert fabric.hardware.fabric is not None
+    free = replace(fabric.hardware.fabric, bus_bandwidth=1e30, latency=0.0, via_host_link=False)
+    return replace(config, hardware=replace(config.hardware, fabric=free))
+
+
+def _passes(result: Result) -> float:
+    """Seconds of forward and backward: until the first stage, which ends the last backward,
+    begins its optimizer step."""
+    return result.phases["forward"] + result.phases["backward"]
+
+
+def _stage_seconds(config: RunConfig) -> tuple[list[float], list[float]]:
+    """Each stage's forward and backward (with recompute) seconds on the config's GPU."""
+    gpu, stage = config.hardware.rank_gpu, config.training.zero_stage
+    forward, backward = [], []
+    for step in stage_steps(build_step(config.model, config.training)):
+        forward.append(sum(pass_seconds(layer.forward_kernels, gpu, stage) for layer in step.layers))
+        backward.append(sum(pass_seconds(layer.backward_kernels, gpu, stage)
+                            + (pass_seconds(layer.forward_kernels, gpu, stage) if layer.checkpointed else 0.0)
+                            for layer in step.layers))
+    return forward, backward
+
+
+@pytest.mark.parametrize("stages, micro", [(2, 4), (4, 4), (4, 16)])
+def test_the_bubble_is_p_minus_1_over_m_of_the_ideal(stages: int, micro: int) -> None:
+    """Compute only, forward and backward take what the stages' passes take in 1F1B (on equal
+    stages (m + p - 1) slots of t_f + t_b: the test above), here between (m + p - 1) slots of
+    the fastest stage and of the slowest (the embedding and the head make the first and last a
+    little slower); with p = 1, m slots of the whole model's."""
+    config = _compute_only(_config(stages, micro))
+    piped = _passes(simulate(config))
+    forward, backward = _stage_seconds(config)
+    assert piped == pytest.approx(_passes_graph(micro, forward, backward), rel=1e-9)
+    slots = [f + b for f, b in zip(forward, backward, strict=True)]
+    assert (micro + stages - 1) * min(slots) < piped < (micro + stages - 1) * max(slots)
+    whole = _config(1, micro)
+    assert _passes(simulate(_compute_only(whole))) == pytest.approx(micro * sum(map(sum, _stage_seconds(whole))),
+                                                                    rel=1e-9)
+
+
+def test_sends_cost_latency_and_bytes_over_the_fabric() -> None:
+    config = _config(2, 4, "hardware.fabric=pcie-p2p-gen5")
+    result = simulate(config, trace=True)
+    sends = result.trace[result.trace["category"] == "p2p"]
+    assert len(sends) == 2 * 4  # activations forward and gradients back, per micro-batch
+    fabric = config.hardware.fabric
+    assert fabric is not None
+    seconds = fabric.latency + 2048 * 2048 * 2 / fabric.bus_bandwidth
+    assert (sends["end"] - sends["start"]).min() == pytest.approx(seconds, rel=1e-9)
+    assert set(sends["stream"]) == {"s0/gpu", "s1/gpu"}
+
+
+def test_one_stage_is_todays_answer() -> None:
+    (config,) = load_scenario(QUICKSTART, ["training.zero_stage=1", "hardware.gpus=2"], strategies=["dram"])
+    (explicit,) = load_scenario(QUICKSTART, ["training.zero_stage=1", "hardware.gpus=2",
+                                             "training.pipeline_parallel=1"], strategies=["dram"])
+    assert simulate(config).summary() == simulate(explicit).summary()
+
+
+def test_stages_hold_their_own_layers_and_in_flight_checkpoints() -> None:
+    config = _config(4, 8)
+    step = build_step(config.model, config.training)
+    stages = stage_steps(step)
+    assert [len(s.layers) for s in stages] == [3, 2, 2, 3]
+    assert stages[0].layers[0].name == "embedding" and stages[-1].layers[-1].name == "final_norm+lm_head"
+    assert sum(s.total_params for s in stages) == step.total_params
+    assert [s.in_flight for s in stages] == [4, 3, 2, 1]
+    assert [s.logits_bytes() > 0 for s in stages] == [False, False, False, True]
+    kept = [sum(layer.activation_bytes for layer in s.layers) for s in stages]
+    assert stages[1].activation_peak_bytes == 3 * kept[1] + max(layer.working_bytes for layer in stages[1].layers)
+
+
+def test_the_fit_is_the_fullest_stages() -> None:
+    config = _config(2, 4)
+    result = simulate(config)
+    stages = stage_steps(build_step(config.model, config.training))
+    assert result.fits
+    hbm = {what: num for tier, what, num, _held in result.placement_items if tier == "hbm"}
+    assert hbm["activations"] == stages[0].activation_peak_bytes  # two micro-batches in flight on stage 0
+
+
+def test_tasks_are_counted_before_they_are_built() -> None:
+    config = _config(4, 8)
+    result = simulate(config, trace=True)
+    assert len(result.trace) == run_tasks(config)
+
+
+def test_layers_that_do_not_split_evenly_are_refused() -> None:
+    from tiersim.errors import ConfigError
+    with pytest.raises(ConfigError, match=r"training.pipeline_parallel: 3 does not divide model.layers 8"):
+        _config(3, 4)

@@ -1,0 +1,135 @@
+"""Pipeline parallelism: one representative rank per stage, each running its own layers'
+forward and backward of every micro-batch in 1F1B order, the activations sent point to point
+to the next stage and their gradients back, then the stage's optimizer step.
+
+The order is Megatron's non-interleaved 1F1B (``forward_backward_pipelining_without_interleaving``),
+which is DeepSpeed's ``TrainSchedule`` (v0.16.2 ``deepspeed/runtime/pipe/schedule.py``) pass for
+pass: stage ``s`` of ``p`` runs ``min(p - s - 1, m)`` warm-up forwards, then a forward and a
+backward in turn, then the backwards left. Nothing here computes a bubble: a stage's forward
+waits for the previous stage's activations and its backward for the next stage's gradient, so
+the idle time follows from the task graph. The micro-batches are the step's gradient
+accumulation steps. A send is blocking, as ``torch.distributed.send`` under NCCL is (DeepSpeed's
+``p2p.send``; Megatron's non-interleaved schedule waits on its requests): it runs on the sending
+stage's compute stream, the fabric's per-call latency then ``tokens x hidden x 2`` bytes over the
+sender's GPU fabric link; the receiver is taken to have posted its receive (neither framework
+makes a sender wait long for it in 1F1B's steady state). Sends go as Megatron issues them,
+right after their pass; DeepSpeed issues a forward's send at its next step, after that step's
+receive, which the model leaves out. Each stage's optimizer step is the strategy's over the
+stage's own parameters; the step ends when the slowest stage's step does.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tiersim.config.hardware import Hardware
+from tiersim.engine.schedule import Session
+from tiersim.errors import ModelError
+from tiersim.strategies.builder import StepBuilder, TaskKind, rank_link_capacity
+from tiersim.strategies.iteration import backward_pass, forward_pass
+from tiersim.workload import TrainingStep
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tiersim.strategies.base import Strategy
+
+Pass = tuple[int, bool, int]
+"""(stage, forward (True) or backward, micro-batch)."""
+
+
+def one_f_one_b(stage: int, stages: int, micro_batches: int) -> list[tuple[bool, int]]:
+    """The passes of ``stage`` in 1F1B order, as (forward, micro-batch): ``min(stages - stage
+    - 1, micro_batches)`` warm-up forwards, then forward and backward in turn, then the
+    backwards left."""
+    warmup = min(stages - stage - 1, micro_batches)
+    passes = [(True, i) for i in range(warmup)]
+    for i in range(micro_batches - warmup):
+        passes += [(True, i + warmup), (False, i)]
+    return passes + [(False, i) for i in range(micro_batches - warmup, micro_batches)]
+
+
+def build_order(stages: int, micro_batches: int) -> list[Pass]:
+    """Every stage's passes (``one_f_one_b``) merged into one order in which each pass comes
+    after the pass of the neighbouring stage it waits for (the previous stage's forward, the
+    next stage's backward), each stage's in its own order: the order a graph that must have a
+    task's dependencies before it can be built in."""
+    programs = [one_f_one_b(stage, stages, micro_batches) for stage in range(stages)]
+    at = [0] * stages
+    built: set[Pass] = set()
+    order: list[Pass] = []
+    total = sum(len(program) for program in programs)
+    while len(order) < total:
+        before = len(order)
+        for stage in range(stages):
+            while at[stage] < len(programs[stage]):
+                forward, micro = programs[stage][at[stage]]
+                needs = _waits_for((stage, forward, micro), stages)
+                if needs is not None and needs not in built:
+                    break
+                built.add((stage, forward, micro))
+                order.append((stage, forward, micro))
+                at[stage] += 1
+        if len(order) == before:
+            raise ModelError("the 1F1B passes wait for each other in a cycle")
+    return order
+
+
+def _waits_for(done: Pass, stages: int) -> Pass | None:
+    """The pass of another stage that ``done`` waits for: the previous stage's forward of the
+    micro-batch, the next stage's backward of it; None for the first stage's forwards and the
+    last stage's backwards."""
+    stage, forward, micro = done
+    if forward:
+        return (stage - 1, True, micro) if stage > 0 else None
+    return (stage + 1, False, micro) if stage < stages - 1 else None
+
+
+def stage_link_capacity(hw: Hardware, name: str) -> float:
+    """Capacity of a stage's link (``s1/hbm``): the rank's (``rank_link_capacity``); each
+    stage's rank has links of its own."""
+    return rank_link_capacity(hw, name.rpartition("/")[2])
+
+
+def schedule_pipeline(strategy: Strategy, steps: tuple[TrainingStep, ...], hw: Hardware, session: Session) -> None:
+    """Each stage's rank (``steps[s]``, its tasks, streams and links prefixed ``s{s}/``) runs its
+    passes in 1F1B order (``build_order``), each forward after the previous stage's activations
+    and every stream of its rank (as an iteration's), each backward after the next stage's
+    gradient, and sends what it made to its neighbour; then the stage's optimizer step. The
+    first stage's markers begin the result's phases."""
+    builders = [StepBuilder(step, hw, session, f"s{stage}/", phases=stage == 0) for stage, step in enumerate(steps)]
+    fetches = [strategy.param_fetch(step, hw) for step in steps]
+    last = len(steps) - 1
+    sent: dict[Pass, str] = {}
+    for stage, forward, micro in build_order(len(steps), steps[0].micro_steps):
+        builder = builders[stage]
+        waits = _waits_for((stage, forward, micro), len(steps))
+        received = (sent.pop(waits),) if waits is not None else ()
+        if forward:
+            forward_pass(builder, fetches[stage], micro, (*builder.tails(), *received))
+        else:
+            backward_pass(strategy, builder, fetches[stage], micro, received)
+        if (stage < last) if forward else (stage > 0):
+            sent[(stage, forward, micro)] = send(builder, forward, micro)
+    for builder in builders:
+        strategy.optimizer_step(builder, builder.marker("step.begin", "optimizer_step", builder.tails()))
+
+
+def send(builder: StepBuilder, forward: bool, micro: int) -> str:
+    """A micro-batch's activations (``forward``) or their gradient sent to the neighbouring
+    stage after the pass on the compute stream: the fabric's per-call latency, then
+    ``tokens x hidden`` 16-bit values over the GPU fabric (and, where it runs through the host
+    bridges, the GPU's PCIe link), the compute stream waiting."""
+    phase = "forward" if forward else "backward"
+    kind = builder.kinds.get(("send", phase))
+    if kind is None:
+        kind = builder.kinds[("send", phase)] = TaskKind("gpu", phase, "p2p", builder.hw.fabric_latency,
+                                                         builder.collective_usage())
+    step = builder.step
+    num_bytes = step.tokens_per_micro_batch * step.model.hidden * step.lp_bytes
+    what = "activations" if forward else "gradient"
+    return builder.add(kind.task(f"m{micro}.send_{what}", num_bytes, ()))
+
+
+def send_count(stages: int, micro_batches: int) -> int:
+    """Sends of a step: each micro-batch's activations forward and gradient back across each
+    of the ``stages - 1`` boundaries."""
+    return 2 * (stages - 1) * micro_batches
