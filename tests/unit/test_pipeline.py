@@ -155,10 +155,26 @@ def test_the_fit_is_the_fullest_stages() -> None:
     assert hbm["activations"] == stages[0].activation_peak_bytes  # two micro-batches in flight on stage 0
 
 
-def test_tasks_are_counted_before_they_are_built() -> None:
-    config = _config(4, 8)
+@pytest.mark.parametrize("strategy", ["gpu", "dram"])
+def test_tasks_are_counted_before_they_are_built(strategy: str) -> None:
+    config = _config(4, 8, "hardware.gpus=8")  # data parallelism 2
+    for each in load_scenario(QUICKSTART, [], strategies=[strategy]):
+        config = replace(config, strategy=each.strategy, options=each.options)
     result = simulate(config, trace=True)
     assert len(result.trace) == run_tasks(config)
+
+
+def test_a_stage_reduces_its_gradients_after_its_last_backward() -> None:
+    """DeepSpeed's ReduceGrads follows the stage's last BackwardPass (Megatron's
+    finalize_model_grads the flush): no layer's all-reduce overlaps the stage's backward."""
+    config = _config(2, 4, "hardware.gpus=4")
+    trace = simulate(config, trace=True).trace
+    for stage, layers in ((0, 5), (1, 5)):
+        mine = trace[trace["stream"].str.startswith(f"s{stage}/")]
+        reduces = mine[mine["name"].str.endswith(".reduce")]
+        computed = mine[(mine["category"] == "compute") & (mine["phase"] == "backward")]
+        assert len(reduces) == layers
+        assert reduces["start"].min() >= computed["end"].max()
 
 
 def test_layers_that_do_not_split_evenly_are_refused() -> None:

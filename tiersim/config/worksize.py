@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from tiersim.config.limits import FORCE_HINT, MAX_RUN_SECONDS, MAX_TASKS, MAX_WHOLE, SECONDS_PER_TASK
 from tiersim.errors import ConfigError
 from tiersim.strategies import STRATEGIES
-from tiersim.strategies.pipeline import send_count
+from tiersim.strategies.pipeline import pipeline_tasks
 from tiersim.workload import StepShape, parameter_count, stage_shapes, step_shape
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -45,10 +45,10 @@ def run_tasks(config: RunConfig) -> int:
 
 def stage_tasks(config: RunConfig, shapes: tuple[StepShape, ...]) -> int:
     """Tasks of a step whose pipeline stages have ``shapes`` (one without pipeline parallelism):
-    each stage's and the sends between them."""
+    each stage's and the pipeline's own (``pipeline_tasks``)."""
     strategy = STRATEGIES[config.strategy](config.options)
     return (sum(strategy.task_count(shape, config.hardware) for shape in shapes)
-            + send_count(len(shapes), shapes[0].micro_steps))
+            + pipeline_tasks(len(shapes), shapes[0].micro_steps))
 
 
 def simulated_tasks(config: RunConfig) -> int:

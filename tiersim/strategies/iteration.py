@@ -120,10 +120,12 @@ def _checkpoint_copy(builder: StepBuilder, direction: str, prefix: str, layer: L
 
 
 def backward_pass(strategy: Strategy, builder: StepBuilder, fetch: ParamFetch | None, micro: int,
-                  after: tuple[str, ...] = ()) -> None:
+                  after: tuple[str, ...] = (), reduce: bool = True) -> None:
     """Layers in reverse (``_backward_layer``), after ``after`` (a pipeline stage's: the
-    gradient from the next stage); the streams whose copies run in the background of this
-    micro-step's backward (``Strategy.background_streams``) are said so for its span."""
+    gradient from the next stage), each layer's gradients reduced and offloaded as it is done
+    unless not ``reduce`` (a pipeline stage reduces after its passes: ``reduce_gradients``);
+    the streams whose copies run in the background of this micro-step's backward
+    (``Strategy.background_streams``) are said so for its span."""
     begin = builder.marker(f"m{micro}.backward.begin", "backward", after)
     background = strategy.background_streams(builder, micro)
     if background:
@@ -136,19 +138,19 @@ def backward_pass(strategy: Strategy, builder: StepBuilder, fetch: ParamFetch | 
         keys = tuple(zip(keys, fetch.layout.nvme_elements[::-1], strict=True))
     for j in builder.loop(keys):
         i = len(layers) - 1 - j
-        blocking = _backward_layer(strategy, builder, fetch, (micro, begin), i, computed, blocking)
+        _backward_layer(strategy, builder, fetch, (micro, begin), i, computed, blocking)
+        blocking = reduce_layer(strategy, builder, micro, i, computed[-1]) if reduce else None
     if background:
         builder.session.background_copies(frozenset())
 
 
 def _backward_layer(strategy: Strategy, builder: StepBuilder, fetch: ParamFetch | None, micro: tuple[int, str],
-                    i: int, computed: list[str], blocking: str | None) -> str | None:
+                    i: int, computed: list[str], blocking: str | None) -> None:
     """A checkpointed layer is gathered, recomputed, gathered again (ZeRO-3 released its
     parameters after the recomputed forward) and differentiated; each gather is prefetched
-    while the compute before it runs, as in forward. The layer's gradients are
-    reduce-scattered and offloaded. Where the offload blocks the host thread (``blocking``,
-    what it returns), nothing of the next layer (not even its prefetch) is issued before it is
-    done. ``micro``: the micro-step and its backward's first task."""
+    while the compute before it runs, as in forward. Where the offload of the layer before
+    blocks the host thread (``blocking``), nothing of this layer (not even its prefetch) is
+    issued before it is done. ``micro``: the micro-step and its backward's first task."""
     layer = builder.step.layers[i]
     micro_step, begin = micro
     prefix = f"m{micro_step}.bwd.{i}"
@@ -164,11 +166,19 @@ def _backward_layer(strategy: Strategy, builder: StepBuilder, fetch: ParamFetch 
             _checkpoint_copy(builder, "h2d", prefix, layer, after)
         ready = _gather(builder, fetch, name, "backward", i, after, computed)
         computed.append(builder.compute(name, "backward", work, ready or after))
+
+
+def reduce_layer(strategy: Strategy, builder: StepBuilder, micro: int, i: int, ready: str,
+                 after: tuple[str, ...] = ()) -> str | None:
+    """Layer ``i``'s gradients, once ``ready`` (and ``after``), reduce-scattered over the
+    data-parallel ranks (below ZeRO-2 all-reduced, at the boundary only) and offloaded
+    (``Strategy.offload_gradients``); returns the task the host thread waits for, if any."""
+    layer = builder.step.layers[i]
     stage = builder.step.training.zero_stage
-    if stage < 2 and micro_step < builder.step.micro_steps - 1:  # below ZeRO-2 gradients reduce at the boundary
-        return strategy.offload_gradients(builder, micro_step, i, layer, computed[-1])
+    if stage < 2 and micro < builder.step.micro_steps - 1:  # below ZeRO-2 gradients reduce at the boundary
+        return strategy.offload_gradients(builder, micro, i, layer, ready)
     factor = 1 if stage >= 2 else 2
-    rs = builder.collective(f"{prefix}.reduce", "reduce_scatter", "backward",
-                      factor * layer.params * builder.step.lp_bytes, (computed[-1],))
-    return strategy.offload_gradients(builder, micro_step, i, layer, rs or computed[-1])
+    rs = builder.collective(f"m{micro}.bwd.{i}.reduce", "reduce_scatter", "backward",
+                            factor * layer.params * builder.step.lp_bytes, (ready, *after))
+    return strategy.offload_gradients(builder, micro, i, layer, rs or ready)
 

@@ -8,7 +8,8 @@ pass: stage ``s`` of ``p`` runs ``min(p - s - 1, m)`` warm-up forwards, then a f
 backward in turn, then the backwards left. Nothing here computes a bubble: a stage's forward
 waits for the previous stage's activations and its backward for the next stage's gradient, so
 the idle time follows from the task graph. The micro-batches are the step's gradient
-accumulation steps. A send is blocking, as ``torch.distributed.send`` under NCCL is (DeepSpeed's
+accumulation steps; a stage reduces its gradients over the data-parallel ranks after its
+last pass (``reduce_gradients``). A send is blocking, as ``torch.distributed.send`` under NCCL is (DeepSpeed's
 ``p2p.send``; Megatron's non-interleaved schedule waits on its requests): it runs on the sending
 stage's compute stream, the fabric's per-call latency then ``tokens x hidden x 2`` bytes over the
 sender's GPU fabric link; the receiver is taken to have posted its receive (neither framework
@@ -26,7 +27,7 @@ from tiersim.config.hardware import Hardware
 from tiersim.engine.schedule import Session
 from tiersim.errors import ModelError
 from tiersim.strategies.builder import StepBuilder, TaskKind, rank_link_capacity
-from tiersim.strategies.iteration import backward_pass, forward_pass
+from tiersim.strategies.iteration import backward_pass, forward_pass, reduce_layer
 from tiersim.workload import TrainingStep
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -106,11 +107,27 @@ def schedule_pipeline(strategy: Strategy, steps: tuple[TrainingStep, ...], hw: H
         if forward:
             forward_pass(builder, fetches[stage], micro, (*builder.tails(), *received))
         else:
-            backward_pass(strategy, builder, fetches[stage], micro, received)
+            backward_pass(strategy, builder, fetches[stage], micro, received, reduce=micro < steps[0].micro_steps - 1)
         if (stage < last) if forward else (stage > 0):
             sent[(stage, forward, micro)] = send(builder, forward, micro)
     for builder in builders:
+        reduce_gradients(strategy, builder)
         strategy.optimizer_step(builder, builder.marker("step.begin", "optimizer_step", builder.tails()))
+
+
+def reduce_gradients(strategy: Strategy, builder: StepBuilder) -> None:
+    """After its last pass a stage reduces its gradients over the data-parallel ranks and
+    offloads them, layer by layer in backward order (DeepSpeed's ``ReduceGrads`` after the last
+    ``BackwardPass`` of ``TrainSchedule``; Megatron's ``finalize_model_grads`` after the
+    pipeline's flush, without ``--overlap-grad-reduce``), where a rank without pipeline
+    parallelism reduces each layer as its backward ends."""
+    micro = builder.step.micro_steps - 1
+    begin = builder.marker(f"m{micro}.reduce.begin", "backward", builder.tails())
+    blocking: tuple[str, ...] = ()
+    layers = builder.step.layers
+    for j in builder.loop(builder.step.layer_shapes[::-1]):
+        waits = reduce_layer(strategy, builder, micro, len(layers) - 1 - j, begin, blocking)
+        blocking = (waits,) if waits is not None else ()
 
 
 def send(builder: StepBuilder, forward: bool, micro: int) -> str:
@@ -129,7 +146,8 @@ def send(builder: StepBuilder, forward: bool, micro: int) -> str:
     return builder.add(kind.task(f"m{micro}.send_{what}", num_bytes, ()))
 
 
-def send_count(stages: int, micro_batches: int) -> int:
-    """Sends of a step: each micro-batch's activations forward and gradient back across each
-    of the ``stages - 1`` boundaries."""
-    return 2 * (stages - 1) * micro_batches
+def pipeline_tasks(stages: int, micro_batches: int) -> int:
+    """Tasks a pipeline adds to its stages' iterations: each micro-batch's activations sent
+    forward and gradient back across each of the ``stages - 1`` boundaries, and each stage's
+    marker of its gradient reduction (none without pipeline parallelism)."""
+    return 2 * (stages - 1) * micro_batches + (stages if stages > 1 else 0)
