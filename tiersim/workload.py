@@ -682,17 +682,29 @@ def stage_bounds(layers: int, stages: int) -> tuple[tuple[int, int], ...]:
                  for s in range(stages))
 
 
+def tied_copy(model: ModelSpec, stages: int) -> int:
+    """Elements of the embedding's copy the last pipeline stage holds for a head tied to it
+    (Megatron's ``shared_embedding_or_output_weight``, DeepSpeed's ``TiedLayerSpec``): the
+    embedding's, with tied embeddings and more than one stage; else 0."""
+    return _embedding_params(model) if model.tied_embeddings and stages > 1 else 0
+
+
 def stage_steps(step: TrainingStep) -> tuple[TrainingStep, ...]:
-    """One step per pipeline stage (``stage_bounds``): its layers, its parameters, its rank's
-    ZeRO partition of them over the data-parallel group and that partition's sub-groups; the
-    step itself without pipeline parallelism."""
+    """One step per pipeline stage (``stage_bounds``): its layers (the last's head with its own
+    copy of a tied embedding, ``tied_copy``), its parameters, its rank's ZeRO partition of them
+    over the data-parallel group and that partition's sub-groups; the step itself without
+    pipeline parallelism."""
     training = step.training
     if training.pipeline_parallel == 1:
         return (step,)
     check_stages(step.model, training, "<api>")
     stages = []
+    copy = tied_copy(step.model, training.pipeline_parallel)
     for stage, (first, end) in enumerate(stage_bounds(step.model.layers, training.pipeline_parallel)):
         layers = step.layers[first:end]
+        if copy and stage == training.pipeline_parallel - 1:
+            head = layers[-1]
+            layers = (*layers[:-1], replace(head, params=head.params + copy, tensors=(*head.tensors, copy)))
         partitions = _partitions(layers, training)
         stages.append(replace(step, total_params=sum(layer.params for layer in layers), rank_params=sum(partitions),
                               layers=layers, stage=stage,
@@ -713,8 +725,10 @@ def stage_shapes(model: ModelSpec, training: TrainingSpec) -> tuple[StepShape, .
     shapes = []
     for stage in range(stages):
         params = sum(sizes[is_moe_layer(model, i)] for i in range(stage * per, (stage + 1) * per))
-        params += (_embedding_params(model) if stage == 0 else 0) + (sum(_head_tensors(model)) if stage == stages - 1
-                                                                      else 0)
+        if stage == 0:
+            params += _embedding_params(model)
+        if stage == stages - 1:
+            params += sum(_head_tensors(model)) + tied_copy(model, stages)
         owned = math.ceil(params / training.data_parallel) if training.zero_stage >= 1 else params
         shapes.append(replace(whole, layers=per + (stage == 0) + (stage == stages - 1),
                               checkpointed=per if whole.checkpointed else 0,

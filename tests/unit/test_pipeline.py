@@ -164,6 +164,20 @@ def test_tasks_are_counted_before_they_are_built(strategy: str) -> None:
     assert len(result.trace) == run_tasks(config)
 
 
+def test_a_tied_head_keeps_a_copy_of_the_embedding_on_the_last_stage() -> None:
+    """Megatron's shared_embedding_or_output_weight: the last stage holds vocab x hidden more,
+    and the first and last stages all-reduce its 16-bit gradient before their optimizer steps."""
+    untied, tied = _config(2, 4), _config(2, 4, "model.tied_embeddings=true")
+    last = [stage_steps(build_step(c.model, c.training))[-1].total_params for c in (untied, tied)]
+    assert last[0] == last[1]  # the copy stands where an untied head's own weight is
+    trace = simulate(tied, trace=True).trace
+    assert len(trace) == run_tasks(tied)
+    tied_reduce = trace[trace["name"].str.endswith("tied_embedding.allreduce")]
+    assert sorted(tied_reduce["stream"]) == ["s0/reduce_scatter", "s1/reduce_scatter"]
+    steps = trace[trace["name"].str.endswith("step.begin")]
+    assert steps["start"].min() >= tied_reduce["end"].max()
+
+
 def test_a_stage_reduces_its_gradients_after_its_last_backward() -> None:
     """DeepSpeed's ReduceGrads follows the stage's last BackwardPass (Megatron's
     finalize_model_grads the flush): no layer's all-reduce overlaps the stage's backward."""

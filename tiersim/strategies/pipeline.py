@@ -28,7 +28,7 @@ from tiersim.engine.schedule import Session
 from tiersim.errors import ModelError
 from tiersim.strategies.builder import StepBuilder, TaskKind, rank_link_capacity
 from tiersim.strategies.iteration import backward_pass, forward_pass, reduce_layer
-from tiersim.workload import TrainingStep
+from tiersim.workload import TrainingStep, tied_copy
 
 if TYPE_CHECKING:  # pragma: no cover
     from tiersim.strategies.base import Strategy
@@ -110,9 +110,27 @@ def schedule_pipeline(strategy: Strategy, steps: tuple[TrainingStep, ...], hw: H
             backward_pass(strategy, builder, fetches[stage], micro, received, reduce=micro < steps[0].micro_steps - 1)
         if (stage < last) if forward else (stage > 0):
             sent[(stage, forward, micro)] = send(builder, forward, micro)
+    if tied_copy(steps[0].model, len(steps)):
+        reduce_tied_gradients(builders[0], builders[-1])
     for builder in builders:
         reduce_gradients(strategy, builder)
         strategy.optimizer_step(builder, builder.marker("step.begin", "optimizer_step", builder.tails()))
+
+
+def reduce_tied_gradients(first: StepBuilder, last: StepBuilder) -> None:
+    """A head tied to the embedding: once both stages' passes are done, the gradients of the
+    first stage's embedding and the last stage's copy of it are all-reduced between the two
+    (DeepSpeed's ``ReduceTiedGrads``, before ``ReduceGrads``; Megatron's
+    ``_allreduce_word_embedding_grads`` comes after its data-parallel reduction): a ring of
+    two moves the 16-bit gradient once each way, after the fabric's per-call latency, over
+    each rank's fabric link."""
+    after = (*first.tails(), *last.tails())
+    step = first.step
+    num_bytes = tied_copy(step.model, step.training.pipeline_parallel) * step.lp_bytes
+    for builder in (first, last):
+        kind = TaskKind("reduce_scatter", "backward", "allreduce", builder.hw.fabric_latency,
+                        builder.collective_usage())
+        builder.add(kind.task("tied_embedding.allreduce", num_bytes, after))
 
 
 def reduce_gradients(strategy: Strategy, builder: StepBuilder) -> None:
@@ -146,8 +164,11 @@ def send(builder: StepBuilder, forward: bool, micro: int) -> str:
     return builder.add(kind.task(f"m{micro}.send_{what}", num_bytes, ()))
 
 
-def pipeline_tasks(stages: int, micro_batches: int) -> int:
+def pipeline_tasks(stages: int, micro_batches: int, tied: bool) -> int:
     """Tasks a pipeline adds to its stages' iterations: each micro-batch's activations sent
-    forward and gradient back across each of the ``stages - 1`` boundaries, and each stage's
-    marker of its gradient reduction (none without pipeline parallelism)."""
-    return 2 * (stages - 1) * micro_batches + (stages if stages > 1 else 0)
+    forward and gradient back across each of the ``stages - 1`` boundaries, each stage's marker
+    of its gradient reduction and, for a ``tied`` head, the two ranks' all-reduce of the tied
+    gradient (none without pipeline parallelism)."""
+    if stages == 1:
+        return 0
+    return 2 * (stages - 1) * micro_batches + stages + (2 if tied else 0)
