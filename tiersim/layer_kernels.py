@@ -2,7 +2,7 @@
 
 Knows nothing of devices (``tiersim.strategies.gpu_kernels`` times them on a GPU). Shapes follow
 Megatron-DeepSpeed's ``ParallelTransformerLayer`` (``megatron/model/transformer.py``, as of
-March 2024, commit ebe8025) without tensor parallelism: ``t = seq * micro_batch`` tokens, ``h``
+March 2024, commit ebe8025), on one rank (tensor parallelism below): ``t = seq * micro_batch`` tokens, ``h``
 hidden, ``kv`` the width of k (and of v), ``f`` the FFN size, ``a`` heads, ``d`` head size; the
 projections are listed by ``tiersim.projections`` (experts as one batched GEMM). 16-bit
 elements are 2 bytes. A GEMM ``(m, n, k, batch)`` computes ``batch`` products of an ``m x k`` and a
@@ -31,6 +31,27 @@ Memory-bound kernels, bytes read + written per forward (counted from the source 
 * Cross entropy (``megatron/core/tensor_parallel/cross_entropy.py`` on ``output.float()``): the
   cast 2+4, max 4, subtract 4+4, exp 4+4, sum 4, divide 4+4: 38 bytes per logit; backward
   multiplies (4+4) and casts back (4+2): 14.
+
+Tensor parallelism (Megatron-LM ``megatron/core/tensor_parallel/layers.py`` and ``mappings.py``;
+activations as in Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
+Models"): over ``tp`` ranks each runs its share of every projection (``tiersim.projections``),
+``heads / tp`` heads, and the FFN's activation over ``f / tp``; the norms, residual adds and the
+routing copies run over all ``t`` tokens on every rank, or over ``t / tp`` of them with sequence
+parallelism. The LM head and its cross entropy hold ``vocab / tp`` of the logits (rounded up: Megatron
+pads the vocabulary), the embedding ``vocab / tp`` rows. Each pass lists the collectives it runs among
+the tensor-parallel ranks (``PassKernels.tp_calls`` and the bytes one rank sends in them, ring
+algorithm: an all-reduce of ``N`` bytes sends ``2 (tp-1)/tp N``, an all-gather or a reduce-scatter
+``(tp-1)/tp N``) on the compute stream. A decoder layer's forward all-reduces the ``t x h`` 16-bit
+output of the attention's and of the FFN's row-parallel projection (``reduce_from_..._region``), its
+backward the input gradient of the two column-parallel ones (``copy_to_..._region``); with sequence
+parallelism each is a reduce-scatter and an all-gather (``gather_from_sequence_parallel_region``,
+``reduce_scatter_to_sequence_parallel_region``), the same bytes in twice the calls. The embedding's
+forward all-reduces its output (reduce-scatters it with sequence parallelism, and all-gathers its
+gradient back); the head's input is all-gathered with sequence parallelism, its gradient
+all-reduced (reduce-scattered); the vocabulary-parallel cross entropy all-reduces three fp32
+values per token (maximum, target logit, sum of exponentials). Left out: with sequence parallelism
+Megatron's column-parallel backward gathers its input once more for the weight gradient, overlapped
+with the input gradient's GEMM.
 
 Backward: an elementwise kernel's gradient reads the output gradient and its saved input and
 writes the input gradient, twice the forward's bytes (``BACKWARD_TRAFFIC``); the softmax backward
@@ -64,6 +85,11 @@ CROSS_ENTROPY_BACKWARD_BYTES = 14
 """Bytes per logit of the cross entropy's backward and the cast of its gradient."""
 BACKWARD_TRAFFIC = 2
 """Backward bytes of an elementwise kernel per forward byte."""
+CROSS_ENTROPY_REDUCTIONS = 3
+"""fp32 values per token the vocabulary-parallel cross entropy all-reduces (Megatron-LM
+``tensor_parallel/cross_entropy.py``: the logits' maximum, the target's logit, the sum of exponentials)."""
+FP32 = 4
+"""Bytes per fp32 element."""
 
 
 @dataclass(frozen=True)
@@ -84,12 +110,17 @@ class Gemm:
 
 @dataclass(frozen=True)
 class PassKernels:
-    """One pass (forward or backward) of one layer over one micro-batch: its GEMMs, the bytes its
-    memory-bound kernels read and write, and how many module calls run ZeRO-3's hooks."""
+    """One pass (forward or backward) of one layer over one micro-batch on one rank: its GEMMs,
+    the bytes its memory-bound kernels read and write, how many module calls run ZeRO-3's hooks,
+    and its tensor-parallel collectives."""
 
     gemms: tuple[Gemm, ...] = ()
     memory_bytes: float = 0.0
     module_calls: int = 0
+    tp_calls: int = 0
+    """Collective calls among the tensor-parallel ranks (all-reduces, all-gathers, reduce-scatters)."""
+    tp_bytes: float = 0.0
+    """Bytes one rank sends in them (ring algorithm)."""
 
     @property
     def flops(self) -> float:
@@ -118,20 +149,22 @@ def linear_backward(forward: Gemm) -> tuple[Gemm, Gemm]:
     return gemm(tokens, inputs, outputs, copies), gemm(inputs, outputs, tokens, copies)
 
 
-def _linears(model: ModelSpec, tokens: int, moe: bool) -> tuple[Gemm, ...]:
-    """The forward GEMMs of the layer's projections (``tiersim.projections``): a projection with
-    copies (the routed experts) is one batched GEMM over ``tokens * share`` tokens per copy,
-    rounded up (on average each expert gets ``experts_per_token / experts`` of the tokens)."""
+def _linears(model: ModelSpec, training: TrainingSpec, moe: bool) -> tuple[Gemm, ...]:
+    """The forward GEMMs of one rank's share of the layer's projections (``tiersim.projections``):
+    a projection with copies (the routed experts) is one batched GEMM over ``tokens * share``
+    tokens per copy, rounded up (on average each expert gets ``experts_per_token / experts`` of
+    the tokens)."""
+    tokens, tp = training.seq_len * training.micro_batch, training.tensor_parallel
     return tuple(gemm(math.ceil(tokens * lin.share), lin.outputs, lin.inputs, lin.copies)
-                 for lin in (*attention_linears(model), *ffn_linears(model, moe)))
+                 for lin in (*attention_linears(model, tp), *ffn_linears(model, moe, tp)))
 
 
 def _attention(model: ModelSpec, training: TrainingSpec, backward: bool) -> tuple[Gemm, ...]:
-    """Scores and values per head: QK^T ``(s, s, d)`` and PV ``(s, dv, s)`` over ``b*a`` heads; the
-    backward's dQ, dK ``(s, d, s)``, dV ``(s, dv, s)`` and dP ``(s, s, dv)``, and with flash
-    attention QK^T once more (its backward recomputes the scores); flash keeps every ``s x s``
-    operand on chip."""
-    s, heads = training.seq_len, training.micro_batch * model.heads
+    """Scores and values per head: QK^T ``(s, s, d)`` and PV ``(s, dv, s)`` over the ``b*a/tp``
+    heads of one rank; the backward's dQ, dK ``(s, d, s)``, dV ``(s, dv, s)`` and dP ``(s, s, dv)``,
+    and with flash attention QK^T once more (its backward recomputes the scores); flash keeps every
+    ``s x s`` operand on chip."""
+    s, heads = training.seq_len, training.micro_batch * model.heads // training.tensor_parallel
     d, dv = model.head_size, model.v_head_size
     scores = s * s if training.flash_attention else 0
     if not backward:
@@ -147,25 +180,52 @@ def norm_bytes(model: ModelSpec, tokens: int) -> float:
     return float(per_element * tokens * model.hidden)
 
 
-def _elementwise_bytes(model: ModelSpec, training: TrainingSpec, moe: bool) -> float:
-    """Forward bytes of a decoder layer's memory-bound kernels but the softmax."""
+def sequence_tokens(training: TrainingSpec) -> int:
+    """Tokens of a micro-batch a rank's norms, residual adds and dropouts run over: all of them,
+    or with sequence parallelism ``1 / tensor_parallel`` of them."""
     tokens = training.seq_len * training.micro_batch
-    th = tokens * model.hidden
-    tq = tokens * model.heads * model.head_size
-    kv = model.kv_head_count * model.head_size
+    return tokens // training.tensor_parallel if training.sequence_parallel else tokens
+
+
+def _elementwise_bytes(model: ModelSpec, training: TrainingSpec, moe: bool) -> float:
+    """Forward bytes of one rank's memory-bound kernels of a decoder layer but the softmax."""
+    tokens, tp = training.seq_len * training.micro_batch, training.tensor_parallel
+    th = sequence_tokens(training) * model.hidden
+    tq = tokens * (model.heads // tp) * model.head_size
+    kv = model.kv_head_count // tp * model.head_size
     gqa = 2 * LP * (tokens * kv + tq) if model.kv_head_count != model.heads else 0
     layout = 4 * 2 * LP * tq if training.flash_attention else 2 * 2 * LP * tq
-    activation = (5 if model.gated else 2) * LP * tokens * ffn_width(model, moe)
+    activation = (5 if model.gated else 2) * LP * tokens * ffn_width(model, moe) / tp
     residual = 2 * 3 * LP * th
     routing = 2 * 2 * LP * th * model.experts_per_token if moe else 0
-    return 2 * norm_bytes(model, tokens) + gqa + 2 * ROTARY_BYTES * tq + layout + activation + residual + routing
+    norms = 2 * norm_bytes(model, sequence_tokens(training))
+    return norms + gqa + 2 * ROTARY_BYTES * tq + layout + activation + residual + routing
 
 
 def score_matrix_bytes(model: ModelSpec, training: TrainingSpec) -> float:
-    """Bytes of one layer's 16-bit score matrices (``b * a * s^2 * 2``); 0 with flash attention."""
+    """Bytes of one rank's 16-bit score matrices of a layer (``b * a/tp * s^2 * 2``); 0 with flash
+    attention."""
     if training.flash_attention:
         return 0.0
-    return float(LP * training.micro_batch * model.heads * training.seq_len**2)
+    return float(LP * training.micro_batch * (model.heads // training.tensor_parallel) * training.seq_len**2)
+
+
+def all_reduces(tp: int, num_bytes: int, count: int) -> tuple[int, float]:
+    """Calls and the bytes one of ``tp`` ranks sends in ``count`` ring all-reduces of
+    ``num_bytes`` each (``2 (tp-1)/tp`` of them): none at ``tp`` 1."""
+    return (0, 0.0) if tp == 1 else (count, 2 * count * (tp - 1) / tp * num_bytes)
+
+
+def tp_exchanges(training: TrainingSpec, num_bytes: int, reductions: int, gathers: int = 0) -> tuple[int, float]:
+    """Collective calls and the bytes one rank sends (ring) where a pass reduces ``reductions``
+    partial ``num_bytes`` tensors over the tensor-parallel ranks (an all-reduce each, a
+    reduce-scatter with sequence parallelism) and, with sequence parallelism, gathers ``gathers``
+    (an all-gather each): none at ``tensor_parallel`` 1."""
+    tp = training.tensor_parallel
+    if not training.sequence_parallel or tp == 1:
+        return all_reduces(tp, num_bytes, reductions)
+    calls = reductions + gathers
+    return calls, calls * (tp - 1) / tp * num_bytes
 
 
 MOE_MODULES = 5
@@ -187,34 +247,55 @@ def decoder_module_calls(training: TrainingSpec, model: ModelSpec | None = None,
 
 
 def decoder_passes(model: ModelSpec, training: TrainingSpec, moe: bool = False) -> tuple[PassKernels, PassKernels]:
-    """Forward and backward of one decoder layer (with experts when ``moe``) over one micro-batch."""
-    tokens = training.seq_len * training.micro_batch
-    linears = _linears(model, tokens, moe)
+    """Forward and backward of one rank's share of a decoder layer (with experts when ``moe``)
+    over one micro-batch; each reduces the attention's and the FFN's ``t x h`` outputs (their
+    gradients) over the tensor-parallel ranks."""
+    linears = _linears(model, training, moe)
     elementwise = _elementwise_bytes(model, training, moe)
     scores = score_matrix_bytes(model, training)
     calls = decoder_module_calls(training, model, moe)
-    forward = PassKernels((*linears, *_attention(model, training, False)), elementwise + 2 * scores, calls)
+    comms = tp_exchanges(training, LP * training.seq_len * training.micro_batch * model.hidden, 2, 2)
+    forward = PassKernels((*linears, *_attention(model, training, False)), elementwise + 2 * scores, calls, *comms)
     grads = tuple(g for fwd in linears for g in linear_backward(fwd))
     backward = PassKernels((*grads, *_attention(model, training, True)),
-                           BACKWARD_TRAFFIC * elementwise + 3 * scores, calls)
+                           BACKWARD_TRAFFIC * elementwise + 3 * scores, calls, *comms)
     return forward, backward
 
 
+def vocab_share(model: ModelSpec, tp: int) -> int:
+    """Rows of the embedding (columns of the LM head) one of ``tp`` tensor-parallel ranks holds:
+    ``vocab / tp``, rounded up (Megatron pads the vocabulary to a multiple of the ranks)."""
+    return -(-model.vocab // tp)
+
+
 def head_passes(model: ModelSpec, training: TrainingSpec) -> tuple[PassKernels, PassKernels]:
-    """Final norm, LM head and the fp32 cross entropy (modules: the norm and the output layer)."""
+    """Final norm, one rank's share of the LM head and the fp32 cross entropy (modules: the norm
+    and the output layer); the head's input is gathered with sequence parallelism, its gradient
+    reduced, and the cross entropy all-reduces ``CROSS_ENTROPY_REDUCTIONS`` values per token."""
     tokens = training.seq_len * training.micro_batch
-    head = linear(tokens, model.hidden, model.vocab)
-    norm = norm_bytes(model, tokens)
-    logits = tokens * model.vocab
-    forward = PassKernels((head,), norm + CROSS_ENTROPY_BYTES * logits, 2)
-    backward = PassKernels(linear_backward(head), BACKWARD_TRAFFIC * norm + CROSS_ENTROPY_BACKWARD_BYTES * logits, 2)
+    vocab = vocab_share(model, training.tensor_parallel)
+    head = linear(tokens, model.hidden, vocab)
+    norm = norm_bytes(model, sequence_tokens(training))
+    logits = tokens * vocab
+    hidden = LP * tokens * model.hidden
+    gather_calls, gather_bytes = tp_exchanges(training, hidden, 0, 1)
+    entropy_calls, entropy_bytes = all_reduces(training.tensor_parallel, FP32 * tokens, CROSS_ENTROPY_REDUCTIONS)
+    forward = PassKernels((head,), norm + CROSS_ENTROPY_BYTES * logits, 2, gather_calls + entropy_calls,
+                          gather_bytes + entropy_bytes)
+    backward = PassKernels(linear_backward(head), BACKWARD_TRAFFIC * norm + CROSS_ENTROPY_BACKWARD_BYTES * logits, 2,
+                           *tp_exchanges(training, hidden, 1))
     return forward, backward
 
 
 def embedding_passes(model: ModelSpec, training: TrainingSpec) -> tuple[PassKernels, PassKernels]:
-    """The lookup reads and writes one 16-bit row per token; its backward zeroes the dense
-    ``vocab x hidden`` gradient and adds a row per token into it (modules: the embedding, the
-    word embeddings, the embedding dropout)."""
-    rows = LP * training.seq_len * training.micro_batch * model.hidden
-    table = LP * model.vocab * model.hidden
-    return PassKernels((), 2.0 * rows, 3), PassKernels((), float(table + 2 * rows), 3)
+    """The lookup reads and writes one 16-bit row per token (a rank's own rows, zeros for the
+    others); its backward zeroes the rank's dense ``vocab/tp x hidden`` gradient and adds a row
+    per token into it (modules: the embedding, the word embeddings, the embedding dropout). The
+    forward reduces the looked-up rows over the tensor-parallel ranks; with sequence
+    parallelism the backward gathers their gradient back."""
+    tokens = training.seq_len * training.micro_batch
+    rows = LP * tokens * model.hidden
+    table = LP * vocab_share(model, training.tensor_parallel) * model.hidden
+    forward = PassKernels((), 2.0 * rows, 3, *tp_exchanges(training, rows, 1))
+    backward = PassKernels((), float(table + 2 * rows), 3, *tp_exchanges(training, rows, 0, 1))
+    return forward, backward

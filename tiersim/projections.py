@@ -15,12 +15,18 @@ FLOPs and the GEMMs (``tiersim.workload``, ``tiersim.layer_kernels``). Elements 
   expert sees ``experts_per_token/experts`` of the tokens on average), and its shared experts as
   one FFN ``shared_experts*expert_ffn`` wide that every token runs (DeepSeek's
   ``DeepseekMoE.shared_experts``).
+* Tensor parallelism (Megatron-LM ``megatron/core/tensor_parallel/layers.py``): each rank holds
+  ``1/tp`` of a ``ColumnParallelLinear`` (QKV, the FFN's input projection, MLA's up projections:
+  outputs split, with their biases) and of a ``RowParallelLinear`` (the attention's output, the
+  FFN's output projection: inputs split, the bias whole on every rank); every expert is split so
+  too (Megatron without expert parallelism); the router and MLA's down projections are
+  replicated (``Linear.on_rank``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from tiersim.workload import ModelSpec
@@ -36,6 +42,17 @@ class Linear:
     bias: bool = False
     copies: int = 1
     share: float = 1.0
+    split: Literal["column", "row", "none"] = "none"
+    """How tensor parallelism splits it: its outputs (column), its inputs (row) or not at all."""
+
+    def on_rank(self, tp: int) -> Linear:
+        """The part one of ``tp`` tensor-parallel ranks holds (the model validates that the split
+        widths divide)."""
+        if tp == 1 or self.split == "none":
+            return self
+        if self.split == "column":
+            return replace(self, outputs=self.outputs // tp)
+        return replace(self, inputs=self.inputs // tp)
 
     @property
     def tensors(self) -> tuple[int, ...]:
@@ -55,19 +72,21 @@ class Linear:
         return self.copies * self.share * self.inputs * self.outputs
 
 
-def attention_linears(model: ModelSpec) -> tuple[Linear, ...]:
-    """The attention's projections, in the order the model registers them."""
+def attention_linears(model: ModelSpec, tp: int = 1) -> tuple[Linear, ...]:
+    """The attention's projections, in the order the model registers them, as one of ``tp``
+    tensor-parallel ranks holds them."""
     h, heads, d = model.hidden, model.heads, model.head_size
-    out = Linear(heads * model.v_head_size, h, model.bias)
+    out = Linear(heads * model.v_head_size, h, model.bias, split="row")
     if model.kv_lora_rank is None:
         qkv = heads * d + 2 * model.kv_head_count * d
-        return Linear(h, qkv, model.bias or model.qkv_bias), out
+        return Linear(h, qkv, model.bias or model.qkv_bias, split="column").on_rank(tp), out.on_rank(tp)
     q_full = heads * d
-    q = ((Linear(h, model.q_lora_rank, model.bias), Linear(model.q_lora_rank, q_full, model.bias))
-         if model.q_lora_rank is not None else (Linear(h, q_full, model.bias),))
+    q = ((Linear(h, model.q_lora_rank, model.bias), Linear(model.q_lora_rank, q_full, model.bias, split="column"))
+         if model.q_lora_rank is not None else (Linear(h, q_full, model.bias, split="column"),))
     kv_up = heads * (d - model.rope_head_dim + model.v_head_size)
-    return (*q, Linear(h, model.kv_lora_rank + model.rope_head_dim, model.bias),
-            Linear(model.kv_lora_rank, kv_up, model.bias), out)
+    linears = (*q, Linear(h, model.kv_lora_rank + model.rope_head_dim, model.bias),
+               Linear(model.kv_lora_rank, kv_up, model.bias, split="column"), out)
+    return tuple(lin.on_rank(tp) for lin in linears)
 
 
 def attention_norms(model: ModelSpec) -> tuple[int, ...]:
@@ -79,21 +98,22 @@ def attention_norms(model: ModelSpec) -> tuple[int, ...]:
 
 def ffn(model: ModelSpec, width: int, copies: int = 1, share: float = 1.0) -> tuple[Linear, Linear]:
     """One FFN ``width`` wide (``copies`` of it, each run on ``share`` of the tokens): its input
-    projection (gate and up fused when gated) and its output projection."""
+    projection (gate and up fused when gated; column-parallel) and its output projection
+    (row-parallel)."""
     inputs = (2 if model.gated else 1) * width
-    return (Linear(model.hidden, inputs, model.bias, copies, share),
-            Linear(width, model.hidden, model.bias, copies, share))
+    return (Linear(model.hidden, inputs, model.bias, copies, share, "column"),
+            Linear(width, model.hidden, model.bias, copies, share, "row"))
 
 
-def ffn_linears(model: ModelSpec, moe: bool) -> tuple[Linear, ...]:
-    """The FFN's projections: a dense FFN, or the router, the routed experts and the shared
-    experts of a mixture-of-experts layer."""
+def ffn_linears(model: ModelSpec, moe: bool, tp: int = 1) -> tuple[Linear, ...]:
+    """The FFN's projections, a dense FFN or the router, the routed experts and the shared
+    experts of a mixture-of-experts layer, as one of ``tp`` tensor-parallel ranks holds them."""
     if not moe:
-        return ffn(model, model.ffn)
+        return tuple(lin.on_rank(tp) for lin in ffn(model, model.ffn))
     share = model.experts_per_token / model.experts
     router = Linear(model.hidden, model.experts)
     shared = ffn(model, model.shared_experts * model.expert_width) if model.shared_experts else ()
-    return (router, *ffn(model, model.expert_width, model.experts, share), *shared)
+    return tuple(lin.on_rank(tp) for lin in (router, *ffn(model, model.expert_width, model.experts, share), *shared))
 
 
 def is_moe_layer(model: ModelSpec, index: int) -> bool:

@@ -20,6 +20,12 @@ Conventions (Llama-style decoder, one rank, one micro-batch unless stated):
   bytes per layer, *with flash attention assumed*, so the ``5*heads*seq/hidden`` term (the
   materialised score matrix) is dropped: ``34*seq*mb*hidden``. With checkpointing a layer keeps
   only its 16-bit input, ``2*seq*mb*hidden``.
+* Tensor parallelism over ``tp`` ranks (Megatron's column and row split, ``tiersim.projections``):
+  a rank holds ``1/tp`` of each split projection and of the embedding's and LM head's rows, the
+  norms whole; its FLOPs are its share; its activations are Korthikanti et al.'s Table 2,
+  ``seq*mb*hidden*(10 + 24/tp)`` (the norms' and dropouts' inputs whole on every rank) or, with
+  sequence parallelism, ``34/tp``; the checkpointed input is split only with sequence
+  parallelism. Everything per rank (``LayerWork``, ``TrainingStep``) is then one rank's share.
 """
 
 from __future__ import annotations
@@ -32,11 +38,22 @@ from typing import Literal
 from tiersim.config.deepspeed_version import DEFAULT_VERSION, check_version
 from tiersim.config.schema import integer, number
 from tiersim.errors import ConfigError
-from tiersim.layer_kernels import NO_KERNELS, PassKernels, decoder_passes, embedding_passes, head_passes
+from tiersim.layer_kernels import (
+    NO_KERNELS,
+    PassKernels,
+    decoder_passes,
+    embedding_passes,
+    head_passes,
+    sequence_tokens,
+    vocab_share,
+)
 from tiersim.projections import Linear, attention_linears, attention_norms, ffn_linears, is_moe_layer
 
 _KORTHIKANTI_BYTES_PER_ELEMENT = 34
 """Korthikanti et al. 2022 activation bytes per (token x hidden) per layer, flash attention."""
+_KORTHIKANTI_REPLICATED_BYTES = 10
+"""Of those, the bytes tensor parallelism leaves whole on every rank without sequence parallelism
+(Korthikanti et al. 2022, Table 2: the norms' and dropouts' inputs, ``10 + 24/t``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -208,6 +225,10 @@ class TrainingSpec:
             raise ConfigError(source, _join(path, "zero_stage"),
                               f"{self.zero_stage} with pipeline_parallel {self.pipeline_parallel}: DeepSpeed's "
                               "pipeline engine refuses ZeRO-2 and ZeRO-3 (use zero_stage 0 or 1)")
+        if self.sequence_parallel and self.seq_len % self.tensor_parallel:
+            raise ConfigError(source, _join(path, "seq_len"),
+                              f"{self.seq_len} is not a multiple of tensor_parallel {self.tensor_parallel}: sequence "
+                              "parallelism splits each sequence over the tensor-parallel ranks")
         per_step = self.micro_batch * self.data_parallel
         if self.global_batch % per_step:
             raise ConfigError(
@@ -216,6 +237,20 @@ class TrainingSpec:
                 f"global_batch {self.global_batch} is not divisible by micro_batch * data_parallel"
                 f" = {self.micro_batch} * {self.data_parallel} = {per_step}",
             )
+
+
+def check_tensor_split(model: ModelSpec, training: TrainingSpec, source: str, path: str = "training") -> None:
+    """Tensor parallelism must split the heads, the key/value heads and the FFN widths evenly, as
+    Megatron-LM's ``divide`` asserts (a ConfigError at ``tensor_parallel`` naming the width)."""
+    tp = training.tensor_parallel
+    widths = {"model.heads": model.heads, "model.kv_heads": model.kv_head_count, "model.ffn": model.ffn}
+    if model.experts:
+        widths["model.expert_ffn"] = model.expert_width
+    for name, width in widths.items():
+        if width % tp:
+            raise ConfigError(source, _join(path, "tensor_parallel"),
+                              f"{tp} does not divide {name} {width}: Megatron splits it evenly over the "
+                              "tensor-parallel ranks")
 
 
 @dataclass(frozen=True)
@@ -331,20 +366,28 @@ class TrainingStep:
         """Bytes of fp32 gradients owned by one rank (fed to the optimizer)."""
         return self.rank_params * self.fp32_bytes
 
+    @functools.cached_property
+    def shard_params(self) -> int:
+        """Parameters of this rank's layers (its pipeline stage's) that it holds: its
+        tensor-parallel share (all of them at ``tensor_parallel`` 1), which ZeRO partitions over
+        the data-parallel ranks."""
+        return sum(layer.params for layer in self.layers)
+
     def lp_param_bytes_on_gpu(self) -> int:
         """Bytes of 16-bit params resident on one GPU (partitioned only for ZeRO-3)."""
-        count = self.rank_params if self.training.zero_stage >= 3 else self.total_params
+        count = self.rank_params if self.training.zero_stage >= 3 else self.shard_params
         return count * self.lp_bytes
 
     def lp_grad_bytes_on_gpu(self) -> int:
         """Bytes of 16-bit grads resident on one GPU (partitioned for ZeRO-2 and -3)."""
-        count = self.rank_params if self.training.zero_stage >= 2 else self.total_params
+        count = self.rank_params if self.training.zero_stage >= 2 else self.shard_params
         return count * self.lp_bytes
 
     def logits_bytes(self) -> int:
-        """Bytes of the fp32 logits of one micro-batch (``seq*mb*vocab*4``) on the stage with the
-        LM head (0 on the other pipeline stages)."""
-        return self.tokens_per_micro_batch * self.model.vocab * self.fp32_bytes if self.last_stage else 0
+        """Bytes of one rank's fp32 logits of one micro-batch (``seq*mb*vocab/tp*4``) on the stage
+        with the LM head (0 on the other pipeline stages)."""
+        vocab = vocab_share(self.model, self.training.tensor_parallel)
+        return self.tokens_per_micro_batch * vocab * self.fp32_bytes if self.last_stage else 0
 
     @functools.cached_property
     def activation_peak_bytes(self) -> int:
@@ -378,34 +421,38 @@ def _norm_tensors(model: ModelSpec) -> tuple[int, ...]:
     return (model.hidden,) if model.norm == "rmsnorm" else (model.hidden, model.hidden)
 
 
-def _linears(model: ModelSpec, moe: bool) -> tuple[Linear, ...]:
-    """The projections of a decoder layer (with experts when ``moe``), attention first."""
-    return (*attention_linears(model), *ffn_linears(model, moe))
+def _linears(model: ModelSpec, moe: bool, tp: int = 1) -> tuple[Linear, ...]:
+    """The projections of a decoder layer (with experts when ``moe``), attention first, as one of
+    ``tp`` tensor-parallel ranks holds them."""
+    return (*attention_linears(model, tp), *ffn_linears(model, moe, tp))
 
 
-def _layer_tensors(model: ModelSpec, moe: bool = False) -> tuple[int, ...]:
-    """Element counts of one decoder layer's tensors in Megatron-DeepSpeed's order: input norm,
-    the attention's projections (QKV fused) and norms, post-attention norm, the FFN's
-    projections (gate and up fused when gated; every routed expert's input projection, then
-    every expert's output projection)."""
-    attention = tuple(t for lin in attention_linears(model) for t in lin.tensors) + attention_norms(model)
-    ffn = tuple(t for lin in ffn_linears(model, moe) for _ in range(lin.copies) for t in lin.tensors)
+def _layer_tensors(model: ModelSpec, moe: bool = False, tp: int = 1) -> tuple[int, ...]:
+    """Element counts of one decoder layer's tensors in Megatron-DeepSpeed's order, as one of
+    ``tp`` tensor-parallel ranks holds them: input norm, the attention's projections (QKV fused)
+    and norms, post-attention norm, the FFN's projections (gate and up fused when gated; every
+    routed expert's input projection, then every expert's output projection)."""
+    attention = tuple(t for lin in attention_linears(model, tp) for t in lin.tensors) + attention_norms(model)
+    ffn = tuple(t for lin in ffn_linears(model, moe, tp) for _ in range(lin.copies) for t in lin.tensors)
     return (*_norm_tensors(model), *attention, *_norm_tensors(model), *ffn)
 
 
-def layer_params(model: ModelSpec, moe: bool = False) -> int:
-    """Parameters of one decoder layer, dense or (``moe``) with experts (elements)."""
-    return sum(_layer_tensors(model, moe))
+def layer_params(model: ModelSpec, moe: bool = False, tp: int = 1) -> int:
+    """Parameters of one decoder layer, dense or (``moe``) with experts, or those one of ``tp``
+    tensor-parallel ranks holds (elements)."""
+    return sum(_layer_tensors(model, moe, tp))
 
 
-def _embedding_params(model: ModelSpec) -> int:
-    """Parameters of the token embedding (elements)."""
-    return model.vocab * model.hidden
+def _embedding_params(model: ModelSpec, vocab: int | None = None) -> int:
+    """Parameters of the token embedding, or of ``vocab`` of its rows (a tensor-parallel rank's)
+    (elements)."""
+    return (model.vocab if vocab is None else vocab) * model.hidden
 
 
-def _head_tensors(model: ModelSpec) -> tuple[int, ...]:
-    """The final norm's tensors, then the LM head's weight (none when tied to the embedding)."""
-    head = () if model.tied_embeddings else (model.vocab * model.hidden,)
+def _head_tensors(model: ModelSpec, vocab: int | None = None) -> tuple[int, ...]:
+    """The final norm's tensors, then the LM head's weight (none when tied to the embedding), or
+    ``vocab`` of its columns (a tensor-parallel rank's)."""
+    head = () if model.tied_embeddings else (_embedding_params(model, vocab),)
     return (*_norm_tensors(model), *head)
 
 
@@ -414,11 +461,13 @@ def moe_layer_count(model: ModelSpec) -> int:
     return sum(1 for i in range(model.layers) if is_moe_layer(model, i))
 
 
-def parameter_count(model: ModelSpec) -> int:
-    """Total parameters of the model, every expert counted (elements)."""
-    moe = moe_layer_count(model)
-    decoder = (model.layers - moe) * layer_params(model) + (moe * layer_params(model, True) if moe else 0)
-    return _embedding_params(model) + decoder + sum(_head_tensors(model))
+def parameter_count(model: ModelSpec, tp: int = 1) -> int:
+    """Total parameters of the model, every expert counted, or those one of ``tp``
+    tensor-parallel ranks holds (elements)."""
+    moe, vocab = moe_layer_count(model), vocab_share(model, tp)
+    dense = (model.layers - moe) * layer_params(model, False, tp)
+    decoder = dense + (moe * layer_params(model, True, tp) if moe else 0)
+    return _embedding_params(model, vocab) + decoder + sum(_head_tensors(model, vocab))
 
 
 def active_parameter_count(model: ModelSpec) -> float:
@@ -435,24 +484,32 @@ def active_parameter_count(model: ModelSpec) -> float:
 
 
 def _layer_forward_flops(model: ModelSpec, training: TrainingSpec, moe: bool) -> float:
-    """Forward FLOPs of one decoder layer for one micro-batch (full, non-causal attention): each
-    token through every projection it runs (a mixture-of-experts layer: the router, its
-    ``experts_per_token`` experts and the shared ones), and the scores and values."""
-    tokens = training.seq_len * training.micro_batch
-    matmuls = 2.0 * tokens * sum(lin.token_weights for lin in _linears(model, moe))
-    width = model.heads * (model.head_size + model.v_head_size)
+    """Forward FLOPs of one rank's share of a decoder layer for one micro-batch (full, non-causal
+    attention): each token through every projection it runs (a mixture-of-experts layer: the
+    router, its ``experts_per_token`` experts and the shared ones), and the scores and values of
+    the rank's heads."""
+    tokens, tp = training.seq_len * training.micro_batch, training.tensor_parallel
+    matmuls = 2.0 * tokens * sum(lin.token_weights for lin in _linears(model, moe, tp))
+    width = model.heads // tp * (model.head_size + model.v_head_size)
     attention = 2.0 * training.micro_batch * training.seq_len**2 * width
     return matmuls + attention
 
 
-def _input_bytes(model: ModelSpec, training: TrainingSpec, lp_bytes: int) -> int:
-    """Bytes of one 16-bit hidden-state tensor for one micro-batch (``seq*mb*hidden*2``)."""
-    return training.seq_len * training.micro_batch * model.hidden * lp_bytes
+def _checkpoint_bytes(model: ModelSpec, training: TrainingSpec, lp_bytes: int) -> int:
+    """Bytes of a checkpointed layer's 16-bit input on one rank: whole, or with sequence
+    parallelism its ``1/tp`` of the tokens."""
+    return sequence_tokens(training) * model.hidden * lp_bytes
 
 
 def _full_layer_activation_bytes(model: ModelSpec, training: TrainingSpec) -> int:
-    """Korthikanti et al. 2022 16-bit activations of one layer, flash attention (``34*s*b*h``)."""
-    return _KORTHIKANTI_BYTES_PER_ELEMENT * training.seq_len * training.micro_batch * model.hidden
+    """Korthikanti et al. 2022 16-bit activations of one rank's share of a layer, flash attention:
+    ``34*s*b*h`` at ``tensor_parallel`` 1, ``(10 + 24/tp)*s*b*h`` above, ``34/tp*s*b*h`` with
+    sequence parallelism."""
+    tp, elements = training.tensor_parallel, training.seq_len * training.micro_batch * model.hidden
+    if training.sequence_parallel or tp == 1:
+        return _KORTHIKANTI_BYTES_PER_ELEMENT * elements // tp
+    split = _KORTHIKANTI_BYTES_PER_ELEMENT - _KORTHIKANTI_REPLICATED_BYTES
+    return _KORTHIKANTI_REPLICATED_BYTES * elements + split * elements // tp
 
 
 def _decoder_layer(index: int, model: ModelSpec, training: TrainingSpec, lp_bytes: int,
@@ -463,14 +520,14 @@ def _decoder_layer(index: int, model: ModelSpec, training: TrainingSpec, lp_byte
     forward = _layer_forward_flops(model, training, moe)
     full = _full_layer_activation_bytes(model, training)
     checkpointing = training.activation_checkpointing
-    tensors = _layer_tensors(model, moe)
+    tensors = _layer_tensors(model, moe, training.tensor_parallel)
     forward_kernels, backward_kernels = passes
     return LayerWork(
         name=f"layer.{index}",
         params=sum(tensors),
         forward_flops=forward,
         backward_flops=2.0 * forward,
-        activation_bytes=_input_bytes(model, training, lp_bytes) if checkpointing else full,
+        activation_bytes=_checkpoint_bytes(model, training, lp_bytes) if checkpointing else full,
         working_bytes=full,
         tensors=tensors,
         checkpointed=checkpointing,
@@ -480,26 +537,27 @@ def _decoder_layer(index: int, model: ModelSpec, training: TrainingSpec, lp_byte
 
 
 def _embedding_layer(model: ModelSpec, training: TrainingSpec) -> LayerWork:
-    """The embedding lookup: parameters, no FLOPs, no kept activations, a gather of rows."""
-    params = _embedding_params(model)
+    """The embedding lookup: one rank's rows, no FLOPs, no kept activations, a gather of rows."""
+    params = _embedding_params(model, vocab_share(model, training.tensor_parallel))
     forward, backward = embedding_passes(model, training)
     return LayerWork("embedding", params, 0.0, 0.0, 0, 0, tensors=(params,), forward_kernels=forward,
                      backward_kernels=backward)
 
 
 def _head_layer(model: ModelSpec, training: TrainingSpec, lp_bytes: int) -> LayerWork:
-    """Final norm + LM head: keeps its 16-bit input; its working set is the 16-bit logits."""
-    tokens = training.seq_len * training.micro_batch
-    forward = 2.0 * tokens * model.hidden * model.vocab
-    tensors = _head_tensors(model)
+    """Final norm + one rank's share of the LM head: keeps its 16-bit input (a checkpoint's
+    share); its working set is the rank's 16-bit logits."""
+    tokens, vocab = training.seq_len * training.micro_batch, vocab_share(model, training.tensor_parallel)
+    forward = 2.0 * tokens * model.hidden * vocab
+    tensors = _head_tensors(model, vocab)
     forward_kernels, backward_kernels = head_passes(model, training)
     return LayerWork(
         name="final_norm+lm_head",
         params=sum(tensors),
         forward_flops=forward,
         backward_flops=2.0 * forward,
-        activation_bytes=_input_bytes(model, training, lp_bytes),
-        working_bytes=tokens * model.vocab * lp_bytes,
+        activation_bytes=_checkpoint_bytes(model, training, lp_bytes),
+        working_bytes=tokens * vocab * lp_bytes,
         tensors=tensors,
         forward_kernels=forward_kernels,
         backward_kernels=backward_kernels,
@@ -559,6 +617,18 @@ class StepShape:
     """The DeepSpeed release, where the tasks of a step differ by release."""
     host_checkpoints: int = 0
     """Checkpointed layers whose input ``cpu_checkpointing`` keeps on the host."""
+    tensor_parallel_passes: int = 0
+    """Passes per micro-step followed by tensor-parallel collectives (``tensor_parallel_passes``)."""
+
+
+def tensor_parallel_passes(training: TrainingSpec, layers: int, checkpointed: int, embedding: bool) -> int:
+    """Passes of ``layers`` (``checkpointed`` of them recomputed; the embedding among them where
+    ``embedding``) that run tensor-parallel collectives (``tiersim.layer_kernels``): none at
+    ``tensor_parallel`` 1, else every pass but the embedding's backward (with sequence
+    parallelism, every pass)."""
+    if training.tensor_parallel == 1:
+        return 0
+    return 2 * layers + checkpointed - (1 if embedding and not training.sequence_parallel else 0)
 
 
 def step_shape(model: ModelSpec, training: TrainingSpec) -> StepShape:
@@ -572,6 +642,8 @@ def step_shape(model: ModelSpec, training: TrainingSpec) -> StepShape:
         zero_stage=training.zero_stage,
         deepspeed_version=training.deepspeed_version,
         host_checkpoints=model.layers if training.activation_checkpointing and training.cpu_checkpointing else 0,
+        tensor_parallel_passes=tensor_parallel_passes(
+            training, model.layers + 2, model.layers if training.activation_checkpointing else 0, True),
     )
 
 
@@ -613,14 +685,14 @@ def subgroup_count(model: ModelSpec, training: TrainingSpec) -> int:
     """How many optimizer sub-groups ``build_step`` makes, without listing them: the ZeRO-3 rule
     of ``_subgroups`` (``_Packer``) over the embedding, the first ``dense_layers``, the decoder
     layers a period of ``moe_interval`` at a time, the layers left over and the head."""
-    dp = training.data_parallel
+    dp, tp, vocab = training.data_parallel, training.tensor_parallel, vocab_share(model, training.tensor_parallel)
+    kinds = {moe: [math.ceil(n / dp) for n in _layer_tensors(model, moe, tp)] for moe in {False, model.experts > 0}}
     if training.zero_stage < 3:
-        total = parameter_count(model)
+        total = parameter_count(model, tp)
         owned = math.ceil(total / dp) if training.zero_stage >= 1 else total
         return -(-owned // training.sub_group_size)
-    kinds = {moe: [math.ceil(n / dp) for n in _layer_tensors(model, moe)] for moe in {False, model.experts > 0}}
     packer = _Packer(training.sub_group_size)
-    packer.feed([math.ceil(_embedding_params(model) / dp)])
+    packer.feed([math.ceil(_embedding_params(model, vocab) / dp)])
     start = model.dense_layers if model.experts else 0
     packer.feed_repeated(kinds[False], start)
     period = model.moe_interval if model.experts else 1
@@ -629,7 +701,7 @@ def subgroup_count(model: ModelSpec, training: TrainingSpec) -> int:
     packer.feed_repeated(unit, periods)
     for index in range(model.layers - rest, model.layers):
         packer.feed(kinds[is_moe_layer(model, index)])
-    packer.feed([math.ceil(n / dp) for n in _head_tensors(model)])
+    packer.feed([math.ceil(n / dp) for n in _head_tensors(model, vocab)])
     return packer.count + (1 if packer.carry else 0)
 
 
@@ -643,6 +715,7 @@ def build_step(model: ModelSpec, training: TrainingSpec) -> TrainingStep:
     """
     model.validate("<api>", "model")
     training.validate("<api>", "training")
+    check_tensor_split(model, training, "<api>")
     lp_bytes = 2  # bf16 and fp16 are both 16-bit
     passes = {moe: decoder_passes(model, training, moe) for moe in {False, model.experts > 0}}
     decoder = tuple(_decoder_layer(i, model, training, lp_bytes, passes[is_moe_layer(model, i)])
@@ -682,11 +755,14 @@ def stage_bounds(layers: int, stages: int) -> tuple[tuple[int, int], ...]:
                  for s in range(stages))
 
 
-def tied_copy(model: ModelSpec, stages: int) -> int:
+def tied_copy(model: ModelSpec, training: TrainingSpec) -> int:
     """Elements of the embedding's copy the last pipeline stage holds for a head tied to it
     (Megatron's ``shared_embedding_or_output_weight``, DeepSpeed's ``TiedLayerSpec``): the
-    embedding's, with tied embeddings and more than one stage; else 0."""
-    return _embedding_params(model) if model.tied_embeddings and stages > 1 else 0
+    embedding's (a tensor-parallel rank's rows of it), with tied embeddings and more than one
+    stage; else 0."""
+    if not model.tied_embeddings or training.pipeline_parallel == 1:
+        return 0
+    return _embedding_params(model, vocab_share(model, training.tensor_parallel))
 
 
 def stage_steps(step: TrainingStep) -> tuple[TrainingStep, ...]:
@@ -699,7 +775,7 @@ def stage_steps(step: TrainingStep) -> tuple[TrainingStep, ...]:
         return (step,)
     check_stages(step.model, training, "<api>")
     stages = []
-    copy = tied_copy(step.model, training.pipeline_parallel)
+    copy = tied_copy(step.model, training)
     for stage, (first, end) in enumerate(stage_bounds(step.model.layers, training.pipeline_parallel)):
         layers = step.layers[first:end]
         if copy and stage == training.pipeline_parallel - 1:
@@ -720,20 +796,23 @@ def stage_shapes(model: ModelSpec, training: TrainingSpec) -> tuple[StepShape, .
     stages = training.pipeline_parallel
     if stages == 1:
         return (whole,)
-    per = model.layers // stages
-    sizes = {moe: layer_params(model, moe) for moe in {False, model.experts > 0}}
+    per, tp = model.layers // stages, training.tensor_parallel
+    sizes = {moe: layer_params(model, moe, tp) for moe in {False, model.experts > 0}}
+    vocab = vocab_share(model, tp)
     shapes = []
     for stage in range(stages):
         params = sum(sizes[is_moe_layer(model, i)] for i in range(stage * per, (stage + 1) * per))
         if stage == 0:
-            params += _embedding_params(model)
+            params += _embedding_params(model, vocab)
         if stage == stages - 1:
-            params += sum(_head_tensors(model)) + tied_copy(model, stages)
+            params += sum(_head_tensors(model, vocab)) + tied_copy(model, training)
         owned = math.ceil(params / training.data_parallel) if training.zero_stage >= 1 else params
-        shapes.append(replace(whole, layers=per + (stage == 0) + (stage == stages - 1),
-                              checkpointed=per if whole.checkpointed else 0,
+        layers, checkpointed = per + (stage == 0) + (stage == stages - 1), per if whole.checkpointed else 0
+        collectives = tensor_parallel_passes(training, layers, checkpointed, stage == 0)
+        shapes.append(replace(whole, layers=layers, checkpointed=checkpointed,
                               subgroups=-(-owned // training.sub_group_size),
-                              host_checkpoints=per if whole.host_checkpoints else 0))
+                              host_checkpoints=per if whole.host_checkpoints else 0,
+                              tensor_parallel_passes=collectives))
     return tuple(shapes)
 
 

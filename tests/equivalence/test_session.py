@@ -482,6 +482,7 @@ def test_bundled_scenarios_are_the_same_with_and_without_fast_forward(scenario: 
 def generated(draw: st.DrawFn) -> RunConfig:
     """Small and mid-sized scenarios over every strategy and the settings that shape loops."""
     gpus = draw(st.sampled_from([1, 2, 4]))
+    tp = draw(st.sampled_from([t for t in (1, 2, 4) if gpus % t == 0]))
     micro = draw(st.integers(1, 8))
     stage = draw(st.integers(1, 3))
     strategy = draw(st.sampled_from(["gpu", "dram", "cxl", "nvme"]))
@@ -489,7 +490,9 @@ def generated(draw: st.DrawFn) -> RunConfig:
         f"model.layers={draw(st.integers(1, 12))}",
         f"hardware.gpus={gpus}",
         "hardware.sockets=2",
-        f"training.global_batch={gpus * micro}",
+        f"training.global_batch={gpus // tp * micro}",
+        f"training.tensor_parallel={tp}",
+        f"training.sequence_parallel={draw(st.booleans())}",
         f"training.zero_stage={3 if strategy == 'nvme' else stage}",
         f"training.sub_group_size={draw(st.sampled_from(['1e7', '3e7', '1e8', '1e9']))}",
         f"training.activation_checkpointing={draw(st.booleans())}",

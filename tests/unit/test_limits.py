@@ -35,11 +35,15 @@ SEVENTY_B = ROOT / "scenarios" / "llama2-70b-offload.yaml"
     gpus=st.sampled_from([1, 2, 4]),
     zero_stage=st.integers(0, 3),
     sub_group=st.sampled_from(["1e7", "3e7", "1e8", "1e9"]),
+    split=st.sampled_from([(1, False), (2, False), (2, True)]),
 )
 def test_task_count_is_exactly_the_graph_the_strategy_builds(scenario: Path, layers: int, micro_steps: int,
-                                                             gpus: int, zero_stage: int, sub_group: str) -> None:
+                                                             gpus: int, zero_stage: int, sub_group: str,
+                                                             split: tuple[int, bool]) -> None:
+    tp = split[0] if gpus % split[0] == 0 else 1
     overrides = [f"model.layers={layers}", f"hardware.gpus={gpus}", "hardware.sockets=2",
-                 "hardware.cores_per_rank=4", f"training.global_batch={gpus * micro_steps}",
+                 f"training.tensor_parallel={tp}", f"training.sequence_parallel={split[1]}",
+                 "hardware.cores_per_rank=4", f"training.global_batch={gpus // tp * micro_steps}",
                  f"training.zero_stage={zero_stage}", f"training.sub_group_size={sub_group}",
                  "hardware.gpu=h200"]
     modelled = [name for name, lowest in LOWEST_STAGE.items() if zero_stage >= lowest]

@@ -52,7 +52,6 @@ def test_pipeline_stages_split_the_decoder_layers_evenly(capsys: pytest.CaptureF
 
 
 @pytest.mark.parametrize("overrides, field", [
-    (("hardware.gpus=2", "training.tensor_parallel=2"), "training.tensor_parallel"),
     (("hardware.nodes=2",), "hardware.nodes"),
 ])
 def test_layouts_not_modelled_yet_are_refused_by_field(capsys: pytest.CaptureFixture[str],

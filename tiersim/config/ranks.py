@@ -49,7 +49,6 @@ def check_data_parallel(training: TrainingSpec, hardware: HardwareSpec, source: 
 
 
 NOT_YET = {
-    "training.tensor_parallel": "tensor parallelism",
     "hardware.nodes": "more than one node",
 }
 """Layouts the schema reads but the strategies do not model yet, refused by field."""
@@ -57,8 +56,7 @@ NOT_YET = {
 
 def refuse_unmodelled_layout(training: TrainingSpec, hardware: HardwareSpec, source: str) -> None:
     """A ConfigError naming the first layout field above 1 that is not modelled yet."""
-    values = {"training.tensor_parallel": training.tensor_parallel,
-              "hardware.nodes": hardware.nodes}
+    values = {"hardware.nodes": hardware.nodes}
     for path, what in NOT_YET.items():
         if values[path] > 1:
             raise ConfigError(source, path, f"{values[path]}: {what} is not modelled yet")

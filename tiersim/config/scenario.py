@@ -29,7 +29,7 @@ from tiersim.errors import ConfigError
 from tiersim.strategies import STRATEGIES
 from tiersim.strategies.param_offload import refuse_offload
 from tiersim.strategies.param_options import ParamOffload
-from tiersim.workload import ModelSpec, TrainingSpec, build_step, check_stages
+from tiersim.workload import ModelSpec, TrainingSpec, build_step, check_stages, check_tensor_split
 
 T = TypeVar("T")
 
@@ -97,6 +97,7 @@ def scenario_from_dict(
     hardware_spec = _section(HardwareSpec, data["hardware"], source, "hardware", validated)
     training = _training(data["training"], hardware_spec, source, validated)
     check_stages(model, training, source)
+    check_tensor_split(model, training, source)
     hardware = _hardware(hardware_spec, source, search, host, resolved)
     entries = _chosen(_strategy_options(data[STRATEGY_SECTION], source, validated), strategies, source)
     refuse_policy_without_cxl(data[STRATEGY_SECTION], entries, hardware, source)

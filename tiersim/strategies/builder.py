@@ -142,8 +142,20 @@ class StepBuilder:
         return self.add(Task(name, "gpu", phase, "marker", 0.0, 0.0, (), math.inf, deps))
 
     def compute(self, name: str, phase: str, work: PassKernels, deps: tuple[str, ...]) -> str:
-        """A layer pass's kernels on the compute stream."""
-        return self.add(Task(name, "gpu", phase, "compute", self.pass_seconds(work), 0.0, (), math.inf, deps))
+        """A layer pass's kernels on the compute stream, then its tensor-parallel collectives
+        (``tensor_parallel``); the name of the last."""
+        done = self.add(Task(name, "gpu", phase, "compute", self.pass_seconds(work), 0.0, (), math.inf, deps))
+        return self.tensor_parallel(f"{name}.tp", phase, work, done)
+
+    def tensor_parallel(self, name: str, phase: str, work: PassKernels, after: str) -> str:
+        """A pass's collectives among the tensor-parallel ranks of a node, as one task on the
+        compute stream (Megatron issues them there and the next kernel waits for them): each
+        call's fabric latency, then the bytes one rank sends (ring) over the fabric's bus
+        bandwidth, shared with ZeRO's collectives; ``after`` itself where the pass has none."""
+        if not work.tp_calls:
+            return after
+        return self.add(Task(name, "gpu", phase, "tensor_parallel", work.tp_calls * self.hw.fabric_latency,
+                             work.tp_bytes, self.collective_usage(), math.inf, (after,)))
 
     def collective(self, name: str, stream: str, phase: str, num_bytes: float, deps: tuple[str, ...]) -> str | None:
         """A ring collective (all-gather or reduce-scatter) of ``num_bytes``: after the fabric's

@@ -110,7 +110,7 @@ def schedule_pipeline(strategy: Strategy, steps: tuple[TrainingStep, ...], hw: H
             backward_pass(strategy, builder, fetches[stage], micro, received, reduce=micro < steps[0].micro_steps - 1)
         if (stage < last) if forward else (stage > 0):
             sent[(stage, forward, micro)] = send(builder, forward, micro)
-    if tied_copy(steps[0].model, len(steps)):
+    if tied_copy(steps[0].model, steps[0].training):
         reduce_tied_gradients(builders[0], builders[-1])
     for builder in builders:
         reduce_gradients(strategy, builder)
@@ -126,7 +126,7 @@ def reduce_tied_gradients(first: StepBuilder, last: StepBuilder) -> None:
     each rank's fabric link."""
     after = (*first.tails(), *last.tails())
     step = first.step
-    num_bytes = tied_copy(step.model, step.training.pipeline_parallel) * step.lp_bytes
+    num_bytes = tied_copy(step.model, step.training) * step.lp_bytes
     for builder in (first, last):
         kind = TaskKind("reduce_scatter", "backward", "allreduce", builder.hw.fabric_latency,
                         builder.collective_usage())

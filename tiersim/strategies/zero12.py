@@ -102,7 +102,7 @@ def place_gpu(step: TrainingStep, placement: Placement) -> None:
     placement.put("hbm", "second reduce bucket (overlap_comm)", step.training.reduce_bucket_size * lp)
     placement.put("hbm", "16-bit gradient buffer of the offload", step.largest_tensor * lp)
     if step.training.zero_stage < 2:
-        placement.put("hbm", "16-bit gradients (ZeRO-1: whole, until the boundary)", step.total_params * lp)
+        placement.put("hbm", "16-bit gradients (ZeRO-1: whole, until the boundary)", step.shard_params * lp)
 
 
 def step_transient_bytes(step: TrainingStep) -> int:
@@ -182,4 +182,4 @@ def optimizer_step(builder: StepBuilder, layout: HostLayout, begin: str) -> None
             done = params_to_gpu(builder, params, group, done, temporary)
     if builder.hw.has_gpu:
         builder.collective("step.allgather", "allgather", "optimizer_step",
-                           builder.step.total_params * builder.step.lp_bytes, (done,))
+                           builder.step.shard_params * builder.step.lp_bytes, (done,))
