@@ -14,9 +14,10 @@ from hypothesis import strategies as st
 from tiersim import cli
 from tiersim.config.document import load_scenario
 from tiersim.config.scenario import RunConfig
+from tiersim.config.worksize import run_tasks
 from tiersim.layer_kernels import decoder_passes
 from tiersim.simulate import simulate
-from tiersim.workload import ModelSpec, TrainingSpec, build_step, parameter_count, subgroup_count
+from tiersim.workload import ModelSpec, TrainingSpec, build_step, parameter_count, stage_steps, subgroup_count
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
@@ -153,3 +154,22 @@ def test_tensor_parallelism_divides_the_optimizer_state_and_keeps_the_node_total
     assert steps[2].shard_params == pytest.approx(steps[1].total_params / 2, rel=1e-4)
     assert steps[2].rank_params == pytest.approx(steps[1].rank_params, rel=1e-4)
     assert steps[2].micro_steps == 2 * steps[1].micro_steps
+
+
+@pytest.mark.parametrize("sequence, tied", [(False, False), (True, False), (False, True)])
+@pytest.mark.parametrize("stages", [1, 2])
+def test_the_task_count_is_the_graph_with_tensor_and_pipeline_parallelism(sequence: bool, tied: bool,
+                                                                          stages: int) -> None:
+    overrides = ["model.layers=4", "hardware.gpus=4", "training.tensor_parallel=2",
+                 f"training.pipeline_parallel={stages}", f"training.sequence_parallel={sequence}",
+                 "training.zero_stage=1", "training.global_batch=4", f"model.tied_embeddings={tied}"]
+    for config in load_scenario(QUICKSTART, overrides, strategies=["gpu", "dram"]):
+        result = simulate(config, fast_forward=False)
+        assert result.graph is not None
+        assert run_tasks(config) == len(result.graph.tasks), config.strategy
+        sends = [task for task in result.graph.tasks if "send_" in task.name]
+        assert len(sends) == 2 * (stages - 1) * config.training.global_batch // config.training.data_parallel
+        assert all(task.size == 2048 * 4096 * 2 / (2 if sequence else 1) for task in sends)  # a rank's tokens
+        step = build_step(config.model, config.training)
+        copy = 16000 * 4096 if tied and stages > 1 else 0  # the last stage's half of the tied embedding
+        assert sum(stage.shard_params for stage in stage_steps(step)) == step.shard_params + copy

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from tiersim.config.hardware import Hardware
 from tiersim.engine.schedule import Session
 from tiersim.errors import ModelError
+from tiersim.layer_kernels import sequence_tokens
 from tiersim.strategies.builder import StepBuilder, TaskKind, rank_link_capacity
 from tiersim.strategies.iteration import backward_pass, forward_pass, reduce_layer
 from tiersim.workload import TrainingStep, tied_copy
@@ -152,14 +153,15 @@ def send(builder: StepBuilder, forward: bool, micro: int) -> str:
     """A micro-batch's activations (``forward``) or their gradient sent to the neighbouring
     stage after the pass on the compute stream: the fabric's per-call latency, then
     ``tokens x hidden`` 16-bit values over the GPU fabric (and, where it runs through the host
-    bridges, the GPU's PCIe link), the compute stream waiting."""
+    bridges, the GPU's PCIe link), the compute stream waiting. With sequence parallelism each
+    tensor-parallel rank sends its ``1 / tp`` of the tokens (Megatron core's ``get_tensor_shapes``)."""
     phase = "forward" if forward else "backward"
     kind = builder.kinds.get(("send", phase))
     if kind is None:
         kind = builder.kinds[("send", phase)] = TaskKind("gpu", phase, "p2p", builder.hw.fabric_latency,
                                                          builder.collective_usage())
     step = builder.step
-    num_bytes = step.tokens_per_micro_batch * step.model.hidden * step.lp_bytes
+    num_bytes = sequence_tokens(step.training) * step.model.hidden * step.lp_bytes
     what = "activations" if forward else "gradient"
     return builder.add(kind.task(f"m{micro}.send_{what}", num_bytes, ()))
 
