@@ -20,13 +20,20 @@ from tiersim.cli import main
 from tiersim.config.document import load_scenario
 from tiersim.config.ds_auto import fill_auto
 from tiersim.config.ds_batch import deepspeed_batch
-from tiersim.config.ds_config import DeepSpeedAutoFilled, apply_ds_config, read_ds_config
+from tiersim.config.ds_config import (
+    DeepSpeedAutoFilled,
+    DeepSpeedKeyMoved,
+    apply_ds_config,
+    hoist_aio,
+    read_ds_config,
+)
 from tiersim.config.ds_keys import KEYS
 from tiersim.errors import ConfigError
 from tiersim.simulate import simulate
 from tiersim.strategies.param_options import ParamOffload
 
 SEED70 = ROOT / "scenarios" / "seed-70b.yaml"
+QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
 FIXTURES = ROOT / "tests" / "fixtures" / "deepspeed"
 ACCELERATE = FIXTURES / "accelerate_zero_stage3_offload_config.json"
 HF_NVME = FIXTURES / "hf_docs_zero3_nvme.json"
@@ -154,10 +161,39 @@ def test_accelerate_template_settings(tmp_path: Path) -> None:
     assert dram.hardware.pinned
 
 
-def test_hf_docs_nvme_example_is_refused_at_its_misplaced_aio(
+def test_hf_docs_nvme_example_runs_as_it_is_with_its_aio_moved(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    err = _refused(tmp_path, json.loads(HF_NVME.read_text()), capsys)
-    assert "zero_optimization.aio: not a key of DeepSpeed 0.16's ZeRO config" in err
+    """The file unedited: its ``zero_optimization.aio`` is read as the top-level ``aio`` (the
+    quickstart at half the hidden size, whose largest tensor fits the example's 1e8-element
+    buffers), and
+    one stderr line says so and that DeepSpeed itself would reject the key there."""
+    data = yaml.safe_load(QUICKSTART.read_text())
+    data["training"]["precision"] = "fp16"
+    data["model"].update(layers=2, hidden=2048, heads=16, kv_heads=16, ffn=5504)
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text(yaml.safe_dump(data))
+    assert main(["run", str(scenario), "--ds-config", str(HF_NVME), "--format", "json"]) == 0
+    moved = [line for line in capsys.readouterr().err.splitlines() if "zero_optimization.aio" in line]
+    assert len(moved) == 1
+    assert "read as the top-level aio" in moved[0] and "reject the key inside zero_optimization" in moved[0]
+    with pytest.warns(DeepSpeedKeyMoved), pytest.warns(DeepSpeedAutoFilled):
+        (nvme,) = load_scenario(scenario, ds_config=HF_NVME)
+    options = nvme.options
+    assert (options.block_size, options.queue_depth, options.thread_count) == (262144, 32, 1)
+
+
+def test_aio_inside_zero_optimization_and_at_the_top_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = {**BASE, "aio": {"block_size": 262144}, "zero_optimization": {"stage": 3, "aio": {"queue_depth": 4}}}
+    err = _refused(tmp_path, config, capsys)
+    assert "zero_optimization.aio: a second aio section" in err
+
+
+def test_hoisting_aio_leaves_the_config_it_read_unchanged() -> None:
+    config = {"zero_optimization": {"stage": 3, "aio": {"queue_depth": 4}}}
+    moved = hoist_aio(config, "ds.json")
+    assert moved == {"zero_optimization": {"stage": 3}, "aio": {"queue_depth": 4}}
+    assert config == {"zero_optimization": {"stage": 3, "aio": {"queue_depth": 4}}}
 
 
 def test_hf_docs_nvme_example_offloads_the_parameters_to_nvme(tmp_path: Path) -> None:

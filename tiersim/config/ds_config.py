@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeGuard
@@ -58,6 +59,17 @@ class DeepSpeedAutoFilled(UserWarning):
     """The ``"auto"`` values of a DeepSpeed config that tiersim filled, in one line."""
 
 
+class DeepSpeedKeyMoved(UserWarning):
+    """A section of a DeepSpeed config that tiersim read at the place DeepSpeed reads it from."""
+
+
+MISPLACED_AIO = "zero_optimization.aio"
+"""Where the Hugging Face docs' ZeRO-3 NVMe example puts ``aio``: DeepSpeed reads ``aio`` at the
+top level only (``swap_tensor/aio_config.py``, ``get_aio_config(param_dict)``), and from 0.7 its
+ZeRO config is a pydantic model with ``extra = "forbid"`` (``runtime/config_utils.py``,
+``DeepSpeedConfigModel``), which rejects the key there."""
+
+
 def read_ds_config(path: str | Path) -> dict[str, Any]:
     """Read a DeepSpeed config (an hjson or JSON object), or say in one line why not."""
     import hjson  # here, not at import: only --ds-config needs it
@@ -81,14 +93,33 @@ def read_ds_config(path: str | Path) -> dict[str, Any]:
 
 def apply_ds_config(data: dict[str, Any], ds: dict[str, Any], source: str) -> tuple[dict[str, Any], str | None]:
     """The scenario ``data`` with ``ds``'s settings applied (``data`` is not changed), and the
-    line that says which ``"auto"`` values were filled (None: there were none)."""
-    filled = fill_auto(ds, data, source)
+    line that says which ``"auto"`` values were filled (None: there were none). A misplaced
+    ``zero_optimization.aio`` is read as the top-level one (``hoist_aio``), said in one
+    ``DeepSpeedKeyMoved`` warning."""
+    hoisted = hoist_aio(ds, source)
+    filled = fill_auto(hoisted, data, source)
     settings, defaulted = _settings(filled.config, source)
     out = copy_plain(data)
     training = _section(out, "training", source)
     stage = _apply_training(training, settings, world_size(data, source), source)
     _apply_offload(out, settings, stage, source)
+    if hoisted is not ds:  # said once the file is known to run, so a refusal stays one line
+        warnings.warn(DeepSpeedKeyMoved(f"{source}: {MISPLACED_AIO} read as the top-level aio, where DeepSpeed reads "
+                                        "it (DeepSpeed 0.7 and later reject the key inside zero_optimization)"),
+                      stacklevel=3)
     return out, _auto_line(filled, defaulted)
+
+
+def hoist_aio(ds: dict[str, Any], source: str) -> dict[str, Any]:
+    """``ds`` with a ``zero_optimization.aio`` section read as the top-level ``aio`` (a new
+    mapping; ``ds`` itself when there is none to move); refused where the file has both."""
+    zero = ds.get("zero_optimization")
+    if not isinstance(zero, dict) or "aio" not in zero:
+        return ds
+    if "aio" in ds:
+        raise ConfigError(source, MISPLACED_AIO, "a second aio section beside the top-level one; DeepSpeed reads only "
+                                                 "the top-level aio, and from 0.7 rejects this key")
+    return {**ds, "aio": zero["aio"], "zero_optimization": {k: v for k, v in zero.items() if k != "aio"}}
 
 
 def _settings(config: dict[str, Any], source: str) -> tuple[dict[str, Any], list[str]]:
