@@ -23,6 +23,14 @@ Memory-bound kernels, bytes read + written per forward (counted from the source 
 * Scale-mask-softmax (Megatron's fused ``scaled_upper_triang_masked_softmax``, ``sk <= 4096``):
   reads and writes the ``b*a x s x s`` 16-bit score matrix; the QK^T GEMM writes it and the PV
   GEMM reads it (their own bytes). Flash attention keeps it on chip: no ``s^2`` traffic.
+  With ``attention_dropout`` above 0, PyTorch's fused dropout (``native_dropout``) reads the
+  probabilities and writes its output and a 1-byte mask (2+2+1 bytes per score element); its
+  backward reads the gradient and the mask and writes the input gradient (2+1+2). At 0 it is
+  not launched (``F.dropout`` returns its input). Without ``masked_softmax_fusion`` (2019-2020
+  Megatron-LM: ``scores / sqrt(d)``, ``* mask``, ``- 10000 * (1 - mask)``, then the softmax),
+  the scale, the multiply and the subtract each read and write the score matrix (2+2 bytes per
+  element each, 12 in all; the ``s x s`` mask is shared by the heads and stays in cache), and
+  their backward runs the multiply's and the scale's (8).
 * Two residual adds (the bias-dropout-add with no bias and dropout 0: ``F.dropout`` returns its
   input when ``p == 0``): 2+2+2 per element each. SwiGLU (GeGLU): ``silu`` 2+2, the product 4+2
   per element of ``t x f``; GELU 2+2. On a mixture-of-experts layer ``f`` is the width a token
@@ -56,8 +64,8 @@ with the input gradient's GEMM.
 Backward: an elementwise kernel's gradient reads the output gradient and its saved input and
 writes the input gradient, twice the forward's bytes (``BACKWARD_TRAFFIC``); the softmax backward
 reads the probabilities and their gradient and writes the scores' gradient (3 passes of the score
-matrix). Biases are added in the GEMMs' epilogue or the residual add; dropout is not modelled
-(Llama-style runs set it to 0). Kernel launches are not counted.
+matrix). Biases are added in the GEMMs' epilogue or the residual add; the hidden-state dropouts
+are not modelled (Llama-style runs set them to 0). Kernel launches are not counted.
 """
 
 from __future__ import annotations
@@ -90,6 +98,15 @@ CROSS_ENTROPY_REDUCTIONS = 3
 ``tensor_parallel/cross_entropy.py``: the logits' maximum, the target's logit, the sum of exponentials)."""
 FP32 = 4
 """Bytes per fp32 element."""
+DROPOUT_BYTES = 5
+"""Bytes per score element of the attention dropout's forward (reads 2, writes 2 and a 1-byte
+mask) and, alike, of its backward (reads the gradient and the mask, writes 2)."""
+UNFUSED_MASK_BYTES = 12
+"""Forward bytes per score element of the unfused scale, mask multiply and subtract."""
+UNFUSED_MASK_BACKWARD_BYTES = 8
+"""Backward bytes per score element of the unfused mask multiply and scale."""
+DROPOUT_KEPT_BYTES = 3
+"""Bytes per score element the attention dropout keeps for the backward: its mask and output."""
 
 
 @dataclass(frozen=True)
@@ -228,6 +245,26 @@ def tp_exchanges(training: TrainingSpec, num_bytes: int, reductions: int, gather
     return calls, calls * (tp - 1) / tp * num_bytes
 
 
+def score_bytes_kept(model: ModelSpec, training: TrainingSpec) -> int:
+    """Bytes of ``s x s`` tensors one layer keeps for its backward without flash attention: the
+    16-bit softmax output (the fused softmax saves it, the PV GEMM reads it) and, with an
+    attention dropout, the dropout's mask and output (Korthikanti et al. 2022's ``5*a*s^2*b``
+    then); none with flash attention."""
+    elements = int(score_matrix_bytes(model, training)) // LP
+    return elements * (LP + (DROPOUT_KEPT_BYTES if training.attention_dropout > 0 else 0))
+
+
+def _score_extras(model: ModelSpec, training: TrainingSpec) -> tuple[float, float]:
+    """Forward and backward bytes of the score-matrix kernels beside the fused softmax: the
+    attention dropout (above 0) and the unfused scale and mask (without
+    ``masked_softmax_fusion``); none with flash attention (the matrix stays on chip)."""
+    elements = score_matrix_bytes(model, training) / LP
+    dropout = DROPOUT_BYTES * elements if training.attention_dropout > 0 else 0.0
+    unfused = not training.masked_softmax_fusion
+    forward = dropout + (UNFUSED_MASK_BYTES * elements if unfused else 0.0)
+    return forward, dropout + (UNFUSED_MASK_BACKWARD_BYTES * elements if unfused else 0.0)
+
+
 MOE_MODULES = 5
 """Modules of DeepSpeed's mixture-of-experts layer that run once a pass besides the experts:
 ``MoE`` and ``MOELayer`` (``deepspeed/moe/layer.py``, ``sharded_moe.py``), ``TopKGate`` and its
@@ -255,10 +292,12 @@ def decoder_passes(model: ModelSpec, training: TrainingSpec, moe: bool = False) 
     scores = score_matrix_bytes(model, training)
     calls = decoder_module_calls(training, model, moe)
     comms = tp_exchanges(training, LP * training.seq_len * training.micro_batch * model.hidden, 2, 2)
-    forward = PassKernels((*linears, *_attention(model, training, False)), elementwise + 2 * scores, calls, *comms)
+    extra_forward, extra_backward = _score_extras(model, training)
+    forward = PassKernels((*linears, *_attention(model, training, False)), elementwise + 2 * scores + extra_forward,
+                          calls, *comms)
     grads = tuple(g for fwd in linears for g in linear_backward(fwd))
     backward = PassKernels((*grads, *_attention(model, training, True)),
-                           BACKWARD_TRAFFIC * elementwise + 3 * scores, calls, *comms)
+                           BACKWARD_TRAFFIC * elementwise + 3 * scores + extra_backward, calls, *comms)
     return forward, backward
 
 

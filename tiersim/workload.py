@@ -17,9 +17,12 @@ Conventions (Llama-style decoder, one rank, one micro-batch unless stated):
   These FLOPs are the model's (MFU); what the GPU runs, pass by pass, is listed as GEMM shapes
   and memory-bound bytes by ``tiersim.layer_kernels`` (``LayerWork.forward_kernels``, ...).
 * Activations (16-bit): Korthikanti et al. 2022, ``seq*mb*hidden*(34 + 5*heads*seq/hidden)``
-  bytes per layer, *with flash attention assumed*, so the ``5*heads*seq/hidden`` term (the
-  materialised score matrix) is dropped: ``34*seq*mb*hidden``. With checkpointing a layer keeps
-  only its 16-bit input, ``2*seq*mb*hidden``.
+  bytes per layer. With flash attention the ``5*heads*seq/hidden`` term (the materialised
+  ``s x s`` matrices) is dropped: ``34*seq*mb*hidden``. Without it a layer also keeps, per
+  element of the ``mb*heads x s x s`` scores (``layer_kernels.score_bytes_kept``; a rank's
+  ``heads/tp``), the 16-bit softmax output and, with an attention dropout, its 1-byte mask and
+  16-bit output: 2 bytes, or Korthikanti's 5. With checkpointing a layer keeps only its 16-bit
+  input, ``2*seq*mb*hidden``, and that full set is its working set while it is recomputed.
 * Tensor parallelism over ``tp`` ranks (Megatron's column and row split, ``tiersim.projections``):
   a rank holds ``1/tp`` of each split projection and of the embedding's and LM head's rows, the
   norms whole; its FLOPs are its share; its activations are Korthikanti et al.'s Table 2,
@@ -44,6 +47,7 @@ from tiersim.layer_kernels import (
     decoder_passes,
     embedding_passes,
     head_passes,
+    score_bytes_kept,
     sequence_tokens,
     vocab_share,
 )
@@ -200,6 +204,11 @@ class TrainingSpec:
                                                            "partitions to a sub-group until it holds this many")
     reduce_bucket_size: int = integer(500_000_000, gt=0, doc="elements per gradient reduce bucket (DeepSpeed "
                                                              "reduce_bucket_size); sizes the bucket's buffers")
+    overlap_comm: bool = True
+    """Gradient reduction and offload copies on a stream of their own beside the compute
+    (DeepSpeed ``zero_optimization.overlap_comm``; ZeRO-1/2 then keep two reduce buckets). False,
+    DeepSpeed's default below ZeRO-3, is modelled at ZeRO-1/2: one bucket, and the copies on the
+    compute stream, which the backward waits for."""
     prefetch_bucket_size: int = integer(50_000_000, ge=0, doc="elements of parameters ZeRO-3 fetches ahead of their "
                                                               "use (DeepSpeed stage3_prefetch_bucket_size); read for "
                                                               "offloaded parameters (offload_param) only: the layers "
@@ -210,7 +219,18 @@ class TrainingSpec:
                                                       "logs give it; time and memory do not depend on it")
     flash_attention: bool = True
     """Fused attention (Megatron ``--use-flash-attn``); without it the score matrix is written
-    to and read from HBM by the softmax and its dropout."""
+    to and read from HBM by the softmax and its dropout, and a layer keeps the softmax output
+    (and the dropout's mask and output) for its backward."""
+    masked_softmax_fusion: bool = True
+    """Megatron's fused scale-mask-softmax kernel (``--masked-softmax-fusion``, Megatron's
+    default since 2020); false: the unfused scale, mask multiply and subtract of 2019-2020
+    Megatron-LM (DeepSpeedExamples' ``GPT2ParallelSelfAttention``), each a pass over the score
+    matrix (without flash attention)."""
+    attention_dropout: float = number(0.0, ge=0, le=0.99, doc="dropout probability of the attention "
+                                                              "probabilities (Megatron --attention-dropout; "
+                                                              "Llama-style runs set 0); above 0 and without "
+                                                              "flash attention the dropout's kernels run over "
+                                                              "the score matrix and keep its mask and output")
     deepspeed_version: str = DEFAULT_VERSION
     """The DeepSpeed release whose code paths the strategies follow (``tiersim.config.deepspeed_version``)."""
 
@@ -218,6 +238,9 @@ class TrainingSpec:
         """global_batch must be a whole number of micro-batches on every rank; a DeepSpeed
         version tiersim models."""
         check_version(self.deepspeed_version, source, _join(path, "deepspeed_version"))
+        if not self.overlap_comm and self.zero_stage >= 3:
+            raise ConfigError(source, _join(path, "overlap_comm"),
+                              "false is modelled at ZeRO stage 1 and 2 only (DeepSpeed's ZeRO-3 default is true)")
         if self.cpu_checkpointing and not self.activation_checkpointing:
             raise ConfigError(source, _join(path, "cpu_checkpointing"),
                               "true needs activation_checkpointing: true (it keeps the checkpoints on the host)")
@@ -390,14 +413,21 @@ class TrainingStep:
         return self.tokens_per_micro_batch * vocab * self.fp32_bytes if self.last_stage else 0
 
     @functools.cached_property
-    def activation_peak_bytes(self) -> int:
-        """Peak activation bytes on one GPU in backward: kept (for each micro-batch in flight,
-        ``in_flight``) + largest working set + fp32 logits."""
+    def kept_activation_bytes(self) -> int:
+        """Activation bytes the layers keep on one GPU at the start of the backward: every
+        checkpoint, for each micro-batch in flight (``in_flight``), or with ``cpu_checkpointing``
+        only the one being recomputed."""
         kept = self.in_flight * sum(layer.activation_bytes for layer in self.layers)
         if self.training.cpu_checkpointing:  # on the host but the one being recomputed
             kept += max(self.host_checkpoint_sizes, default=0) - self.in_flight * sum(self.host_checkpoint_sizes)
+        return kept
+
+    @functools.cached_property
+    def activation_peak_bytes(self) -> int:
+        """Peak activation bytes on one GPU in backward: kept (``kept_activation_bytes``) + largest
+        working set + fp32 logits."""
         working = max(layer.working_bytes for layer in self.layers)
-        return kept + working + self.logits_bytes()
+        return self.kept_activation_bytes + working + self.logits_bytes()
 
     @functools.cached_property
     def host_checkpoint_sizes(self) -> tuple[int, ...]:
@@ -502,14 +532,16 @@ def _checkpoint_bytes(model: ModelSpec, training: TrainingSpec, lp_bytes: int) -
 
 
 def _full_layer_activation_bytes(model: ModelSpec, training: TrainingSpec) -> int:
-    """Korthikanti et al. 2022 16-bit activations of one rank's share of a layer, flash attention:
-    ``34*s*b*h`` at ``tensor_parallel`` 1, ``(10 + 24/tp)*s*b*h`` above, ``34/tp*s*b*h`` with
-    sequence parallelism."""
+    """Korthikanti et al. 2022 16-bit activations of one rank's share of a layer: ``34*s*b*h`` at
+    ``tensor_parallel`` 1, ``(10 + 24/tp)*s*b*h`` above, ``34/tp*s*b*h`` with sequence
+    parallelism; and, without flash attention, the ``s x s`` tensors it keeps
+    (``score_bytes_kept``)."""
     tp, elements = training.tensor_parallel, training.seq_len * training.micro_batch * model.hidden
+    kept = score_bytes_kept(model, training)
     if training.sequence_parallel or tp == 1:
-        return _KORTHIKANTI_BYTES_PER_ELEMENT * elements // tp
+        return _KORTHIKANTI_BYTES_PER_ELEMENT * elements // tp + kept
     split = _KORTHIKANTI_BYTES_PER_ELEMENT - _KORTHIKANTI_REPLICATED_BYTES
-    return _KORTHIKANTI_REPLICATED_BYTES * elements + split * elements // tp
+    return _KORTHIKANTI_REPLICATED_BYTES * elements + split * elements // tp + kept
 
 
 def _decoder_layer(index: int, model: ModelSpec, training: TrainingSpec, lp_bytes: int,

@@ -322,8 +322,6 @@ def test_train_batch_and_accumulation_set_the_micro_batch(tmp_path: Path) -> Non
      "zero_optimization.offload_param.buffers: not a key of DeepSpeed 0.16's ZeRO config"),
     ({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme"}}},
      "zero_optimization.offload_optimizer.device: 'nvme' at ZeRO stage 2: DeepSpeed's ZeRO-1/2"),
-    ({"zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu"}}},
-     "zero_optimization.overlap_comm: false (DeepSpeed's default below ZeRO-3)"),
     ({"zero_optimization": {"stage": 2, "overlap_comm": True, "offload_optimizer": {"device": "cpu", "ratio": 0.5}}},
      "strategies.dram.ratio: 0.5: partial offload is ZeRO-3's"),
     ({"zenflow": {"topk_ratio": 0.1}}, "zenflow.topk_ratio"),
@@ -420,6 +418,19 @@ def test_apply_ds_config_leaves_the_scenario_data_alone() -> None:
     out, filled = apply_ds_config(data, {**BASE, "zero_optimization": {"stage": 2}}, "ds.json")
     assert json.dumps(data, sort_keys=True) == before and filled is None
     assert out["training"]["zero_stage"] == 2 and out["strategies"] == ["gpu"]
+
+
+@pytest.mark.parametrize(("zero", "overlap"), [
+    ({"stage": 2}, False), ({"stage": 1, "overlap_comm": True}, True), ({"stage": 3}, True),
+    ({"stage": 2, "overlap_comm": 0}, False)])
+def test_overlap_comm_follows_the_file_or_deepspeeds_default_for_the_stage(zero: dict[str, Any],
+                                                                             overlap: bool) -> None:
+    """DeepSpeed's ``overlap_comm`` defaults to true at ZeRO-3 and false below
+    (``zero/config.py``, ``overlap_comm_valid``); ZeRO-1/2 runs it either way."""
+    data = yaml.safe_load(SEED70.read_text())
+    ds = {**BASE, "zero_optimization": {**zero, "offload_optimizer": {"device": "cpu"}}}
+    out, _filled = apply_ds_config(data, ds, "ds.json")
+    assert out["training"]["overlap_comm"] is overlap
 
 
 def test_the_guide_lists_every_key() -> None:

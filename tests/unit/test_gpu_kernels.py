@@ -17,6 +17,7 @@ from tiersim.layer_kernels import (
     linear,
     linear_backward,
     norm_bytes,
+    score_bytes_kept,
     score_matrix_bytes,
 )
 from tiersim.strategies.gpu_kernels import gemm_seconds, gemm_tiles, gemm_waves, hook_seconds, pass_seconds
@@ -132,3 +133,38 @@ def test_layer_gpu_time_monotone_in_micro_batch(width: int, kv: int, mb: int, se
     assert all(b >= a for a, b in zip(*times, strict=True))
     if stage < 3:  # under ZeRO-3 a small layer's time is its hooks' host time, the same at any batch
         assert times[1][1] > times[0][1]
+
+
+def test_without_flash_a_layer_keeps_its_softmax_output_and_the_dropouts_mask_and_output() -> None:
+    """Korthikanti et al. 2022: ``34 s b h`` plus, per element of the ``b a s^2`` scores, the
+    16-bit softmax output, and with an attention dropout its 1-byte mask and 16-bit output (5 in
+    all); with flash attention none of it."""
+    model = _model()  # 8 heads, hidden 64
+    s, b, heads, h = 512, 2, 8, 64
+    base = TrainingSpec(seq_len=s, micro_batch=b, global_batch=b, activation_checkpointing=False,
+                        flash_attention=False)
+    kept = {}
+    for name, training in (("flash", dataclasses.replace(base, flash_attention=True)), ("softmax", base),
+                           ("dropout", dataclasses.replace(base, attention_dropout=0.1))):
+        kept[name] = build_step(model, training).layers[1].working_bytes
+    assert kept["flash"] == 34 * s * b * h
+    assert kept["softmax"] - kept["flash"] == score_bytes_kept(model, base) == 2 * heads * s * s * b
+    assert kept["dropout"] - kept["flash"] == 5 * heads * s * s * b
+
+
+def test_the_attention_dropout_and_the_unfused_mask_pass_over_the_scores() -> None:
+    """Per score element: the dropout moves 5 B forward (2 read, 2 written, a 1-byte mask) and
+    5 B backward; the unfused scale, mask multiply and subtract 12 B forward (2+2 each) and 8 B
+    backward (the multiply's and the scale's); flash attention keeps both on chip."""
+    model = _model()
+    base = TrainingSpec(seq_len=512, micro_batch=2, global_batch=2, flash_attention=False)
+    elements = 2 * 8 * 512**2  # micro-batch 2, 8 heads
+    fwd, bwd = decoder_passes(model, base)
+    fwd_d, bwd_d = decoder_passes(model, dataclasses.replace(base, attention_dropout=0.1))
+    fwd_u, bwd_u = decoder_passes(model, dataclasses.replace(base, masked_softmax_fusion=False))
+    assert (fwd_d.memory_bytes - fwd.memory_bytes, bwd_d.memory_bytes - bwd.memory_bytes) == (5 * elements,) * 2
+    assert (fwd_u.memory_bytes - fwd.memory_bytes, bwd_u.memory_bytes - bwd.memory_bytes) == (12 * elements,
+                                                                                             8 * elements)
+    flash = dataclasses.replace(base, flash_attention=True)
+    extra = dataclasses.replace(flash, attention_dropout=0.1, masked_softmax_fusion=False)
+    assert decoder_passes(model, extra) == decoder_passes(model, flash)

@@ -4,6 +4,7 @@ copies of each micro-step, the step's copy back and all-gather, and the refusals
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,7 +15,8 @@ from tiersim.config.document import load_scenario
 from tiersim.engine import Task
 from tiersim.results import Result
 from tiersim.simulate import simulate
-from tiersim.strategies.footprint import ALLOCATOR_RESERVE, pinned
+from tiersim.strategies import zero12_hbm
+from tiersim.strategies.footprint import ALLOCATOR_RESERVE, pinned, zero_one_two_reserve_bounds
 from tiersim.workload import build_step
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "scenarios" / "quickstart.yaml"
@@ -92,10 +94,12 @@ def test_zero2_copies_every_micro_step_and_zero1_at_the_boundary() -> None:
 @pytest.mark.parametrize(("strategy", "policy"), [("dram", []), ("cxl", ["strategies.cxl.policy=bind",
                                                                           "hardware.dram_capacity=12GiB"])])
 def test_fast_forward_agrees_at_zero_1_and_2(strategy: str, policy: list[str]) -> None:
-    """Also where a bind spills the partition's tail to CXL, each chunk and layer costed where it is."""
-    for stage in (1, 2):
+    """Also where a bind spills the partition's tail to CXL, each chunk and layer costed where it
+    is, and without ``overlap_comm`` (the copies on the compute stream)."""
+    for stage, overlap in ((1, "true"), (2, "true"), (2, "false")):
         (config,) = load_scenario(QUICKSTART, [*SMALL, f"training.zero_stage={stage}", "hardware.gpus=2",
-                                               "training.global_batch=10", *policy], strategies=[strategy])
+                                               "training.global_batch=10", f"training.overlap_comm={overlap}",
+                                               *policy], strategies=[strategy])
         fast, whole = simulate(config), simulate(config, fast_forward=False)
         assert whole.fits and fast.iteration_time_s == pytest.approx(whole.iteration_time_s, rel=1e-9)
         if policy:
@@ -127,36 +131,96 @@ def test_the_zero_offload_tutorial_setting_runs() -> None:
 
 
 def test_the_zero_offload_tutorials_hbm_item_by_item() -> None:
-    """DeepSpeed 0.10's stage-1/2 buffers with CPU offload, in bytes: the 16-bit model (2 B per
-    parameter), two ipg buckets of ``reduce_bucket_size`` 16-bit elements (``overlap_comm``),
-    ``temp_grad_buffer_for_gpu_offload`` (2 B per element of the largest parameter); at the
-    backward peak the activations, the largest parameter's 16-bit gradient and its fp32
-    conversion (4 B); one layer's working set of stranded allocator blocks; the CUDA context.
-    No step temporary before 0.14.1. Fits exactly when that sum is within the V100's HBM."""
+    """The tutorial's setting in bytes, from its shape alone (s 1024, b 10, h 4096, 32 heads, f
+    16384, vocabulary 50,304, tied): the 16-bit model, one ipg bucket of 5e7 elements
+    (``overlap_comm`` unset), ``temp_grad_buffer_for_gpu_offload`` (2 B per element of the
+    embedding, the largest parameter); at the peak, a decoder layer's backward: the checkpoint
+    being recomputed and the head's input (2sbh each), the recomputed layer's 34sbh and
+    5 a s^2 b (softmax output, dropout mask and output), the largest layer weight's 16-bit
+    gradient and its fp64 copy for the norm (f x h at 2 + 8 B), the tied embedding's gradient from
+    the head (2 V h); the allocator reserve, one score matrix (2 a s^2 b); the CUDA context."""
     (config,) = load_scenario(Path(__file__).resolve().parents[2] / "scenarios" / "zero-offload-10b-v100.yaml")
     result = simulate(config)
     step, gpu = build_step(config.model, config.training), config.hardware.gpu
     assert gpu is not None and config.training.deepspeed_version == "0.10"
-    largest, bucket = step.largest_tensor, config.training.reduce_bucket_size
-    working = max(layer.working_bytes for layer in step.layers)
-    expected = (2 * step.total_params + 2 * 2 * bucket + 2 * largest + step.activation_peak_bytes + 2 * largest
-                + 4 * largest + working + gpu.reserved_memory)
+    s, b, h, a, f, v = 1024, 10, 4096, 32, 16384, 50304
+    persistent = 2 * step.total_params + 2 * 50_000_000 + 2 * v * h
+    layer = 2 * (2 * s * b * h) + 34 * s * b * h + 5 * a * s * s * b + (2 + 8) * f * h + 2 * v * h
+    expected = persistent + layer + 2 * a * s * s * b + gpu.reserved_memory
     assert sum(h for tier, _what, _a, h in result.placement_items if tier == "hbm") == expected
-    assert result.fits == (expected <= result.capacity_bytes["hbm"])
+    assert result.fits and expected < result.capacity_bytes["hbm"]
 
 
-def test_the_allocator_reserve_at_zero_1_and_2_is_one_layers_working_set() -> None:
+def test_the_zero_one_two_peak_is_the_largest_moment_not_a_sum_of_maxima() -> None:
+    """The three moments of a ZeRO-1/2 offload backward, each the sum of what is live then: a
+    decoder layer's, the LM head's (fp32 logits 4 t V, their 16-bit gradient 2 t V, the head
+    weight's gradient), the embedding's gradient and its fp64 copy (10 B per element)."""
+    (config,) = load_scenario(Path(__file__).resolve().parents[2] / "scenarios" / "zero-offload-10b-v100.yaml")
+    step = build_step(config.model, config.training)
+    t, v, h = step.tokens_per_micro_batch, config.model.vocab, config.model.hidden
+    head = step.kept_activation_bytes + 6 * t * v + 2 * v * h
+    embedding = 10 * v * h
+    peak = zero12_hbm.transient_peak(step)
+    assert all(what.startswith("layer backward: ") for what in peak)
+    assert sum(peak.values()) > max(head, embedding)
+    short = build_step(config.model, dataclasses.replace(config.training, seq_len=128, micro_batch=1))
+    moment = zero12_hbm.transient_peak(short)
+    assert all(what.startswith("embedding gradient: ") for what in moment)
+    assert sum(moment.values()) == embedding
+    whole = build_step(config.model, dataclasses.replace(config.training, activation_checkpointing=False,
+                                                         cpu_checkpointing=False))
+    assert zero12_hbm._layer_moment(whole)["recomputed layer's activations"] == 0  # among those kept
+    wide = dataclasses.replace(config.model, vocab=256_000)
+    big = build_step(wide, config.training)
+    moment = zero12_hbm.transient_peak(big)
+    assert all(what.startswith("LM head backward: ") for what in moment)
+    assert sum(moment.values()) == big.kept_activation_bytes + 6 * t * 256_000 + 2 * 256_000 * h
+
+
+def test_the_allocator_reserve_at_zero_1_and_2_is_a_layers_largest_block() -> None:
     """No parameter gather churns the allocator below ZeRO-3: what it holds beyond the transient
-    peak is bounded by the blocks one layer frees (its working set), not ZeRO-3's 1.70 per
-    transient byte, which still holds at ZeRO-3."""
+    peak is the point estimate ``largest_block`` (here, with flash attention, the SwiGLU
+    intermediate ``2 x t x f``), between 0 and one layer's working set; ZeRO-3 keeps its
+    calibrated ``ALLOCATOR_RESERVE`` per transient byte."""
     for stage in (1, 2):
         result = run(f"training.zero_stage={stage}")
         step = build_step(result.config.model, result.config.training)
-        assert held(result, "hbm", RESERVE) == max(layer.working_bytes for layer in step.layers) > 0
+        low, high = zero_one_two_reserve_bounds(step)
+        assert held(result, "hbm", RESERVE) == 2 * step.tokens_per_micro_batch * result.config.model.ffn
+        assert low < held(result, "hbm", RESERVE) < high
     three = run("training.zero_stage=3", "hardware.gpus=2", "training.global_batch=2")
     parts = ("activations", "gradient of the largest", "fp32 gradient", "gathered")
     transient = sum(hbm(three, what) for what in parts)
     assert held(three, "hbm", RESERVE) == round(ALLOCATOR_RESERVE * transient) - transient
+
+
+def test_without_overlap_comm_the_copies_block_the_backward() -> None:
+    """``overlap_comm: false`` (DeepSpeed's default below ZeRO-3): one ipg bucket, and every
+    layer's boundary checks (34 B per element) and fp32 D2H on the compute stream, so the
+    backward lasts its compute plus the copies; with it they run on their own stream."""
+    off, on = run("training.zero_stage=2", "training.overlap_comm=false"), run("training.zero_stage=2")
+    step = build_step(off.config.model, off.config.training)
+    assert hbm(on, "second reduce bucket") == 2 * off.config.training.reduce_bucket_size
+    assert hbm(off, "second reduce bucket") == 0
+    moved = [t for t in tasks(off, "backward") if t.name.endswith((".grad_checks", ".fp32_grad_d2h"))]
+    assert {t.stream for t in moved} == {"gpu"}
+    assert {t.stream for t in tasks(on, "backward") if t.name.endswith(".fp32_grad_d2h")} == {"partition_grads"}
+    checks = [t for t in moved if t.name.endswith(".grad_checks")]
+    assert sum(t.size for t in checks) == 34 * sum(step.rank_partitions)
+    assert off.phases["backward"] > on.phases["backward"]
+    busy = sum(r.end - r.start for r in off.run.records if r.phase == "backward" and r.stream == "gpu")
+    assert off.phases["backward"] == pytest.approx(busy, rel=1e-6)
+
+
+def test_the_step_unscales_the_fp32_gradients_on_the_cpu_first() -> None:
+    """``unscale_and_clip_grads``: one CPU pass over the partition's fp32 gradients (4 B read,
+    4 B written per element) before the first CPU Adam."""
+    result = run("training.zero_stage=2")
+    step = build_step(result.config.model, result.config.training)
+    (unscale,) = [t for t in tasks(result, "optimizer_step") if t.name == "step.unscale"]
+    assert unscale.size == 4 * step.rank_params and unscale.stream == "cpu"  # bytes written
+    (first,) = [t for t in tasks(result, "optimizer_step") if t.name == "step.0.adam"]
+    assert unscale.name in first.deps
 
 
 @pytest.mark.parametrize(("version", "pin", "held_bytes"), [
@@ -170,3 +234,9 @@ def test_the_host_keeps_the_largest_parameters_16_bit_gradient_buffer(version: s
     host = {name: (a, h) for tier, name, a, h in result.placement_items if tier == "dram"}
     size = 2 * step.largest_tensor
     assert host["16-bit gradient buffer of the offload (host)"] == (size, held_bytes(size))
+
+
+def test_overlap_comm_false_at_zero3_is_refused_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["run", str(QUICKSTART), "--strategy", "dram", "--set", "training.overlap_comm=false"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "training.overlap_comm: false is modelled at ZeRO stage 1 and 2 only" in err

@@ -190,6 +190,11 @@ def _apply_training(training: dict[str, Any], settings: dict[str, Any], world: i
     if dtype is not None:
         training["grad_accum_dtype"] = dtype
     training["cpu_checkpointing"] = get("activation_checkpointing.cpu_checkpointing", _flag, False)
+    overlap = "zero_optimization.overlap_comm"
+    training["overlap_comm"] = get(overlap, _flag, stage >= 3)  # DeepSpeed's default: true at ZeRO-3 only
+    if stage >= 3 and not training["overlap_comm"]:
+        raise ConfigError(source, overlap, "false at ZeRO stage 3: collectives not overlapped with compute are not "
+                                           "modelled there")
     get("optimizer.type", _adam)
     betas = get("optimizer.params.betas", _betas)
     if betas is not None:
@@ -215,12 +220,6 @@ def _apply_offload(out: dict[str, Any], settings: dict[str, Any], stage: int, so
     if device == "nvme" and stage < 3:
         raise ConfigError(source, key, f"{device!r} at ZeRO stage {stage}: DeepSpeed's ZeRO-1/2 (stage_1_and_2.py) "
                                        "offloads to CPU memory whatever the device; write \"cpu\"")
-    overlap = "zero_optimization.overlap_comm"
-    if overlap in settings and not _flag(source, overlap, settings[overlap]):
-        raise ConfigError(source, overlap, "false: collectives not overlapped with compute are not modelled")
-    if device == "cpu" and 0 < stage < 3 and overlap not in settings:
-        raise ConfigError(source, overlap, "false (DeepSpeed's default below ZeRO-3): tiersim models ZeRO-1/2 "
-                                           "offload with overlap_comm true")
     if device != "none":
         pinned = _flag(source, _OFFLOAD + "pin_memory", settings.get(_OFFLOAD + "pin_memory", False))
         _section(out, "hardware", source)["pinned"] = pinned

@@ -98,8 +98,8 @@ KEYS: dict[str, Key] = {
     "zero_optimization.offload_param.max_in_cpu": _modelled("strategies.NAME.offload_param.max_in_cpu"),
     "zero_optimization.offload_param.pin_memory": _modelled("strategies.NAME.offload_param.pin_memory"),
     "zero_optimization.offload_param.nvme_path": _ignored("the path; the drives are hardware.nvme"),
-    "zero_optimization.overlap_comm": _modelled("true: collectives and copies overlap the compute (DeepSpeed's "
-                                                "default at ZeRO-3); false, or unset at ZeRO-1/2, refused"),
+    "zero_optimization.overlap_comm": _modelled("training.overlap_comm (DeepSpeed's default: true at ZeRO-3, "
+                                                "false below); false at ZeRO-3 refused"),
     "zero_optimization.contiguous_gradients": _refused("gradients not copied to a contiguous buffer", True),
     "zero_optimization.reduce_scatter": _refused("all-reduce instead of reduce-scatter", True),
     "zero_optimization.allgather_partitions": _refused("broadcasts instead of all-gather", True),

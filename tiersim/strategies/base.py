@@ -196,6 +196,11 @@ class Strategy(ABC):
         """Bytes the optimizer step allocates in HBM for a while (after the backward's are freed)."""
         return 0
 
+    def gpu_peak(self, step: TrainingStep) -> dict[str, int] | None:
+        """The tensors live at the backward's peak in HBM, where the strategy follows them
+        (None: each kind's largest, summed, by ``place_gpu_common``)."""
+        return None
+
     def plan(self, step: TrainingStep, hw: Hardware) -> Plan:
         """Place tensors, check capacity and, when everything fits, the schedule; with pipeline
         parallelism for each stage's rank (``stage_steps``), the verdict and placement those of
@@ -219,7 +224,7 @@ class Strategy(ABC):
         if hw.gpu is not None:
             fetched = prefetch_depth(step) if offload else None
             place_gpu_common(step, placement, hw.gpu, self.grads_on_gpu, self.gradient_conversion_bytes(step), fetched,
-                             self.step_transient_bytes(step))
+                             self.step_transient_bytes(step), self.gpu_peak(step))
         if missing:
             return Plan(placement, False, missing, None)
         self.place(step, hw, placement)

@@ -25,6 +25,8 @@ figure is a byte count DeepSpeed's source allocates.
 
 from __future__ import annotations
 
+from tiersim.layer_kernels import score_matrix_bytes
+from tiersim.projections import ffn_width
 from tiersim.workload import TrainingStep
 
 FIRST_STEP_RETAINED_BYTES = 4
@@ -34,7 +36,7 @@ PROCESS_HOST_BYTES = 1_180_000_000
 """Host bytes one rank's process holds beyond its tensors (calibrated: the 70B NVMe log's host
 growth per rank less the swapper's and ZeRO-3's pinned buffers)."""
 
-ALLOCATOR_RESERVE = 1.70
+ALLOCATOR_RESERVE = 1.59
 """GPU bytes the caching allocator reserves per byte of transient peak allocation (calibrated:
 the 70B logs' steady ``CA`` less the persistent partition and bucket, over the modeled
 transient peak; the same in all three runs). ZeRO-3 only: see ``allocator_reserve``."""
@@ -48,19 +50,37 @@ def allocator_reserve(step: TrainingStep, transient_bytes: int) -> int:
     activations' and on the all-gather's stream (whose freed blocks the compute stream cannot
     reuse).
 
-    ZeRO-1/2 (``stage_1_and_2.py``) has no such churn: the 16-bit parameters are one persistent
-    flat buffer, the ipg buckets are requested at the same size every backward and get the same
-    cached blocks back, and every layer requests the same sizes in the same order as the one
-    before, so PyTorch's allocator (best fit within a stream's pool, blocks rounded to 512 B,
-    segments of large requests to 2 MiB) serves each layer from the blocks the previous one
-    freed. What it cannot give back is free space stranded in segments that a longer-lived
-    block (a checkpoint, the tied embedding's gradient) was split from: at least none (exact
-    reuse), at most the blocks one layer frees in a pass, its working set. The bound's top,
-    the largest layer's ``working_bytes``, is what is held (the fit errs toward not fitting).
+    ZeRO-1/2 (``stage_1_and_2.py``): ``largest_block``, a point estimate between 0 and one
+    layer's working set (``zero_one_two_reserve_bounds``).
     """
     if step.training.zero_stage >= 3:
         return round(ALLOCATOR_RESERVE * transient_bytes) - transient_bytes
-    return max(layer.working_bytes for layer in step.layers)
+    return largest_block(step)
+
+
+def largest_block(step: TrainingStep) -> int:
+    """The ZeRO-1/2 reserve: the largest single tensor a decoder layer's recompute allocates (a
+    rank's 16-bit ``s x s`` score matrices without flash attention, or its share of the FFN's
+    ``t x f`` intermediate).
+
+    Below ZeRO-3 the 16-bit parameters are one persistent flat buffer, the ipg buckets come back
+    at the same size every backward, and every layer requests the same sizes in the same order
+    as the one before. PyTorch's allocator (best fit within a stream's pool, requests rounded to
+    512 B, large segments to 2 MiB, no ``expandable_segments`` before 2.1) serves each layer from
+    the blocks the previous one freed, merged back into their segments. One block outlives the
+    layer that made it: the gradient it hands the layer below (``2*s*b*h``), live through that
+    layer's recompute. Where it sits inside a free region the previous layer left, it splits that
+    region, and the one request that no longer fits either part gets a segment of its own: at
+    most the layer's largest tensor stays reserved beside the peak. That is the point estimate;
+    exact reuse (no such split) gives 0 and a layer's whole working set bounds it above."""
+    model, training = step.model, step.training
+    widths = {ffn_width(model, moe) / training.tensor_parallel for moe in {False, model.experts > 0}}
+    return max(int(score_matrix_bytes(model, training)), int(step.lp_bytes * step.tokens_per_micro_batch * max(widths)))
+
+
+def zero_one_two_reserve_bounds(step: TrainingStep) -> tuple[int, int]:
+    """The ZeRO-1/2 reserve's bounds (bytes): exact reuse, and one decoder layer's working set."""
+    return 0, max(layer.working_bytes for layer in step.layers[1:-1])
 
 
 def pinned(num_bytes: int) -> int:

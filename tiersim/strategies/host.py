@@ -30,7 +30,7 @@ from typing import ClassVar
 
 from tiersim.config.deepspeed_version import at_least
 from tiersim.config.hardware import Hardware
-from tiersim.strategies import zero12
+from tiersim.strategies import zero12, zero12_hbm
 from tiersim.strategies.base import ScheduleHints, Strategy
 from tiersim.strategies.builder import StepBuilder
 from tiersim.strategies.footprint import pinned
@@ -193,13 +193,15 @@ class HostOffload(Strategy):
     def step_transient_bytes(self, step: TrainingStep) -> int:
         return zero12.step_transient_bytes(step) if step.training.zero_stage < 3 else 0
 
+    def gpu_peak(self, step: TrainingStep) -> dict[str, int] | None:
+        return zero12_hbm.transient_peak(step) if step.training.zero_stage < 3 else None
+
     def offload_gradients(self, builder: StepBuilder, micro: int, index: int, layer: LayerWork,
                           ready: str) -> str | None:
         step = builder.step
         layout = self.layout(step, builder.hw)
         if step.training.zero_stage < 3:
-            zero12.offload_gradients(builder, layout, micro, index, ready)
-            return None
+            return zero12.offload_gradients(builder, layout, micro, index, ready)
         kept = gradients_to_host(builder, layout.by_layer(GRAD_PARTITIONS, step.rank_partitions,
                                                           step.grad_accum_bytes)[index], micro, index, layer, ready)
         if micro < step.micro_steps - 1:

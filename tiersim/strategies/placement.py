@@ -84,13 +84,15 @@ Unfit = Misfit | MissingDevice
 
 
 def place_gpu_common(step: TrainingStep, placement: Placement, gpu: GPUProfile, grads_on_gpu: bool,
-                     gradient_conversion: int, fetched_ahead: int | None = None, step_transient: int = 0) -> None:
+                     gradient_conversion: int, fetched_ahead: int | None = None, step_transient: int = 0,
+                     peak: dict[str, int] | None = None) -> None:
     """What every strategy keeps in HBM (per GPU): the 16-bit parameter partition (and gradients),
     ZeRO-3's contiguous reduce bucket, and at the backward peak the gathered layers, activations,
     the largest tensor's gradient before it moves into the bucket and ``gradient_conversion``
     bytes of fp32 gradient partitions on their way off the GPU. The caching allocator reserves
     ``footprint.allocator_reserve`` beyond the transient peak; the CUDA context and libraries add
-    ``gpu.reserved_memory`` beside it.
+    ``gpu.reserved_memory`` beside it. ``peak``: the tensors live at the transient peak, where a
+    strategy knows them (``zero12_hbm``), in place of that sum of each kind's largest.
 
     With the parameters offloaded (``fetched_ahead``: layers fetched ahead of the one computing,
     ``param_offload.prefetch_depth``) the partition is not in HBM; the layers in flight are (also
@@ -101,6 +103,19 @@ def place_gpu_common(step: TrainingStep, placement: Placement, gpu: GPUProfile, 
     if grads_on_gpu:
         placement.put("hbm", "bf16 gradients (partition)", step.lp_grad_bytes_on_gpu())
     placement.put("hbm", "reduce bucket", step.training.reduce_bucket_size * step.lp_bytes)
+    transient = peak if peak is not None else _transients(step, gradient_conversion, fetched_ahead)
+    for what, num_bytes in transient.items():
+        placement.put("hbm", what, num_bytes)
+    reserve = footprint.allocator_reserve(step, sum(transient.values()))
+    placement.put("hbm", "caching-allocator reserve (freed blocks kept)", 0, reserve)
+    beyond = step_transient - sum(transient.values()) - reserve
+    placement.put("hbm", "optimizer step's temporary, beyond the backward's peak", max(beyond, 0))
+    placement.put("hbm", "CUDA context and libraries", 0, gpu.reserved_memory)
+
+
+def _transients(step: TrainingStep, gradient_conversion: int, fetched_ahead: int | None) -> dict[str, int]:
+    """The largest of each kind of transient tensor in HBM (their sum is the counted peak)."""
+    offloaded = fetched_ahead is not None
     transient = {
         "activations": step.activation_peak_bytes,
         "gradient of the largest tensor": step.largest_tensor * step.lp_bytes,
@@ -113,13 +128,7 @@ def place_gpu_common(step: TrainingStep, placement: Placement, gpu: GPUProfile, 
         if offloaded and dp > 1:
             transient["fetched partitions (before their all-gather)"] = (
                 in_flight * math.ceil(step.largest_layer / dp) * step.lp_bytes)
-    for what, num_bytes in transient.items():
-        placement.put("hbm", what, num_bytes)
-    reserve = footprint.allocator_reserve(step, sum(transient.values()))
-    placement.put("hbm", "caching-allocator reserve (freed blocks kept)", 0, reserve)
-    beyond = step_transient - sum(transient.values()) - reserve
-    placement.put("hbm", "optimizer step's temporary, beyond the backward's peak", max(beyond, 0))
-    placement.put("hbm", "CUDA context and libraries", 0, gpu.reserved_memory)
+    return transient
 
 
 def largest_partition(step: TrainingStep) -> int:

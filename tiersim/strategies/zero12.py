@@ -25,10 +25,12 @@ layer; the optimizer's flat partition is stepped in ``sub_group_size`` chunks in
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable
 
 from tiersim.config.deepspeed_version import at_least
 from tiersim.config.hardware import Hardware
+from tiersim.engine import Task
 from tiersim.strategies import footprint
 from tiersim.strategies.builder import StepBuilder
 from tiersim.strategies.footprint import pinned
@@ -42,7 +44,7 @@ from tiersim.strategies.host_layout import (
     Allocation,
     HostLayout,
 )
-from tiersim.strategies.kinds import ADAM_STATE_BYTES, FP32_BYTES, adam_kind, pcie_kind
+from tiersim.strategies.kinds import ADAM_STATE_BYTES, FP32_BYTES, adam_kind, host_copy_kind, pcie_kind
 from tiersim.strategies.memory import HostMemory
 from tiersim.strategies.placement import Placement
 from tiersim.workload import StepShape, TrainingStep
@@ -95,11 +97,13 @@ def layer_memory(layout: HostLayout, step: TrainingStep) -> tuple[tuple[HostMemo
 
 
 def place_gpu(step: TrainingStep, placement: Placement) -> None:
-    """What ZeRO-1/2 adds in HBM: the second reduce bucket (``overlap_comm``'s double buffer),
+    """What ZeRO-1/2 adds in HBM: with ``overlap_comm`` the second reduce bucket (the ipg
+    buffers are ``reduce_bucket_size`` elements each from 0.4; v0.3's were 4.5 times that),
     the 16-bit gradient buffer of the offload (the largest parameter) and, under ZeRO-1, the
     whole model's 16-bit gradients kept until the boundary."""
     lp = step.lp_bytes
-    placement.put("hbm", "second reduce bucket (overlap_comm)", step.training.reduce_bucket_size * lp)
+    if step.training.overlap_comm:
+        placement.put("hbm", "second reduce bucket (overlap_comm)", step.training.reduce_bucket_size * lp)
     placement.put("hbm", "16-bit gradient buffer of the offload", step.largest_tensor * lp)
     if step.training.zero_stage < 2:
         placement.put("hbm", "16-bit gradients (ZeRO-1: whole, until the boundary)", step.shard_params * lp)
@@ -110,38 +114,54 @@ def step_transient_bytes(step: TrainingStep) -> int:
     return FP32_BYTES * step.rank_params if fp32_h2d(step) else 0
 
 
-def offload_gradients(builder: StepBuilder, layout: HostLayout, micro: int, index: int, ready: str) -> None:
-    """One layer's gradient copies of ``copy_grads_in_partition`` on ``PARTITION_STREAM``, none
-    of which the host waits for (ZeRO-1 copies only at the boundary)."""
+GRAD_CHECK_BYTES = 34
+"""HBM bytes per gradient element of the boundary's checks in ``copy_grads_in_partition``
+(v0.3.0 and v0.10 alike), before its fp32 copy leaves: ``grad.double().norm(2)`` reads 2 B,
+writes 8 and reads them (18); the overflow check ``float(x.float().sum())`` reads 2, writes 4
+and reads them (10); the conversion for the D2H reads 2 and writes 4 (6)."""
+
+
+def offload_gradients(builder: StepBuilder, layout: HostLayout, micro: int, index: int, ready: str) -> str | None:
+    """One layer's gradient work of ``copy_grads_in_partition`` (ZeRO-1 only at the boundary):
+    with accumulation its 16-bit copy D2H (first micro-step) or H2D; at the boundary the checks
+    (``GRAD_CHECK_BYTES``, on the GPU) and the fp32 D2H. With ``overlap_comm`` they run on the
+    reduction stream (``PARTITION_STREAM``) and nothing waits for them; without it, on the
+    compute stream, in order with the backward's kernels, and the host waits for them (the
+    overflow check's ``float()`` synchronizes): the last is returned, what the next layer
+    waits for."""
     step = builder.step
     last = micro == step.micro_steps - 1
     if step.training.zero_stage < 2 and not last:
-        return
+        return None
     numel, prefix = step.rank_partitions[index], f"m{micro}.bwd.{index}"
     accumulated, fp32 = (where[index] for where in layer_memory(layout, step))
+    stream = PARTITION_STREAM if step.training.overlap_comm else "gpu"
     after = ready
     if step.micro_steps > 1:
         direction = "d2h" if micro == 0 and step.training.zero_stage >= 2 else "h2d"
-        kind = pcie_kind(builder, direction, "backward", accumulated, stream=PARTITION_STREAM)
-        after = builder.add(kind.task(f"{prefix}.grad_{direction}", numel * step.lp_bytes, (ready,)))
+        kind = pcie_kind(builder, direction, "backward", accumulated, stream=stream)
+        after = builder.add(kind.task(f"{prefix}.grad_{direction}", numel * step.lp_bytes, (after,)))
     if last:
-        kind = pcie_kind(builder, "d2h", "backward", fp32, stream=PARTITION_STREAM)
-        builder.add(kind.task(f"{prefix}.fp32_grad_d2h", numel * FP32_BYTES, (after,)))
+        checks = Task(f"{prefix}.grad_checks", stream, "backward", "grad_checks", 0.0, numel * GRAD_CHECK_BYTES,
+                      (("hbm", 1.0),), math.inf, (after,))
+        kind = pcie_kind(builder, "d2h", "backward", fp32, stream=stream)
+        after = builder.add(kind.task(f"{prefix}.fp32_grad_d2h", numel * FP32_BYTES, (builder.add(checks),)))
+    return None if step.training.overlap_comm or after == ready else after
 
 
 def offload_task_count(shape: StepShape) -> int:
     """Tasks ``offload_gradients`` makes over a step."""
     accumulating = shape.micro_steps > 1
     copies = (shape.micro_steps if shape.zero_stage >= 2 else 1) if accumulating else 0
-    return shape.layers * (copies + 1)
+    return shape.layers * (copies + 2)
 
 
 def step_task_count(shape: StepShape, hw: Hardware) -> int:
-    """Tasks ``optimizer_step`` makes: CPU Adam and the copy back (one task from 0.14.1, a
+    """Tasks ``optimizer_step`` makes: the unscale, CPU Adam and the copy back (one task from 0.14.1, a
     conversion and a copy before) per chunk, and the all-gather."""
     fp32_copy = at_least(shape.deepspeed_version, FP32_H2D_FROM)
     per_chunk = 1 + ((1 if fp32_copy else 2) if hw.has_gpu else 0)
-    return shape.subgroups * per_chunk + (1 if hw.has_gpu and shape.data_parallel > 1 else 0)
+    return 1 + shape.subgroups * per_chunk + (1 if hw.has_gpu and shape.data_parallel > 1 else 0)
 
 
 def chunk_memory(layout: HostLayout, start: int, numel: int) -> tuple[HostMemory, HostMemory, HostMemory]:
@@ -155,10 +175,20 @@ def chunk_memory(layout: HostLayout, start: int, numel: int) -> tuple[HostMemory
     return reads, params.blend(((state, ADAM_STATE_BYTES),), FP32_BYTES), params
 
 
+def unscale(builder: StepBuilder, layout: HostLayout, begin: str) -> str:
+    """``unscale_and_clip_grads`` before CPU Adam (v0.3.0 and v0.10 alike): ``grad.mul_(1 /
+    combined_scale)`` over the rank's fp32 gradient partition in host memory, a torch CPU op on
+    the rank's cores reading and writing 4 B per element."""
+    step = builder.step
+    grads = layout.memory(FP32_GRADS, 0, FP32_BYTES * step.rank_params)
+    kind = host_copy_kind(builder, "optimizer_step", "unscale", grads, FP32_BYTES, FP32_BYTES, builder.hw.rank_cores)
+    return builder.add(kind.task("step.unscale", step.rank_params, (begin,)))
+
+
 def optimizer_step(builder: StepBuilder, layout: HostLayout, begin: str) -> None:
-    """Each chunk: CPU Adam, then its 16-bit parameters back on the GPU (the host waits);
-    then the 16-bit parameters all-gathered over the ranks. Each access is costed where its
-    bytes are."""
+    """The gradient partition unscaled (``unscale``), then each chunk: CPU Adam, then its
+    16-bit parameters back on the GPU (the host waits); then the 16-bit parameters
+    all-gathered over the ranks. Each access is costed where its bytes are."""
     step = builder.step
     starts = [0]
     for size in step.subgroup_sizes[:-1]:
@@ -167,7 +197,7 @@ def optimizer_step(builder: StepBuilder, layout: HostLayout, begin: str) -> None
     keys: tuple[Hashable, ...] = tuple((i == 0, size) for i, size in enumerate(step.subgroup_sizes))
     if layout.uniform is None:
         keys = tuple((key, where[i]) for i, key in enumerate(keys))
-    done = begin
+    done = unscale(builder, layout, begin)
     for i in builder.loop(keys):
         group, (reads, writes, params) = step.subgroups[i], where[i]
         done = builder.add(adam_kind(builder, reads, writes).task(f"step.{group.index}.adam", group.numel, (done,)))
