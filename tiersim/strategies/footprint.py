@@ -80,7 +80,7 @@ def largest_block(step: TrainingStep) -> int:
 
 def zero_one_two_reserve_bounds(step: TrainingStep) -> tuple[int, int]:
     """The ZeRO-1/2 reserve's bounds (bytes): exact reuse, and one decoder layer's working set."""
-    return 0, max(layer.working_bytes for layer in step.layers[1:-1])
+    return 0, max((layer.working_bytes for layer in step.layers if layer.name.startswith("layer.")), default=0)
 
 
 def pinned(num_bytes: int) -> int:

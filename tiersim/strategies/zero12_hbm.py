@@ -23,16 +23,27 @@ from __future__ import annotations
 
 from tiersim.layer_kernels import vocab_share
 from tiersim.strategies.kinds import FP32_BYTES
-from tiersim.workload import TrainingStep
+from tiersim.workload import LayerWork, TrainingStep
 
 NORM_COPY_BYTES = 8
 """Bytes per element of the fp64 copy ``set_norm_for_param_grad_in_gpu`` makes of a gradient."""
 
 
+def _decoder(step: TrainingStep) -> list[LayerWork]:
+    """The step's decoder layers (a pipeline stage's own)."""
+    return [layer for layer in step.layers if layer.name.startswith("layer.")]
+
+
+def _embedding(step: TrainingStep) -> LayerWork | None:
+    """The step's embedding (None on a pipeline stage without it)."""
+    return next((layer for layer in step.layers if layer.name == "embedding"), None)
+
+
 def _layer_moment(step: TrainingStep) -> dict[str, int]:
     """A decoder layer's backward (the largest layer's)."""
-    lp = step.lp_bytes
-    decoder = step.layers[1:-1]
+    lp, decoder = step.lp_bytes, _decoder(step)
+    if not decoder:
+        return {}
     largest = max(max(layer.tensors) for layer in decoder)
     moment = {
         "activations kept on the GPU (the checkpoints)": step.kept_activation_bytes,
@@ -42,14 +53,16 @@ def _layer_moment(step: TrainingStep) -> dict[str, int]:
         "16-bit gradient of the largest layer tensor (before the bucket)": largest * lp,
         "its fp64 copy for the gradient norm (boundary)": largest * NORM_COPY_BYTES,
     }
-    if step.model.tied_embeddings:
+    if step.model.tied_embeddings and step.last_stage and _embedding(step) is not None:
         held = "tied embedding's gradient from the LM head (held to the end)"
         moment[held] = vocab_share(step.model, step.training.tensor_parallel) * step.model.hidden * lp
     return moment
 
 
 def _head_moment(step: TrainingStep) -> dict[str, int]:
-    """The LM head's backward."""
+    """The LM head's backward (none on a pipeline stage without it)."""
+    if not step.last_stage:
+        return {}
     lp, rows = step.lp_bytes, vocab_share(step.model, step.training.tensor_parallel)
     logits = step.tokens_per_micro_batch * rows
     return {
@@ -61,10 +74,13 @@ def _head_moment(step: TrainingStep) -> dict[str, int]:
 
 
 def _embedding_moment(step: TrainingStep) -> dict[str, int]:
-    """The embedding's gradient, reduced last, and its fp64 copy for the norm."""
-    numel = step.layers[0].params
-    return {"embedding's 16-bit gradient": numel * step.lp_bytes,
-            "its fp64 copy for the gradient norm (boundary)": numel * NORM_COPY_BYTES}
+    """The embedding's gradient, reduced last, and its fp64 copy for the norm (none on a
+    pipeline stage without it)."""
+    embedding = _embedding(step)
+    if embedding is None:
+        return {}
+    return {"embedding's 16-bit gradient": embedding.params * step.lp_bytes,
+            "its fp64 copy for the gradient norm (boundary)": embedding.params * NORM_COPY_BYTES}
 
 
 def transient_peak(step: TrainingStep) -> dict[str, int]:
