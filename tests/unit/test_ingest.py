@@ -197,7 +197,8 @@ def test_polaris_log_reads_separators_fork_iteration_lines_and_megatron_ffn() ->
     assert (training["zero_stage"], training["reduce_bucket_size"], training["global_batch"]) == (3, 500_000_000, 16)
     assert training["data_parallel"] == 4 and training["deepspeed_version"] == "0.13.3+8074cd62"
     assert training["flash_attention"] is False and scenario["strategies"] == ["dram"]
-    assert hardware == {"host": "unknown", "gpus": 4, "numa_bound": False, "sockets": "unknown", "adam_simd": "avx2"}
+    assert hardware == {"host": "unknown", "nodes": 1, "gpus": 4, "numa_bound": False, "sockets": "unknown",
+                        "adam_simd": "avx2"}
 
 
 def test_nvme_node_log() -> None:

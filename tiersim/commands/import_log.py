@@ -14,6 +14,7 @@ import json
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -69,12 +70,21 @@ def import_log_command(args: argparse.Namespace) -> int:
 
 
 def _summary(scenario: ScenarioDocument) -> str:
-    model, training = scenario.data["model"], scenario.data["training"]
+    model, training, hardware = scenario.data["model"], scenario.data["training"], scenario.data["hardware"]
     name = scenario.strategy_names()[0]
+    experts = f", {model['experts']} experts (top {model['experts_per_token']})" if model.get("experts") else ""
     return (f"model: {model['layers']} layers, hidden {model['hidden']}, {model['heads']} heads "
-            f"({model['kv_heads']} KV), FFN {model['ffn']}, vocab {model['vocab']}; training: seq "
+            f"({model['kv_heads']} KV), FFN {model['ffn']}, vocab {model['vocab']}{experts}; training: seq "
             f"{training['seq_len']}, micro-batch {training['micro_batch']}, global batch {training['global_batch']}, "
-            f"{training['data_parallel']} ranks, ZeRO-{training['zero_stage']}; strategy: {name}")
+            f"ZeRO-{training['zero_stage']}; ranks: {hardware['nodes']} node(s) x {hardware['gpus']} GPUs, "
+            f"{_layout(training)}; strategy: {name}")
+
+
+def _layout(training: dict[str, Any]) -> str:
+    """``TP 2, PP 1, DP 4`` (and ``EP``, where above 1)."""
+    degrees = [("TP", "tensor_parallel"), ("PP", "pipeline_parallel"), ("DP", "data_parallel"),
+               ("EP", "expert_parallel")]
+    return ", ".join(f"{label} {training[key]}" for label, key in degrees if key in training)
 
 
 def _phase_table(table: object) -> str:

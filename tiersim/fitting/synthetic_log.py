@@ -1,7 +1,8 @@
 """Write a simulated run as a Megatron-DeepSpeed training log, in the format ``read_log`` reads.
 
-The log carries what a real one does for that reader: the launcher command (model shape and
-training arguments, ``--use-flash-attn``), DeepSpeed's version and CPU Adam's SIMD width, one
+The log carries what a real one does for that reader: the launcher command (its world info:
+``hardware.nodes`` hosts of ``hardware.gpus`` GPUs; model shape, training arguments and parallel
+layout, ``--use-flash-attn``), Megatron's ``using world size`` line, DeepSpeed's version and CPU Adam's SIMD width, one
 numactl binding per rank (``-m`` for DRAM and NVMe runs, ``-w`` over the socket's DRAM node and
 its CXL nodes for ``cxl``, no numactl for unbound ranks), DeepSpeed's printed ``aio_config``,
 ``zero_config`` and user JSON, and per iteration the rank-0 phase timers (plus the swapper's
@@ -18,6 +19,7 @@ from tiersim.config.scenario import RunConfig
 from tiersim.fitting.predicted import predicted_quantities
 from tiersim.ingest.log_scenario import TIMER_PREFIX
 from tiersim.ingest.training_log import TIMER_PHASES
+from tiersim.ingest.world_info import encode_world_info
 from tiersim.results import Result
 
 _STAMP = "[2026-01-01 00:00:00,000] [INFO]"
@@ -30,10 +32,13 @@ def write_log(result: Result, path: str | Path, iterations: int = 5) -> Path:
     quantities = predicted_quantities(result)
     if not quantities:
         raise ValueError(f"cannot write a log of a run that does not fit: {result.reason}")
-    lines = [f"{_STAMP} [runner.py:607:main] cmd = python -u -m deepspeed.launcher.launch --bind_cores_to_rank "
-             f"pretrain_gpt.py {_arguments(config)}"]
+    hosts = {f"node{n}": tuple(range(config.hardware.gpus)) for n in range(config.hardware.nodes)}
+    lines = [f"{_STAMP} [runner.py:607:main] cmd = python -u -m deepspeed.launcher.launch "
+             f"--world_info={encode_world_info(hosts)} --bind_cores_to_rank pretrain_gpt.py {_arguments(config)}",
+             f"{_STAMP} [launch.py:146:main] WORLD INFO DICT: { {h: list(g) for h, g in hosts.items()} }"]
     lines += [f"{_STAMP} [launch.py:256:main] process {1000 + r} spawned with command: {binding}"
               for r, binding in enumerate(_bindings(config))]
+    lines.append(_parallel_sizes(config))
     lines.append(f"deepspeed info ................... {config.training.deepspeed_version}, unknown, unknown")
     if config.hardware.adam_simd is not None:
         simd = {"avx512": "AVX512", "avx2": "AVX2"}.get(config.hardware.adam_simd, "scalar")
@@ -64,7 +69,10 @@ def _arguments(config: RunConfig) -> str:
             f"--micro-batch-size {training.micro_batch}", f"--global-batch-size {training.global_batch}",
             f"--adam-beta1 {training.adam_beta1}", f"--adam-beta2 {training.adam_beta2}",
             f"--normalization {model.norm}", f"--{training.precision}", "--deepspeed",
-            f"--zero-stage={training.zero_stage}"]
+            f"--zero-stage={training.zero_stage}", f"--tensor-model-parallel-size {training.tensor_parallel}",
+            f"--pipeline-model-parallel-size {training.pipeline_parallel}"]
+    if training.sequence_parallel:
+        args.append("--sequence-parallel")
     if model.activation == "swiglu":
         args.append("--swiglu")
     if not model.bias:
@@ -76,6 +84,14 @@ def _arguments(config: RunConfig) -> str:
     if training.flash_attention:
         args.append("--use-flash-attn")
     return " ".join(args)
+
+
+def _parallel_sizes(config: RunConfig) -> str:
+    """Megatron's ``using world size: ...`` line."""
+    training, hw = config.training, config.hardware
+    return (f"using world size: {hw.nodes * hw.gpus}, data-parallel-size: {training.data_parallel}, sequence-parallel "
+            f"size: 1, tensor-model-parallel size: {training.tensor_parallel}, pipeline-model-parallel size: "
+            f"{training.pipeline_parallel} ")
 
 
 def _bindings(config: RunConfig) -> list[list[str]]:
@@ -120,6 +136,7 @@ def _engine_configuration(config: RunConfig) -> list[str]:
     if training.grad_accum_dtype is not None:
         user["data_types"] = {"grad_accum_dtype": training.grad_accum_dtype}
     printed = [f"{_STAMP} [config.py:1003:print]   aio_config ................... {aio}",
+               f"{_STAMP} [config.py:1003:print]   world_size ................... {training.data_parallel}",
                f"{_STAMP} [config.py:1003:print]   zero_config .................. {zero}",
                f"{_STAMP} [config.py:989:print_user_config]   json = {{"]
     body = json.dumps(user, indent=4).splitlines()[1:]

@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 
 _SPLICED = "(a header spliced onto another run's iterations?)"
 _SHARED_ARGUMENTS = ("num_layers", "hidden_size", "num_attention_heads", "seq_length", "micro_batch_size",
-                     "global_batch_size", "ffn_hidden_size", "num_key_value_heads")
+                     "global_batch_size", "ffn_hidden_size", "num_key_value_heads", "tensor_model_parallel_size",
+                     "pipeline_model_parallel_size", "moe_expert_parallel_size", "topk", "expert_interval")
 """Arguments both the launcher's command and Megatron's own print give."""
 _ENGINE = {"train_batch_size": "global_batch_size", "train_micro_batch_size_per_gpu": "micro_batch_size"}
 """DeepSpeed's engine print -> the Megatron argument it must equal."""

@@ -1,8 +1,9 @@
 """A training log -> a tiersim scenario (what ran) and a measured table (how long it took).
 
 The scenario takes the model shape and training arguments from the launcher command, the ZeRO
-and offload settings from DeepSpeed's printed configuration, the ranks and their memory policy
-from the numactl bindings (a policy over several nodes: the socket's DRAM node, then its CXL
+and offload settings from DeepSpeed's printed configuration, the nodes, GPUs and parallel layout
+from the launcher's world info and Megatron's arguments (``log_layout.py``), the ranks' memory
+policy from the numactl bindings (a policy over several nodes: the socket's DRAM node, then its CXL
 nodes; ``RankBinding.expanders``). What a log cannot say (the device models, the weights of a weighted
 interleave, which live in sysfs) is written as ``unknown``: validating it names the field, and a
 profile, ``--set`` or a ``tiersim fit`` system file fills it in.
@@ -19,6 +20,7 @@ from tiersim.config.document import ScenarioDocument
 from tiersim.config.ds_config import NVME_OPTIONS, PARAM_OFFLOAD_DEFAULTS
 from tiersim.config.schema import UNKNOWN
 from tiersim.errors import ConfigError
+from tiersim.ingest.log_layout import Layout, log_layout, moe_fields
 from tiersim.ingest.printed_values import boolean, number, whole
 from tiersim.ingest.training_log import TIMER_PHASES, MemorySample, TrainingLog
 
@@ -34,17 +36,14 @@ def log_document(log: TrainingLog) -> ScenarioDocument:
     """The scenario the log describes (``unknown`` where it cannot say), its values blamed on
     the log."""
     source = log.path
-    args = log.args
-    ranks = len(log.bindings) or _integer(log.engine, "world_size", source, _integer(args, "world_size", source, 1))
-    parallel = _integer(args, "tensor_model_parallel_size", source, 1) * _integer(
-        args, "pipeline_model_parallel_size", source, 1)
+    layout = log_layout(log)
     return ScenarioDocument({
         "name": Path(source).stem,
         "description": f"imported by tiersim import-log from {Path(source).name}",
         "seed": 0,
         "model": _model(log),
-        "training": _training(log, ranks // parallel),
-        "hardware": _hardware(log, ranks),
+        "training": _training(log, layout),
+        "hardware": _hardware(log, layout),
         "strategies": [_strategy(log)],
     }, source)
 
@@ -66,6 +65,7 @@ def _model(log: TrainingLog) -> dict[str, Any]:
         "norm": "rmsnorm" if args.get("normalization") == "rmsnorm" else "layernorm",
         "bias": not args.get("disable_bias_linear", False),
         "tied_embeddings": not args.get("untie_embeddings_and_output_weights", False),
+        **moe_fields(log),
     }
 
 
@@ -92,14 +92,14 @@ FLASH_ATTENTION_FLAGS = ("use_flash_attn", "use_flash_attn_v1", "use_flash_attn_
 """Megatron-DeepSpeed's flash-attention switches (``--use-flash-attn`` and its variants)."""
 
 
-def _training(log: TrainingLog, data_parallel: int) -> dict[str, Any]:
+def _training(log: TrainingLog, layout: Layout) -> dict[str, Any]:
     source, args, zero = log.path, log.args, log.zero_config
     micro = _integer(args, "micro_batch_size", source)
     training: dict[str, Any] = {
         "seq_len": _integer(args, "seq_length", source),
         "micro_batch": micro,
-        "global_batch": _integer(args, "global_batch_size", source, micro * data_parallel),
-        "data_parallel": data_parallel,
+        "global_batch": _integer(args, "global_batch_size", source, micro * layout.data_parallel),
+        **layout.training(),
         "precision": "fp16" if args.get("fp16") else "bf16",
         "activation_checkpointing": bool(args.get("checkpoint_activations") or args.get("recompute_granularity")),
         "zero_stage": _integer(zero, "stage", source, least=0),
@@ -118,12 +118,12 @@ def _training(log: TrainingLog, data_parallel: int) -> dict[str, Any]:
     return training
 
 
-def _hardware(log: TrainingLog, ranks: int) -> dict[str, Any]:
-    """Ranks; whether numactl bound each to its cores and socket memory; sockets (the DRAM nodes
+def _hardware(log: TrainingLog, layout: Layout) -> dict[str, Any]:
+    """Nodes and GPUs of each; whether numactl bound each to its cores and socket memory; sockets (the DRAM nodes
     ranks bind or interleave from, ``unknown`` where the log does not tell: no numactl, ``all``);
     the logical CPUs each rank is bound to (``Hardware.rank_cores`` counts the physical cores under them);
     CXL nodes; the SIMD width of CPU Adam."""
-    hardware: dict[str, Any] = {"host": UNKNOWN, "gpus": ranks, **_binding(log)}
+    hardware: dict[str, Any] = {"host": UNKNOWN, "nodes": layout.nodes, "gpus": layout.gpus, **_binding(log)}
     cxl = _cxl_count(log)
     if cxl is not None:
         hardware["cxl"] = {"count": cxl}

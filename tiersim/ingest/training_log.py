@@ -1,8 +1,13 @@
 """Read a Megatron-DeepSpeed training log: what ran, on what binding, and how long each part took.
 
 A log holds (DeepSpeed 0.10 to 0.16, Megatron-DeepSpeed and its forks):
-- the launcher's ``cmd = ... pretrain_gpt.py ARGS`` line: model shape and training arguments;
+- the launcher's ``cmd = ... pretrain_gpt.py ARGS`` line: model shape and training arguments,
+  and before the script the launcher's own options, its ``--world_info`` among them;
+- the hosts and GPUs of the job (``WORLD INFO DICT: {...}``, ``world_info.py``; with more than
+  one host, each line of a node's may start ``host: ``, as pdsh prints it);
 - one ``spawned with command: [...]`` line per rank, under ``numactl`` or not (``numactl.py``);
+- Megatron's ``using world size: 8, data-parallel-size: 2, ..., tensor-model-parallel size: 2,
+  pipeline-model-parallel size: 2`` line;
 - DeepSpeed's version (``deepspeed info ... 0.13.3+8074cd62``, ``DeepSpeed info: version=...``)
   and the SIMD width its CPU Adam was built for (``created with AVX2 arithmetic capability``);
 - Megatron's print of its arguments, its defaults filled in (``ffn_hidden_size ... 13632``);
@@ -36,6 +41,7 @@ from tiersim.errors import ConfigError
 from tiersim.ingest.agreement import check_agreement
 from tiersim.ingest.numactl import RankBinding, parse_binding
 from tiersim.ingest.printed_values import duration, model_fields, number
+from tiersim.ingest.world_info import Hosts, agree, decode_world_info, pdsh_prefixes, printed_world_info
 
 __all__ = ["GIB", "TIMER_PHASES", "MemorySample", "RankBinding", "TrainingLog", "read_log"]
 
@@ -99,6 +105,13 @@ class TrainingLog:
     progress: list[dict[str, float]] = field(default_factory=list)
     """Per iteration line: its ``PROGRESS`` counters, and ``iteration``/``iterations`` from
     ``iteration N/ M`` when the line has it."""
+    launcher: dict[str, str | bool] = field(default_factory=dict)
+    """The launcher's own options on the ``cmd =`` line (before the training script)."""
+    hosts: Hosts | None = None
+    """The launcher's world info: host -> GPU ids (None: the log has none)."""
+    parallel_sizes: dict[str, int] = field(default_factory=dict)
+    """Megatron's ``using world size: ...`` line: ``world size``, ``data parallel size``,
+    ``tensor model parallel size``, ... ({} when not printed)."""
 
 
 def read_log(path: str | Path) -> TrainingLog:
@@ -122,6 +135,12 @@ class _Reader:
         self.started = started
         """Whether the model is built (timers before it are initialisation, and skipped)."""
         self.command: str | None = None
+        self.launcher: dict[str, str | bool] = {}
+        self.args: dict[str, str | bool] = {}
+        self.hosts: Hosts | None = None
+        self.prefixes: tuple[str, ...] = ()
+        self.world_text = ""
+        self.parallel_sizes: dict[str, int] = {}
         self.spawned: list[str] = []
         self.fields: dict[str, str] = {}
         self.printed_args: dict[str, str] = {}
@@ -143,9 +162,12 @@ class _Reader:
             ("print_user_config]", self._user_config_start), ("spawned with command:", self._spawned),
             ("] cmd = ", self._command), ("padded vocab", self._vocab), ("eepSpeed info", self._version),
             ("eepspeed info", self._version), ("arithmetic capability", self._simd),
-            ("-- arguments --", self._arguments_start))
+            ("-- arguments --", self._arguments_start), ("WORLD INFO DICT:", self._world_info),
+            ("using world size:", self._parallel_sizes))
 
     def feed(self, line: str) -> None:
+        if self.prefixes and line.startswith(self.prefixes):
+            line = line.split(": ", 1)[1]
         if self.json_block is not None:
             self._json_line(line)
             return
@@ -164,16 +186,18 @@ class _Reader:
         source = self.source
         if self.json_block is not None:
             raise ConfigError(source, "DeepSpeed user config", "truncated 'json = {' block")
-        args = _launcher_args(self.command, source)
+        if self.command is None:
+            raise ConfigError(source, "launcher command", "missing: no DeepSpeed launcher 'cmd = ...' line")
         bindings = [_binding(listing, source, rank) for rank, listing in enumerate(self.spawned)]
         if "zero_config" not in self.fields:
             raise ConfigError(source, "DeepSpeed configuration", "missing: the log has no printed zero_config "
                               "(is it a DeepSpeed training log, with the engine configuration printed?)")
         zero = model_fields(self.fields["zero_config"], source, "zero_config")
         aio = _literal(self.fields.get("aio_config", "{}"), source, "aio_config")
-        log = TrainingLog(source, args, bindings, zero, aio, self.user_config, self.vocab, self.iterations,
+        log = TrainingLog(source, self.args, bindings, zero, aio, self.user_config, self.vocab, self.iterations,
                           self.memory, _one(self.versions, source, "DeepSpeed version"),
-                          _one(self.simd, source, "CPU Adam SIMD"), self.printed_args, self.fields, self.progress)
+                          _one(self.simd, source, "CPU Adam SIMD"), self.printed_args, self.fields, self.progress,
+                          self.launcher, self.hosts, self.parallel_sizes)
         if log.deepspeed_version is not None:
             check_version(log.deepspeed_version, source, "DeepSpeed version")
         if not log.iterations:
@@ -187,8 +211,32 @@ class _Reader:
         return log
 
     def _command(self, line: str) -> None:
+        """The runner's command: the launcher's options (its world info) and the script's arguments."""
         if self.command is None:
             self.command = line.split("] cmd = ", 1)[1]
+            self.launcher, self.args = _launcher_args(self.command, self.source)
+            encoded = self.launcher.get("world_info")
+            if isinstance(encoded, str) and encoded != "None":
+                self._hosts(decode_world_info(encoded, self.source))
+
+    def _world_info(self, line: str) -> None:
+        """``WORLD INFO DICT: {...}``, read once however many nodes print it."""
+        text = line.split("WORLD INFO DICT:", 1)[1]
+        if text != self.world_text:
+            self.world_text = text
+            self._hosts(printed_world_info(text, self.source))
+
+    def _hosts(self, hosts: Hosts) -> None:
+        self.hosts = agree(self.hosts, hosts, self.source)
+        self.prefixes = pdsh_prefixes(hosts)
+
+    def _parallel_sizes(self, line: str) -> None:
+        """``using world size: 4, data-parallel-size: 4, ...``: each size by its name, dashes as spaces
+        (a value that is not a whole number, a fork's ``None``, is left out)."""
+        for item in ("world size:" + line.split("using world size:", 1)[1]).split(","):
+            name, _, value = item.partition(":")
+            if value.strip().isdigit():
+                self.parallel_sizes[name.strip().replace("-", " ")] = int(value)
 
     def _spawned(self, line: str) -> None:
         self.spawned.append(line.split("spawned with command:", 1)[1].strip())
@@ -316,10 +364,9 @@ def _one(seen: dict[str, None], source: str, what: str) -> str | None:
     return next(iter(seen), None)
 
 
-def _launcher_args(command: str | None, source: str) -> dict[str, str | bool]:
-    """Megatron's arguments on the launcher's ``cmd =`` line (after the training script)."""
-    if command is None:
-        raise ConfigError(source, "launcher command", "missing: no DeepSpeed launcher 'cmd = ...' line")
+def _launcher_args(command: str, source: str) -> tuple[dict[str, str | bool], dict[str, str | bool]]:
+    """The launcher's options and Megatron's arguments on the ``cmd =`` line (before and after
+    the training script)."""
     try:
         words = shlex.split(command)
     except ValueError as exc:
@@ -328,26 +375,22 @@ def _launcher_args(command: str | None, source: str) -> dict[str, str | bool]:
     start = next((i for i, w in enumerate(words) if w.endswith(".py")), None)
     if start is None:
         raise ConfigError(source, "launcher command", "missing the training script in 'cmd ='")
-    return _flags(words[start + 1:])
+    return _flags(words[:start]), _flags(words[start + 1:])
 
 
 def _flags(words: list[str]) -> dict[str, str | bool]:
-    """``--name value`` and bare ``--flag`` words as a mapping (dashes turned to underscores)."""
+    """``--name value`` and bare ``--flag`` words as a mapping (dashes turned to underscores); a
+    flag of several values (Megatron's ``--num-experts 8 8``) keeps them, space-separated."""
     flags: dict[str, str | bool] = {}
-    i = 0
-    while i < len(words):
-        word = words[i]
+    key: str | None = None
+    for word in words:
         if word.startswith("--"):
             name, eq, value = word[2:].partition("=")
             key = name.replace("-", "_")
-            if eq:
-                flags[key] = value
-            elif i + 1 < len(words) and not words[i + 1].startswith("--"):
-                flags[key] = words[i + 1]
-                i += 1
-            else:
-                flags[key] = True
-        i += 1
+            flags[key] = value if eq else True
+            key = None if eq else key
+        elif key is not None:
+            flags[key] = word if flags[key] is True else f"{flags[key]} {word}"
     return flags
 
 
