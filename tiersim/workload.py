@@ -184,6 +184,10 @@ class TrainingSpec:
                                                 "(Megatron --tensor-model-parallel-size)")
     pipeline_parallel: int = integer(1, gt=0, doc="pipeline stages the layers are split over (Megatron "
                                                   "--pipeline-model-parallel-size)")
+    virtual_pipeline: int = integer(1, gt=0, doc="model chunks each pipeline stage holds and interleaves (Megatron "
+                                                 "--num-virtual-stages-per-pipeline-rank, or model.layers / "
+                                                 "(pipeline_parallel x --num-layers-per-virtual-pipeline-stage)); "
+                                                 "1: no interleaving")
     sequence_parallel: bool = False
     """Megatron's sequence parallelism (``--sequence-parallel``): with ``tensor_parallel`` > 1 the
     norms' and dropouts' activations are split over the tensor-parallel ranks too."""
@@ -340,8 +344,19 @@ class TrainingStep:
     def in_flight(self) -> int:
         """Micro-batches whose checkpoints the stage holds at once: 1F1B's stage ``s`` of ``p``
         keeps ``min(p - s, micro_steps)`` (DeepSpeed ``TrainSchedule.num_pipe_buffers``);
-        without pipeline parallelism, one."""
-        return min(self.training.pipeline_parallel - self.stage, self.micro_steps)
+        interleaved over ``v`` model chunks, each a chunk's, Megatron's warm-up forwards and
+        one, ``min(2 (p - s - 1) + (v - 1) p + 1, v x micro_steps)``; without pipeline
+        parallelism, one."""
+        stages, chunks = self.training.pipeline_parallel, self.training.virtual_pipeline
+        if chunks == 1:
+            return min(stages - self.stage, self.micro_steps)
+        return min(2 * (stages - self.stage - 1) + (chunks - 1) * stages + 1, chunks * self.micro_steps)
+
+    def in_flight_bytes(self, per_micro_batch: int) -> int:
+        """Bytes held of the stage's ``per_micro_batch`` bytes (its checkpoints of one micro-batch)
+        for the micro-batches (or interleaved chunks, each ``1 / virtual_pipeline`` of them) in
+        flight (``in_flight``)."""
+        return self.in_flight * per_micro_batch // self.training.virtual_pipeline
 
     @functools.cached_property
     def layer_shapes(self) -> tuple[int, ...]:
@@ -415,11 +430,11 @@ class TrainingStep:
     @functools.cached_property
     def kept_activation_bytes(self) -> int:
         """Activation bytes the layers keep on one GPU at the start of the backward: every
-        checkpoint, for each micro-batch in flight (``in_flight``), or with ``cpu_checkpointing``
-        only the one being recomputed."""
-        kept = self.in_flight * sum(layer.activation_bytes for layer in self.layers)
+        checkpoint, for each micro-batch in flight (``in_flight_bytes``), or with
+        ``cpu_checkpointing`` only the one being recomputed."""
+        kept = self.in_flight_bytes(sum(layer.activation_bytes for layer in self.layers))
         if self.training.cpu_checkpointing:  # on the host but the one being recomputed
-            kept += max(self.host_checkpoint_sizes, default=0) - self.in_flight * sum(self.host_checkpoint_sizes)
+            kept += max(self.host_checkpoint_sizes, default=0) - self.in_flight_bytes(sum(self.host_checkpoint_sizes))
         return kept
 
     @functools.cached_property
@@ -768,23 +783,45 @@ def build_step(model: ModelSpec, training: TrainingSpec) -> TrainingStep:
 
 
 def check_stages(model: ModelSpec, training: TrainingSpec, source: str) -> None:
-    """The decoder layers must split evenly over the pipeline stages (Megatron's
-    ``--pipeline-model-parallel-size`` asserts ``num_layers`` a multiple of it)."""
-    stages = training.pipeline_parallel
-    if model.layers % stages:
-        raise ConfigError(source, "training.pipeline_parallel",
-                          f"{stages} does not divide model.layers {model.layers}: the decoder layers are split "
+    """The decoder layers must split evenly over the pipeline stages and their model chunks
+    (Megatron's ``--pipeline-model-parallel-size`` asserts ``num_layers`` a multiple of it), and
+    interleaved chunks need more than one stage and micro-batches in whole groups of
+    ``pipeline_parallel`` (Megatron core's ``forward_backward_pipelining_with_interleaving``
+    refuses a last group smaller than that)."""
+    stages, chunks = training.pipeline_parallel, training.virtual_pipeline
+    field = "training.virtual_pipeline" if chunks > 1 else "training.pipeline_parallel"
+    if chunks > 1 and stages == 1:
+        raise ConfigError(source, field, f"{chunks} needs pipeline_parallel above 1: it interleaves model chunks "
+                                         "over the pipeline stages")
+    if model.layers % (stages * chunks):
+        what = f"{stages} x virtual_pipeline {chunks} = {stages * chunks}" if chunks > 1 else str(stages)
+        raise ConfigError(source, field,
+                          f"{what} does not divide model.layers {model.layers}: the decoder layers are split "
                           "evenly over the pipeline stages, as Megatron splits them")
+    micro = training.global_batch // (training.micro_batch * training.data_parallel)
+    if chunks > 1 and micro % stages:
+        raise ConfigError(source, field, f"{chunks} needs the micro-batches (global_batch / (micro_batch x "
+                                         f"data_parallel) = {micro}) a multiple of pipeline_parallel {stages}: "
+                                         "Megatron's interleaved schedule runs them in groups of that many")
 
 
-def stage_bounds(layers: int, stages: int) -> tuple[tuple[int, int], ...]:
-    """Each pipeline stage's slice (first, end) of a step's layers (the embedding, ``layers``
-    decoder layers, the head): Megatron's uniform split, ``layers / stages`` decoder layers a
-    stage, the embedding on the first and the final norm and LM head on the last (Megatron-
-    DeepSpeed's ``GPTModelPipe`` partitions likewise: ``partition_method='type:transformer'``)."""
-    per = layers // stages
-    return tuple((0 if s == 0 else 1 + s * per, 1 + (s + 1) * per + (1 if s == stages - 1 else 0))
-                 for s in range(stages))
+def part_bounds(layers: int, parts: int) -> tuple[tuple[int, int], ...]:
+    """Each of ``parts`` pipeline parts' slice (first, end) of a step's layers (the embedding,
+    ``layers`` decoder layers, the head), in model order: Megatron's uniform split, ``layers /
+    parts`` decoder layers a part, the embedding on the first and the final norm and LM head on
+    the last (Megatron-DeepSpeed's ``GPTModelPipe`` partitions likewise:
+    ``partition_method='type:transformer'``). A part is a stage, or with interleaving one of its
+    model chunks: part ``c x stages + s`` is stage ``s``'s chunk ``c``."""
+    per = layers // parts
+    return tuple((0 if s == 0 else 1 + s * per, 1 + (s + 1) * per + (1 if s == parts - 1 else 0))
+                 for s in range(parts))
+
+
+def stage_parts(training: TrainingSpec, layers: int, stage: int) -> tuple[tuple[int, int], ...]:
+    """Stage ``stage``'s model chunks as slices of a step's layers (``part_bounds``), in chunk order."""
+    stages, chunks = training.pipeline_parallel, training.virtual_pipeline
+    bounds = part_bounds(layers, stages * chunks)
+    return tuple(bounds[chunk * stages + stage] for chunk in range(chunks))
 
 
 def tied_copy(model: ModelSpec, training: TrainingSpec) -> int:
@@ -798,7 +835,7 @@ def tied_copy(model: ModelSpec, training: TrainingSpec) -> int:
 
 
 def stage_steps(step: TrainingStep) -> tuple[TrainingStep, ...]:
-    """One step per pipeline stage (``stage_bounds``): its layers (the last's head with its own
+    """One step per pipeline stage (``stage_parts``): its layers (the last's head with its own
     copy of a tied embedding, ``tied_copy``), its parameters, its rank's ZeRO partition of them
     over the data-parallel group and that partition's sub-groups; the step itself without
     pipeline parallelism."""
@@ -808,8 +845,9 @@ def stage_steps(step: TrainingStep) -> tuple[TrainingStep, ...]:
     check_stages(step.model, training, "<api>")
     stages = []
     copy = tied_copy(step.model, training)
-    for stage, (first, end) in enumerate(stage_bounds(step.model.layers, training.pipeline_parallel)):
-        layers = step.layers[first:end]
+    for stage in range(training.pipeline_parallel):
+        layers = tuple(layer for first, end in stage_parts(training, step.model.layers, stage)
+                       for layer in step.layers[first:end])
         if copy and stage == training.pipeline_parallel - 1:
             head = layers[-1]
             layers = (*layers[:-1], replace(head, params=head.params + copy, tensors=(*head.tensors, copy)))
@@ -828,22 +866,25 @@ def stage_shapes(model: ModelSpec, training: TrainingSpec) -> tuple[StepShape, .
     stages = training.pipeline_parallel
     if stages == 1:
         return (whole,)
-    per, tp = model.layers // stages, training.tensor_parallel
+    chunks, tp = training.virtual_pipeline, training.tensor_parallel
+    per = model.layers // (stages * chunks)
     sizes = {moe: layer_params(model, moe, tp) for moe in {False, model.experts > 0}}
     vocab = vocab_share(model, tp)
     shapes = []
     for stage in range(stages):
-        params = sum(sizes[is_moe_layer(model, i)] for i in range(stage * per, (stage + 1) * per))
+        params = sum(sizes[is_moe_layer(model, i)] for chunk in range(chunks)
+                     for i in range((chunk * stages + stage) * per, (chunk * stages + stage + 1) * per))
+        per_stage = per * chunks
         if stage == 0:
             params += _embedding_params(model, vocab)
         if stage == stages - 1:
             params += sum(_head_tensors(model, vocab)) + tied_copy(model, training)
         owned = math.ceil(params / training.data_parallel) if training.zero_stage >= 1 else params
-        layers, checkpointed = per + (stage == 0) + (stage == stages - 1), per if whole.checkpointed else 0
+        layers, checkpointed = per_stage + (stage == 0) + (stage == stages - 1), per_stage if whole.checkpointed else 0
         collectives = tensor_parallel_passes(training, layers, checkpointed, stage == 0)
         shapes.append(replace(whole, layers=layers, checkpointed=checkpointed,
                               subgroups=-(-owned // training.sub_group_size),
-                              host_checkpoints=per if whole.host_checkpoints else 0,
+                              host_checkpoints=per_stage if whole.host_checkpoints else 0,
                               tensor_parallel_passes=collectives))
     return tuple(shapes)
 

@@ -18,35 +18,68 @@ from tiersim.engine.schedule import Session, run_whole
 from tiersim.results import Result
 from tiersim.simulate import simulate
 from tiersim.strategies.gpu_kernels import pass_seconds
-from tiersim.strategies.pipeline import build_order, one_f_one_b
-from tiersim.workload import build_step, stage_steps
+from tiersim.strategies.pipeline import build_order, interleaved, one_f_one_b
+from tiersim.workload import build_step, stage_parts, stage_steps
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
 
 
-def _passes_graph(micro: int, forward: list[float], backward: list[float]) -> float:
-    """The makespan of 1F1B passes alone, stage ``s``'s forward taking ``forward[s]`` and its
-    backward ``backward[s]``: each a delay on its stage's stream, waiting for the neighbour's
-    pass it needs, as ``schedule_pipeline`` lays them out."""
-    stages = len(forward)
+Seconds = dict[tuple[int, int, bool], float]
+"""A pass's seconds by (stage, chunk, forward)."""
+
+
+def _passes_graph(stages: int, micro: int, seconds: Seconds, chunks: int = 1) -> float:
+    """The makespan of the pipeline's passes alone: each a delay on its stage's stream, waiting
+    for the pass of the part of the model it needs, as ``schedule_pipeline`` lays them out."""
+    def name(stage: int, chunk: int, is_forward: bool, m: int) -> str:
+        return f"{stage}.{chunk}.{'F' if is_forward else 'B'}{m}"
 
     def schedule(session: Session) -> None:
-        for stage, is_forward, m in build_order(stages, micro):
-            needs = (f"{stage - 1}.F{m}",) if is_forward and stage else \
-                (f"{stage + 1}.B{m}",) if not is_forward and stage < stages - 1 else ()
-            session.add(Task(f"{stage}.{'F' if is_forward else 'B'}{m}", f"s{stage}", "forward", "compute",
-                             forward[stage] if is_forward else backward[stage], deps=needs))
+        for stage, chunk, is_forward, m in build_order(stages, micro, chunks):
+            part = chunk * stages + stage + (-1 if is_forward else 1)
+            needs = (name(part % stages, part // stages, is_forward, m),) if 0 <= part < stages * chunks else ()
+            session.add(Task(name(stage, chunk, is_forward, m), f"s{stage}", "forward", "compute",
+                             seconds[(stage, chunk, is_forward)], deps=needs))
     run, _graph = run_whole(schedule, lambda _link: 1.0)
     return run.makespan
+
+
+def _equal(stages: int, chunks: int, forward: float, backward: float) -> Seconds:
+    """Equal stages: each chunk's passes ``1 / chunks`` of a stage's."""
+    return {(s, c, f): (forward if f else backward) / chunks for s in range(stages) for c in range(chunks)
+            for f in (True, False)}
 
 
 @settings(max_examples=40, deadline=None)
 @given(st.integers(1, 6), st.integers(1, 12), st.floats(0.1, 3.0), st.floats(0.1, 3.0))
 def test_1f1b_on_equal_stages_takes_m_plus_p_minus_1_slots(stages: int, micro: int, forward: float,
                                                            backward: float) -> None:
-    assert _passes_graph(micro, [forward] * stages, [backward] * stages) == pytest.approx(
+    assert _passes_graph(stages, micro, _equal(stages, 1, forward, backward)) == pytest.approx(
         (micro + stages - 1) * (forward + backward), rel=1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(2, 6), st.integers(2, 4), st.integers(1, 4), st.floats(0.1, 3.0), st.floats(0.1, 3.0))
+def test_interleaving_divides_the_bubble_by_the_chunks(stages: int, chunks: int, groups: int, forward: float,
+                                                       backward: float) -> None:
+    """Megatron's interleaved 1F1B on equal stages: m slots of t_f + t_b and a bubble of
+    (p - 1) / v of them (Narayanan et al. 2021, section 2.2.2)."""
+    micro = groups * stages
+    assert _passes_graph(stages, micro, _equal(stages, chunks, forward, backward), chunks) == pytest.approx(
+        (micro + (stages - 1) / chunks) * (forward + backward), rel=1e-9)
+
+
+@pytest.mark.parametrize("stages, chunks, micro", [(2, 2, 2), (2, 3, 4), (4, 2, 4), (4, 2, 12), (3, 4, 6)])
+def test_interleaved_stages_keep_megatrons_warm_up_in_flight(stages: int, chunks: int, micro: int) -> None:
+    for stage in range(stages):
+        passes = interleaved(stage, stages, micro, chunks)
+        assert sorted(passes) == sorted((c, f, m) for c in range(chunks) for f in (True, False) for m in range(micro))
+        for chunk in range(chunks):  # each chunk runs its micro-batches in order, forward and backward
+            for forward in (True, False):
+                assert [m for c, f, m in passes if c == chunk and f == forward] == list(range(micro))
+        in_flight = max(sum(1 if f else -1 for _c, f, _m in passes[:k + 1]) for k in range(len(passes)))
+        assert in_flight == min(2 * (stages - stage - 1) + (chunks - 1) * stages + 1, chunks * micro)
 
 
 @pytest.mark.parametrize("stages, micro", [(1, 1), (2, 1), (2, 5), (4, 3), (4, 8), (5, 2)])
@@ -85,32 +118,35 @@ def _passes(result: Result) -> float:
     return result.phases["forward"] + result.phases["backward"]
 
 
-def _stage_seconds(config: RunConfig) -> tuple[list[float], list[float]]:
-    """Each stage's forward and backward (with recompute) seconds on the config's GPU."""
-    gpu, stage = config.hardware.rank_gpu, config.training.zero_stage
-    forward, backward = [], []
-    for step in stage_steps(build_step(config.model, config.training)):
-        forward.append(sum(pass_seconds(layer.forward_kernels, gpu, stage) for layer in step.layers))
-        backward.append(sum(pass_seconds(layer.backward_kernels, gpu, stage)
-                            + (pass_seconds(layer.forward_kernels, gpu, stage) if layer.checkpointed else 0.0)
-                            for layer in step.layers))
-    return forward, backward
+def _part_seconds(config: RunConfig) -> Seconds:
+    """Each stage's chunks' forward and backward (with recompute) seconds on the config's GPU."""
+    gpu, zero, training = config.hardware.rank_gpu, config.training.zero_stage, config.training
+    step = build_step(config.model, training)
+    seconds: Seconds = {}
+    for stage in range(training.pipeline_parallel):
+        for chunk, (first, end) in enumerate(stage_parts(training, config.model.layers, stage)):
+            layers = step.layers[first:end]
+            seconds[(stage, chunk, True)] = sum(pass_seconds(layer.forward_kernels, gpu, zero) for layer in layers)
+            seconds[(stage, chunk, False)] = sum(
+                pass_seconds(layer.backward_kernels, gpu, zero)
+                + (pass_seconds(layer.forward_kernels, gpu, zero) if layer.checkpointed else 0.0) for layer in layers)
+    return seconds
 
 
-@pytest.mark.parametrize("stages, micro", [(2, 4), (4, 4), (4, 16)])
-def test_the_bubble_is_p_minus_1_over_m_of_the_ideal(stages: int, micro: int) -> None:
-    """Compute only, forward and backward take what the stages' passes take in 1F1B (on equal
-    stages (m + p - 1) slots of t_f + t_b: the test above), here between (m + p - 1) slots of
-    the fastest stage and of the slowest (the embedding and the head make the first and last a
-    little slower); with p = 1, m slots of the whole model's."""
-    config = _compute_only(_config(stages, micro))
+@pytest.mark.parametrize("stages, micro, chunks", [(2, 4, 1), (4, 4, 1), (4, 16, 1), (2, 4, 2), (4, 8, 2)])
+def test_the_bubble_comes_out_of_the_passes(stages: int, micro: int, chunks: int) -> None:
+    """Compute only, forward and backward take what the stages' passes take in their order (on
+    equal stages (m + p - 1) slots of t_f + t_b, interleaved m + (p - 1) / v: the tests above),
+    here between those slots of the fastest stage and of the slowest (the embedding and the
+    head make the first and last a little slower); with p = 1, m slots of the whole model's."""
+    config = _compute_only(_config(stages, micro, f"training.virtual_pipeline={chunks}"))
     piped = _passes(simulate(config))
-    forward, backward = _stage_seconds(config)
-    assert piped == pytest.approx(_passes_graph(micro, forward, backward), rel=1e-9)
-    slots = [f + b for f, b in zip(forward, backward, strict=True)]
-    assert (micro + stages - 1) * min(slots) < piped < (micro + stages - 1) * max(slots)
+    seconds = _part_seconds(config)
+    assert piped == pytest.approx(_passes_graph(stages, micro, seconds, chunks), rel=1e-9)
+    slots = [sum(t for (s, _c, _f), t in seconds.items() if s == stage) for stage in range(stages)]
+    assert (micro + (stages - 1) / chunks) * min(slots) < piped < (micro + (stages - 1) / chunks) * max(slots)
     whole = _config(1, micro)
-    assert _passes(simulate(_compute_only(whole))) == pytest.approx(micro * sum(map(sum, _stage_seconds(whole))),
+    assert _passes(simulate(_compute_only(whole))) == pytest.approx(micro * sum(_part_seconds(whole).values()),
                                                                     rel=1e-9)
 
 
@@ -155,9 +191,9 @@ def test_the_fit_is_the_fullest_stages() -> None:
     assert hbm["activations"] == stages[0].activation_peak_bytes  # two micro-batches in flight on stage 0
 
 
-@pytest.mark.parametrize("strategy", ["gpu", "dram"])
-def test_tasks_are_counted_before_they_are_built(strategy: str) -> None:
-    config = _config(4, 8, "hardware.gpus=8")  # data parallelism 2
+@pytest.mark.parametrize("strategy, chunks", [("gpu", 1), ("dram", 1), ("dram", 2)])
+def test_tasks_are_counted_before_they_are_built(strategy: str, chunks: int) -> None:
+    config = _config(4, 8, "hardware.gpus=8", f"training.virtual_pipeline={chunks}")  # data parallelism 2
     for each in load_scenario(QUICKSTART, [], strategies=[strategy]):
         config = replace(config, strategy=each.strategy, options=each.options)
     result = simulate(config, trace=True)
@@ -191,7 +227,31 @@ def test_a_stage_reduces_its_gradients_after_its_last_backward() -> None:
         assert reduces["start"].min() >= computed["end"].max()
 
 
-def test_layers_that_do_not_split_evenly_are_refused() -> None:
+@pytest.mark.parametrize("stages, micro, overrides, message", [
+    (3, 3, (), r"training.pipeline_parallel: 3 does not divide model.layers 8"),
+    (2, 4, ("training.virtual_pipeline=3",), r"training.virtual_pipeline: 2 x virtual_pipeline 3 = 6 does not "
+                                              r"divide model.layers 8"),
+    (2, 3, ("training.virtual_pipeline=2",), r"training.virtual_pipeline: 2 needs the micro-batches .* = 3\) a "
+                                              r"multiple of pipeline_parallel 2"),
+    (1, 2, ("training.virtual_pipeline=2",), r"training.virtual_pipeline: 2 needs pipeline_parallel above 1"),
+])
+def test_layouts_megatron_refuses_are_refused(stages: int, micro: int, overrides: tuple[str, ...],
+                                              message: str) -> None:
     from tiersim.errors import ConfigError
-    with pytest.raises(ConfigError, match=r"training.pipeline_parallel: 3 does not divide model.layers 8"):
-        _config(3, 4)
+    with pytest.raises(ConfigError, match=message):
+        _config(stages, micro, *overrides)
+
+
+def test_interleaved_stages_hold_every_pth_chunk_and_megatrons_warm_up() -> None:
+    """Stage s holds chunks s, s + p, ... of the model; in flight, Megatron's warm-up forwards
+    and one, each a chunk's checkpoints (1 / v of a micro-batch's on the stage)."""
+    config = _config(2, 4, "training.virtual_pipeline=2")
+    step = build_step(config.model, config.training)
+    stages = stage_steps(step)
+    names = [[layer.name for layer in s.layers] for s in stages]
+    assert names == [["embedding", "layer.0", "layer.1", "layer.4", "layer.5"],
+                     ["layer.2", "layer.3", "layer.6", "layer.7", "final_norm+lm_head"]]
+    assert [s.in_flight for s in stages] == [5, 3]  # 2 (p - s - 1) + (v - 1) p + 1 chunks
+    kept = sum(layer.activation_bytes for layer in stages[0].layers)
+    working = max(layer.working_bytes for layer in stages[0].layers)
+    assert stages[0].activation_peak_bytes == 5 * kept // 2 + working

@@ -48,7 +48,7 @@ def stage_tasks(config: RunConfig, shapes: tuple[StepShape, ...]) -> int:
     each stage's and the pipeline's own (``pipeline_tasks``)."""
     strategy = STRATEGIES[config.strategy](config.options)
     return (sum(strategy.task_count(shape, config.hardware) for shape in shapes)
-            + pipeline_tasks(len(shapes), shapes[0].micro_steps, config.model.tied_embeddings))
+            + pipeline_tasks(config.training, shapes[0].micro_steps, config.model.tied_embeddings))
 
 
 def simulated_tasks(config: RunConfig) -> int:

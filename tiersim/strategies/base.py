@@ -229,7 +229,7 @@ class Strategy(ABC):
             return Plan(placement, False, missing, None)
         self.place(step, hw, placement)
         placement.put("dram", "activation checkpoints (cpu_checkpointing, pageable)",
-                      sum(step.host_checkpoint_sizes) * step.in_flight * hw.gpus)
+                      step.in_flight_bytes(sum(step.host_checkpoint_sizes)) * hw.gpus)
         if offload:
             place_params(step, offload, self.params_layout(step, offload), placement, hw.gpus,
                          self.places_param_host)

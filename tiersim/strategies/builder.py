@@ -69,12 +69,15 @@ class StepBuilder:
 
     ``stage``: the prefix (``"s1/"``) of the names of the tasks, streams and links of one
     pipeline stage's rank, whose tasks share a graph with the other stages' ("" without
-    pipeline parallelism); ``phases``: whether its markers begin phases (one stage's do)."""
+    pipeline parallelism); ``names``: its tasks' own prefix where it differs (one of the
+    stage's interleaved model chunks, ``"s1/c0/"``); ``phases``: whether its markers begin
+    phases (one stage's do)."""
 
     def __init__(self, step: TrainingStep, hw: Hardware, session: Session | None = None, stage: str = "",
-                 phases: bool = True) -> None:
+                 phases: bool = True, names: str | None = None) -> None:
         self.step = step
         self.stage = stage
+        self.names = stage if names is None else names
         self.marker_category = "marker" if phases else "stage_marker"
         self.staged: dict[Usage, Usage] = {}
         """Each usage the stage's tasks name, with the stage's links (made once per usage)."""
@@ -97,15 +100,15 @@ class StepBuilder:
         return self.graph.add(task)
 
     def on_stage(self, task: Task) -> Task:
-        """``task`` as the stage's rank runs it: its name, stream and links prefixed with
-        ``stage``, a marker's category ``marker_category`` (its dependencies are names already
-        added, prefixed)."""
+        """``task`` as the stage's rank runs it: its name prefixed with ``names``, its stream and
+        links with ``stage``, a marker's category ``marker_category`` (its dependencies are names
+        already added, prefixed)."""
         prefix = self.stage
         usage = self.staged.get(task.usage)
         if usage is None:
             usage = self.staged[task.usage] = tuple((prefix + link, units) for link, units in task.usage)
         category = self.marker_category if task.category == "marker" else task.category
-        return Task(prefix + task.name, prefix + task.stream, task.phase, category, task.delay, task.size, usage,
+        return Task(self.names + task.name, prefix + task.stream, task.phase, category, task.delay, task.size, usage,
                     task.rate_cap, task.deps)
 
     def loop(self, keys: Sequence[Hashable]) -> Iterator[int]:

@@ -21,6 +21,7 @@ stage's own parameters; the step ends when the slowest stage's step does.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from tiersim.config.hardware import Hardware
@@ -29,13 +30,13 @@ from tiersim.errors import ModelError
 from tiersim.layer_kernels import sequence_tokens
 from tiersim.strategies.builder import StepBuilder, TaskKind, rank_link_capacity
 from tiersim.strategies.iteration import backward_pass, forward_pass, reduce_layer
-from tiersim.workload import TrainingStep, tied_copy
+from tiersim.workload import TrainingSpec, TrainingStep, stage_parts, tied_copy
 
 if TYPE_CHECKING:  # pragma: no cover
     from tiersim.strategies.base import Strategy
 
-Pass = tuple[int, bool, int]
-"""(stage, forward (True) or backward, micro-batch)."""
+Pass = tuple[int, int, bool, int]
+"""(stage, model chunk, forward (True) or backward, micro-batch)."""
 
 
 def one_f_one_b(stage: int, stages: int, micro_batches: int) -> list[tuple[bool, int]]:
@@ -49,12 +50,37 @@ def one_f_one_b(stage: int, stages: int, micro_batches: int) -> list[tuple[bool,
     return passes + [(False, i) for i in range(micro_batches - warmup, micro_batches)]
 
 
-def build_order(stages: int, micro_batches: int) -> list[Pass]:
-    """Every stage's passes (``one_f_one_b``) merged into one order in which each pass comes
-    after the pass of the neighbouring stage it waits for (the previous stage's forward, the
-    next stage's backward), each stage's in its own order: the order a graph that must have a
-    task's dependencies before it can be built in."""
-    programs = [one_f_one_b(stage, stages, micro_batches) for stage in range(stages)]
+def interleaved(stage: int, stages: int, micro_batches: int, chunks: int) -> list[tuple[int, bool, int]]:
+    """The passes of ``stage`` holding ``chunks`` model chunks in Megatron core's interleaved
+    1F1B order (``forward_backward_pipelining_with_interleaving``), as (chunk, forward,
+    micro-batch): forwards run groups of ``stages`` micro-batches through chunk 0, then chunk 1,
+    ... (``get_schedule_table``), backwards the same groups through the chunks in reverse;
+    ``2 (stages - stage - 1) + (chunks - 1) stages`` warm-up forwards, then forward and backward
+    in turn, then the backwards left. ``micro_batches`` is a multiple of ``stages``."""
+    table = [(micro, chunk) for group in range(0, micro_batches, stages) for chunk in range(chunks)
+             for micro in range(group, group + stages)]
+    forwards = [(chunk, True, micro) for micro, chunk in table]
+    backwards = [(chunks - 1 - chunk, False, micro) for micro, chunk in table]
+    warmup = min(2 * (stages - stage - 1) + (chunks - 1) * stages, len(table))
+    passes = forwards[:warmup]
+    for k in range(len(table) - warmup):
+        passes += [forwards[k + warmup], backwards[k]]
+    return passes + backwards[len(table) - warmup:]
+
+
+def stage_passes(stage: int, stages: int, micro_batches: int, chunks: int) -> list[tuple[int, bool, int]]:
+    """The passes of ``stage`` in order, as (chunk, forward, micro-batch): ``one_f_one_b`` with
+    one chunk, ``interleaved`` with more."""
+    if chunks == 1:
+        return [(0, forward, micro) for forward, micro in one_f_one_b(stage, stages, micro_batches)]
+    return interleaved(stage, stages, micro_batches, chunks)
+
+
+def build_order(stages: int, micro_batches: int, chunks: int = 1) -> list[Pass]:
+    """Every stage's passes (``stage_passes``) merged into one order in which each pass comes
+    after the pass it waits for (``_waits_for``), each stage's in its own order: the order a
+    graph that must have a task's dependencies before it can be built in."""
+    programs = [stage_passes(stage, stages, micro_batches, chunks) for stage in range(stages)]
     at = [0] * stages
     built: set[Pass] = set()
     order: list[Pass] = []
@@ -63,26 +89,28 @@ def build_order(stages: int, micro_batches: int) -> list[Pass]:
         before = len(order)
         for stage in range(stages):
             while at[stage] < len(programs[stage]):
-                forward, micro = programs[stage][at[stage]]
-                needs = _waits_for((stage, forward, micro), stages)
+                done = (stage, *programs[stage][at[stage]])
+                needs = _waits_for(done, stages, chunks)
                 if needs is not None and needs not in built:
                     break
-                built.add((stage, forward, micro))
-                order.append((stage, forward, micro))
+                built.add(done)
+                order.append(done)
                 at[stage] += 1
         if len(order) == before:
-            raise ModelError("the 1F1B passes wait for each other in a cycle")
+            raise ModelError("the pipeline's passes wait for each other in a cycle")
     return order
 
 
-def _waits_for(done: Pass, stages: int) -> Pass | None:
-    """The pass of another stage that ``done`` waits for: the previous stage's forward of the
-    micro-batch, the next stage's backward of it; None for the first stage's forwards and the
-    last stage's backwards."""
-    stage, forward, micro = done
-    if forward:
-        return (stage - 1, True, micro) if stage > 0 else None
-    return (stage + 1, False, micro) if stage < stages - 1 else None
+def _waits_for(done: Pass, stages: int, chunks: int) -> Pass | None:
+    """The pass of another stage that ``done`` waits for: the forward of the micro-batch on the
+    part of the model before this one (the previous stage's, or the last stage's previous
+    chunk), its backward on the part after; None for the first part's forwards and the last
+    part's backwards."""
+    stage, chunk, forward, micro = done
+    part = chunk * stages + stage + (-1 if forward else 1)
+    if not 0 <= part < stages * chunks:
+        return None
+    return (part % stages, part // stages, forward, micro)
 
 
 def stage_link_capacity(hw: Hardware, name: str) -> float:
@@ -91,26 +119,45 @@ def stage_link_capacity(hw: Hardware, name: str) -> float:
     return rank_link_capacity(hw, name.rpartition("/")[2])
 
 
+def chunk_builders(stage: StepBuilder) -> list[StepBuilder]:
+    """Builders of the passes of a stage's model chunks, on its rank's streams and links: the
+    stage's own with one chunk; with several, one per chunk (its layers, its tasks named
+    ``s1/c0/...``)."""
+    step = stage.step
+    chunks = step.training.virtual_pipeline
+    if chunks == 1:
+        return [stage]
+    builders, first = [], 0
+    for chunk, (begin, end) in enumerate(stage_parts(step.training, step.model.layers, step.stage)):
+        layers = step.layers[first:first + end - begin]
+        first += end - begin
+        builders.append(StepBuilder(replace(step, layers=layers), stage.hw, stage.session, stage.stage,
+                                    stage.marker_category == "marker", f"{stage.stage}c{chunk}/"))
+    return builders
+
+
 def schedule_pipeline(strategy: Strategy, steps: tuple[TrainingStep, ...], hw: Hardware, session: Session) -> None:
     """Each stage's rank (``steps[s]``, its tasks, streams and links prefixed ``s{s}/``) runs its
-    passes in 1F1B order (``build_order``), each forward after the previous stage's activations
-    and every stream of its rank (as an iteration's), each backward after the next stage's
-    gradient, and sends what it made to its neighbour; then the stage's optimizer step. The
-    first stage's markers begin the result's phases."""
+    passes in 1F1B order (``build_order``), each forward after the activations of the part of
+    the model before it and every stream of its rank (as an iteration's), each backward after
+    the gradient of the part after it, and sends what it made on; then the stage's optimizer
+    step. The first stage's markers begin the result's phases."""
     builders = [StepBuilder(step, hw, session, f"s{stage}/", phases=stage == 0) for stage, step in enumerate(steps)]
+    chunked = [chunk_builders(builder) for builder in builders]
     fetches = [strategy.param_fetch(step, hw) for step in steps]
-    last = len(steps) - 1
+    stages, chunks, micro_batches = len(steps), steps[0].training.virtual_pipeline, steps[0].micro_steps
     sent: dict[Pass, str] = {}
-    for stage, forward, micro in build_order(len(steps), steps[0].micro_steps):
-        builder = builders[stage]
-        waits = _waits_for((stage, forward, micro), len(steps))
+    for done in build_order(stages, micro_batches, chunks):
+        stage, chunk, forward, micro = done
+        builder = chunked[stage][chunk]
+        waits = _waits_for(done, stages, chunks)
         received = (sent.pop(waits),) if waits is not None else ()
         if forward:
             forward_pass(builder, fetches[stage], micro, (*builder.tails(), *received))
         else:
-            backward_pass(strategy, builder, fetches[stage], micro, received, reduce=micro < steps[0].micro_steps - 1)
-        if (stage < last) if forward else (stage > 0):
-            sent[(stage, forward, micro)] = send(builder, forward, micro)
+            backward_pass(strategy, builder, fetches[stage], micro, received, reduce=micro < micro_batches - 1)
+        if _waits_for((stage, chunk, not forward, micro), stages, chunks) is not None:  # a part after (before)
+            sent[done] = send(builder, forward, micro)
     if tied_copy(steps[0].model, steps[0].training):
         reduce_tied_gradients(builders[0], builders[-1])
     for builder in builders:
@@ -166,11 +213,14 @@ def send(builder: StepBuilder, forward: bool, micro: int) -> str:
     return builder.add(kind.task(f"m{micro}.send_{what}", num_bytes, ()))
 
 
-def pipeline_tasks(stages: int, micro_batches: int, tied: bool) -> int:
+def pipeline_tasks(training: TrainingSpec, micro_batches: int, tied: bool) -> int:
     """Tasks a pipeline adds to its stages' iterations: each micro-batch's activations sent
-    forward and gradient back across each of the ``stages - 1`` boundaries, each stage's marker
-    of its gradient reduction and, for a ``tied`` head, the two ranks' all-reduce of the tied
-    gradient (none without pipeline parallelism)."""
+    forward and gradient back across each boundary between parts of the model (stages, or
+    interleaved chunks), each stage's marker of its gradient reduction, the markers of each
+    interleaved chunk's passes beyond a stage's one per micro-batch and, for a ``tied`` head,
+    the two ranks' all-reduce of the tied gradient (none without pipeline parallelism)."""
+    stages, chunks = training.pipeline_parallel, training.virtual_pipeline
     if stages == 1:
         return 0
-    return 2 * (stages - 1) * micro_batches + stages + (2 if tied else 0)
+    chunk_markers = 2 * (chunks - 1) * micro_batches * stages
+    return 2 * (stages * chunks - 1) * micro_batches + stages + chunk_markers + (2 if tied else 0)
