@@ -159,8 +159,9 @@ class Run:
                 raise LateTask(graph.tasks[p].name)
             self.startable.append(p)
 
-    def result(self) -> EngineRun:
-        """The run's output once the event queue is empty (every task done, or a deadlock)."""
+    def result(self, complete: bool = True) -> EngineRun:
+        """The run's output once the event queue is empty (every task done, or a deadlock);
+        ``complete``: whether it has a record of every task (``EngineRun.complete``)."""
         self.network.close()
         if self.pending:
             raise ModelError("task graph deadlocked: a dependency can never be met")
@@ -179,6 +180,7 @@ class Run:
             link_capacity=dict(network.capacity),
             events=self.timeouts + network.timers,
             accounts=self.accounts,
+            complete=complete,
         )
 
     def drain(self, now: float) -> None:

@@ -193,10 +193,17 @@ def _credit_links(run: DeferringRun, loads: _LinkLoads, windows: list[Window], l
         capacity = network.capacity[link]
         if sum(loads.peaks[link].values(), 0.0) > capacity * (1 + _OVERLOAD):  # a stream runs one flow at a time
             _check_load(link, flows, ran.get(link, []), capacity)
-        for phase, seconds in _alone(union(intervals for intervals, _load in flows), ran.get(link, []), windows,
-                                     least):
+        for phase, seconds in _alone(_on_link(flows), ran.get(link, []), windows, least):
             network.busy[link] += seconds
             accounts.add_busy(link, phase, seconds)
+
+
+def _on_link(flows: list[tuple[Intervals, float]]) -> Intervals:
+    """What the deferred ``flows`` on a link cover, as disjoint intervals: those of one group
+    (one stream, which runs one task at a time) are already; several are joined (``union``)."""
+    if len(flows) == 1:
+        return flows[0][0]
+    return union(intervals for intervals, _load in flows)
 
 
 def _event_flows(network: FlowNetwork, loads: _LinkLoads) -> dict[str, list[tuple[float, float, float]]]:

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Callable, Hashable, Iterator, Sequence
-from dataclasses import replace
 
 from tiersim.engine.graph import TaskGraph
 from tiersim.engine.runner import EngineRun, LateTask
@@ -255,9 +254,8 @@ class FastForwardSession(Session):
         run.extend()
         run.clock.run()
         credit_deferred(run, self.deferral)
-        result = run.result()
         # a run that skipped or deferred tasks has no record of each one in order
-        return replace(result, complete=False) if self.skipped or self.run.last_deferred >= 0 else result
+        return run.result(not self.skipped and run.last_deferred < 0)
 
     def _boundary(self, loop: LoopProgress, with_state: bool, force: bool = False) -> BoundaryState | None:
         """Run until the first task of the loop's last iteration has started; its state then
