@@ -177,6 +177,23 @@ def test_largest_model_fits_and_the_next_layer_does_not(small: Path, strategy: s
     assert row["iteration_time_s"] > 0
 
 
+def test_largest_model_grows_a_pipeline_by_a_layer_per_stage_and_chunk(tmp_path: Path) -> None:
+    """Stages split the layers evenly: the planner deepens by pipeline_parallel x virtual_pipeline."""
+    data = small_data()
+    data["training"].update(zero_stage=1, pipeline_parallel=2, virtual_pipeline=2, global_batch=4)
+    data["hardware"]["gpus"] = 2
+    data["strategies"] = ["gpu"]
+    path = tmp_path / "piped.yaml"
+    path.write_text(yaml.safe_dump(data))
+    row = plan_largest_model(read_scenario(path), ["gpu"], max_layers=512).iloc[0]
+    layers = int(row["layers"])
+    assert layers % 4 == 0 and row["next_step"] == f"{layers + 4} layers"
+    for n, fits in ((layers, True), (layers + 4, False)):
+        data["model"]["layers"] = n
+        (config,) = scenario_from_dict(data, "x", ["gpu"])
+        assert simulate(config).fits is fits
+
+
 def test_largest_model_ladder(small: Path) -> None:
     frame = plan_largest_model(read_scenario(small), ["dram", "gpu"], scale="ladder")
     by = {r["strategy"]: r for _, r in frame.iterrows()}

@@ -556,27 +556,38 @@ def _simulate_model(scenario: Scenario, strategy: str, fields: dict[str, Any]) -
     return simulate(config)
 
 
+def layer_unit(scenario: Scenario) -> int:
+    """The layers a model of the scenario grows by: one, or with pipeline parallelism a layer
+    for each stage and interleaved chunk (``pipeline_parallel x virtual_pipeline``, which must
+    divide the layers: ``workload.check_stages``)."""
+    document = scenario.document
+    return int(document.get("training.pipeline_parallel", 1)) * int(document.get("training.virtual_pipeline", 1))
+
+
 def largest_layers(scenario: Scenario, strategy: str,
                    max_layers: int = DEFAULT_MAX_LAYERS) -> tuple[int | None, Result | None, Result | None]:
     """The largest layer count (scenario width) that fits: (layers, its result, next result).
 
-    ``layers`` is None when even one layer does not fit; ``next result`` (layers + 1) is None
-    when ``max_layers`` fits. Doubling from the scenario's depth, then binary search.
+    Layer counts go in whole units of ``layer_unit``. ``layers`` is None when even one unit does not
+    fit; ``next result`` (a unit more) is None when ``max_layers`` fits. Doubling from the
+    scenario's depth, then binary search.
     """
     cache: dict[int, Result] = {}
+    unit = layer_unit(scenario)
 
-    def run(layers: int) -> Result:
-        if layers not in cache:
-            cache[layers] = _simulate_model(scenario, strategy, {"layers": layers})
-        return cache[layers]
+    def run(units: int) -> Result:
+        if units not in cache:
+            cache[units] = _simulate_model(scenario, strategy, {"layers": units * unit})
+        return cache[units]
 
-    start = min(int(scenario.document.get("model.layers")), max_layers)
+    most = max(max_layers // unit, 1)
+    start = max(min(int(scenario.document.get("model.layers")), max_layers) // unit, 1)
     if run(start).fits:
         lo, hi = start, None
         while hi is None:
-            probe = min(lo * 2, max_layers)
+            probe = min(lo * 2, most)
             if probe == lo:
-                return lo, run(lo), None
+                return lo * unit, run(lo), None
             if run(probe).fits:
                 lo = probe
             else:
@@ -591,7 +602,7 @@ def largest_layers(scenario: Scenario, strategy: str,
             lo = mid
         else:
             hi = mid
-    return lo, run(lo), run(lo + 1)
+    return lo * unit, run(lo), run(lo + 1)
 
 
 def _model_row(strategy: str, model_name: str, result: Result | None, fields: dict[str, Any],
@@ -644,8 +655,8 @@ def _largest_by_layers(scenario: Scenario, strategy: str, max_layers: int, lifet
     """The row of ``strategy``'s deepest model of the scenario's width that fits."""
     base = scenario.document.get("model")
     layers, result, nxt = largest_layers(scenario, strategy, max_layers)
-    label = f"{layers + 1} layers" if nxt is not None and layers is not None else (
-        "1 layer" if layers is None else None)
+    deeper = nxt.config.model.layers if nxt is not None else None
+    label = None if deeper is None else f"{deeper} layer{'s' if deeper > 1 else ''}"
     return _model_row(strategy, str(base.get("name", "custom")), result,
                       {"layers": layers, "hidden": base["hidden"]}, nxt, label, lifetime_years)
 
@@ -691,13 +702,15 @@ def memory_by_model_size(scenario: Scenario, frame: pd.DataFrame, scale: str = "
 
 
 def _depths(scenario: Scenario, frame: pd.DataFrame, points: int) -> list[int]:
-    """``points`` layer counts from 1 to 1.25 x the deepest next step (or the scenario's depth),
-    with each strategy's largest and next depth, in order."""
-    depths = [int(v) for v in frame["layers"] if not pd.isna(v)]
-    top = max([d + 1 for d in depths] + [int(scenario.document.get("model.layers"))])
+    """``points`` layer counts from one ``layer_unit`` to 1.25 x the deepest next step (or the
+    scenario's depth), with each strategy's largest and next depth, in order, each a whole
+    number of units."""
+    unit = layer_unit(scenario)
+    depths = [int(v) // unit for v in frame["layers"] if not pd.isna(v)]
+    top = max([d + 1 for d in depths] + [int(scenario.document.get("model.layers")) // unit])
     grid = {max(1, round(1 + i * (1.25 * top - 1) / (points - 1))) for i in range(points)}
     grid |= {d for d in depths} | {d + 1 for d in depths}
-    return sorted(grid)
+    return [units * unit for units in sorted(grid)]
 
 
 def _tier_rows(strategy: Any, result: Result) -> list[dict[str, Any]]:
