@@ -255,3 +255,17 @@ def test_interleaved_stages_hold_every_pth_chunk_and_megatrons_warm_up() -> None
     kept = sum(layer.activation_bytes for layer in stages[0].layers)
     working = max(layer.working_bytes for layer in stages[0].layers)
     assert stages[0].activation_peak_bytes == 5 * kept // 2 + working
+
+
+def test_pipelines_run_on_the_plain_session_where_the_lazy_one_would_start_late() -> None:
+    """docs/design/fast-forward.md: the lazy session would start a later-built stage's task
+    late (LateTask), so a pipeline's plan asks for the whole graph, and results match a full run."""
+    from tiersim.fastforward.session import FastForwardSession, LateTask
+    from tiersim.strategies import STRATEGIES
+
+    config = _config(2, 4)
+    plan = STRATEGIES[config.strategy](config.options).plan(build_step(config.model, config.training), config.hardware)
+    assert plan.whole and plan.schedule is not None and plan.capacity_of is not None
+    with pytest.raises(LateTask):
+        plan.schedule(FastForwardSession(plan.capacity_of, None, True, True))
+    assert simulate(config).summary() == simulate(config, fast_forward=False).summary()
