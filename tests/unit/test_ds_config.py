@@ -326,8 +326,13 @@ def test_train_batch_and_accumulation_set_the_micro_batch(tmp_path: Path) -> Non
      "strategies.dram.ratio: 0.5: partial offload is ZeRO-3's"),
     ({"zenflow": {"topk_ratio": 0.1}}, "zenflow.topk_ratio"),
     ({"zero_optimization": {"zenflow": {"topk_ratio": 0.1}}}, "zero_optimization.zenflow.topk_ratio"),
-    ({"pipeline": {"stages": 2}}, "pipeline.stages: 2: pipeline parallelism is not modelled"),
-    ({"use_data_before_expert_parallelism": True}, "use_data_before_expert_parallelism: true: mixture of experts"),
+    ({"pipeline": {"activation_checkpoint_interval": 1}},
+     "pipeline.activation_checkpoint_interval: 1: the pipeline engine's own checkpointing every N layers"),
+    ({"pipeline": {"pipe_partitioned": "yes"}}, "pipeline.pipe_partitioned: expected true or false"),
+    ({"pipeline": {"micro_batches": 4}}, "pipeline.micro_batches: not a DeepSpeed 0.16 key tiersim knows"),
+    ({"use_data_before_expert_parallelism": True},
+     "use_data_before_expert_parallelism: true: expert-data-parallel groups laid out data-first"),
+    ({"moe": {"num_experts": 8}}, "moe.num_experts: 8: a DeepSpeed-MoE section (DeepSpeed 0.16 reads none"),
     ({"optimizer": {"type": "Lamb"}}, "optimizer.type: \"Lamb\": tiersim models Adam and AdamW"),
     ({"optimizer": {"type": "Adam", "params": {"amsgrad": True}}}, "optimizer.params.amsgrad: true"),
     ({"aio": {"use_gds": True}}, "aio.use_gds: true: GPUDirect Storage"),
@@ -431,6 +436,52 @@ def test_overlap_comm_follows_the_file_or_deepspeeds_default_for_the_stage(zero:
     ds = {**BASE, "zero_optimization": {**zero, "offload_optimizer": {"device": "cpu"}}}
     out, _filled = apply_ds_config(data, ds, "ds.json")
     assert out["training"]["overlap_comm"] is overlap
+
+
+# --- layouts: the batch's world is the data-parallel ranks; the pipeline engine's keys --------
+
+
+@pytest.mark.parametrize(("hardware", "training", "world"), [
+    ({"gpus": 8}, {}, 8), ({"gpus": 8, "nodes": 4}, {}, 32), ({"gpus": 8, "nodes": 2}, {"tensor_parallel": 2}, 8),
+    ({"gpus": 8, "nodes": 2}, {"tensor_parallel": 4, "pipeline_parallel": 2}, 2),
+    ({"gpus": 8, "nodes": 2}, {"data_parallel": 16}, 16)])
+def test_the_batch_world_is_the_data_parallel_ranks(hardware: dict[str, Any], training: dict[str, Any],
+                                                    world: int) -> None:
+    """DeepSpeed's world_size under Megatron is the data-parallel group, nodes x GPUs / (TP x PP):
+    train_batch_size 64 with 1 micro-step is 64 / world sequences per rank."""
+    data = {"training": {"micro_batch": 1, "global_batch": 64, **training}, "hardware": hardware}
+    out, _ = apply_ds_config(data, {"train_batch_size": 64, "gradient_accumulation_steps": 1, "bf16": {"enabled": True},
+                                    "pipeline": {"pipe_partitioned": False, "grad_partitioned": False}}, "ds.json")
+    assert out["training"]["micro_batch"] == 64 // world
+
+
+def test_a_layout_that_leaves_no_whole_data_parallel_group_is_refused() -> None:
+    data = {"training": {"tensor_parallel": 3}, "hardware": {"gpus": 8}}
+    with pytest.raises(ConfigError, match="training.tensor_parallel: 3 does not divide hardware.gpus 8"):
+        apply_ds_config(data, BASE, "ds.json")
+
+
+@pytest.mark.parametrize("pipeline", [{}, {"pipe_partitioned": True, "grad_partitioned": False},
+                                      {"pipe_partitioned": False}])
+def test_partitioned_pipeline_sends_are_refused_with_tensor_and_pipeline_parallelism(pipeline: dict[str, Any]) \
+        -> None:
+    """DeepSpeed's engine splits each send over the TP ranks by default; tiersim sends whole."""
+    data = {"training": {"tensor_parallel": 2, "pipeline_parallel": 2}, "hardware": {"gpus": 8}}
+    ds = {"train_batch_size": 8, "bf16": {"enabled": True}, "pipeline": pipeline}
+    with pytest.raises(ConfigError, match=r"pipeline\.(pipe|grad)_partitioned: true \(DeepSpeed's default\)"):
+        apply_ds_config(data, ds, "ds.json")
+
+
+def test_the_pipeline_keys_deepspeed_does_not_read_or_that_send_whole_pass() -> None:
+    data = {"training": {"tensor_parallel": 2, "pipeline_parallel": 2}, "hardware": {"gpus": 8}}
+    ds = {"train_batch_size": 8, "bf16": {"enabled": True}, "pipeline": {
+        "stages": "auto", "partition": "parameters", "seed_layers": True, "activation_checkpoint_interval": 0,
+        "use_reentrant": False, "pipe_partitioned": False, "grad_partitioned": False}}
+    out, _ = apply_ds_config(data, ds, "ds.json")
+    assert out["training"]["micro_batch"] == 4 and out["training"]["pipeline_parallel"] == 2
+    out, _ = apply_ds_config({"training": {"tensor_parallel": 2}, "hardware": {"gpus": 8}},
+                             {**ds, "pipeline": {"pipe_partitioned": True}}, "ds.json")
+    assert out["training"]["micro_batch"] == 2
 
 
 def test_the_guide_lists_every_key() -> None:

@@ -152,10 +152,16 @@ def test_tensor_parallelism(tmp_path: Path) -> None:
 
 def test_pipeline_parallelism_keeps_its_refusal_by_field(tmp_path: Path) -> None:
     """PP 2 x TP 2 on 2 nodes: DP 2; ZeRO-3 under a pipeline is refused as DeepSpeed refuses it."""
-    data = _imported(tmp_path, relaid(tp=2, pp=2, hosts=2))
+    data = _imported(tmp_path, _whole_sends(relaid(tp=2, pp=2, hosts=2)))
     assert _layout(data) == (2, 4, 2, 2, 2)
     with pytest.raises(ConfigError, match="zero_stage: 3 with pipeline_parallel 2"):
         log_config(read_log(tmp_path / "relaid.log"), POLARIS_NODE)
+
+
+def _whole_sends(text: str) -> str:
+    """DeepSpeed's pipeline engine sending whole tensors between stages (not split over TP)."""
+    return _sub(text, "'pipe_partitioned': True, 'grad_partitioned': True",
+                "'pipe_partitioned': False, 'grad_partitioned': False")
 
 
 def test_experts_and_expert_parallelism(tmp_path: Path) -> None:
@@ -222,6 +228,8 @@ REFUSALS = [
      "--pipeline-model-parallel-size: tensor x pipeline parallel = 4 x 2 does not divide the job's 4 GPUs"),
     (lambda: _without_spawned(relaid(hosts=2, micro=2), "h1", 2),
      "spawned commands: 6 ranks spawned, but the launcher's world info has 2 hosts of 4 GPUs"),
+    (lambda: relaid(tp=2, pp=2, hosts=2),
+     "DeepSpeed pipeline.pipe_partitioned: true (DeepSpeed's default) with tensor and pipeline parallelism"),
     (lambda: relaid(extra="--num-layers-per-virtual-pipeline-stage 2"),
      "--num-layers-per-virtual-pipeline-stage: 2: interleaved pipeline stages"),
     (lambda: relaid(extra="--ds-sequence-parallel-size 2"), "--ds-sequence-parallel-size: 2: DeepSpeed-Ulysses"),

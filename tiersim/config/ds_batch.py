@@ -1,13 +1,15 @@
 """DeepSpeed's batch arithmetic: ``train_batch_size = micro_batch x gradient_accumulation_steps x
 world_size``, the missing values derived as DeepSpeed derives them and the result refused as it
 refuses it (v0.16.2 ``deepspeed/runtime/config.py``: ``_set_batch_related_parameters``,
-``_batch_assertion``). Sizes are sequences; ``world`` is the data-parallel ranks.
+``_batch_assertion``). Sizes are sequences; ``world`` is the data-parallel ranks (DeepSpeed's
+``world_size`` is ``mpu.get_data_parallel_world_size()`` under Megatron: nodes x GPUs / (TP x PP)).
 """
 
 from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from tiersim.config.ranks import default_data_parallel
 from tiersim.errors import ConfigError
 
 
@@ -20,16 +22,27 @@ class Batch(NamedTuple):
 
 
 def world_size(scenario: dict[str, Any], source: str) -> int:
-    """DeepSpeed's ``world_size`` for a scenario mapping: its data-parallel ranks
-    (``training.data_parallel``, else ``hardware.gpus``, else 1)."""
+    """DeepSpeed's ``world_size`` for a scenario mapping: its data-parallel ranks,
+    ``training.data_parallel``, else what the layout leaves, ``hardware.nodes x hardware.gpus /
+    (tensor_parallel x pipeline_parallel)`` (``tiersim.config.ranks``; each 1 where absent)."""
     training = scenario.get("training")
+    training = training if isinstance(training, dict) else {}
     hardware = scenario.get("hardware")
-    gpus = hardware.get("gpus", 1) if isinstance(hardware, dict) else 1
-    ranks = training.get("data_parallel", gpus) if isinstance(training, dict) else gpus
-    if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks <= 0:
-        raise ConfigError(source, "", f"cannot apply the DeepSpeed config: the scenario's data-parallel ranks "
-                                      f"(training.data_parallel, hardware.gpus) are {ranks!r}, not a positive integer")
-    return ranks
+    hardware = hardware if isinstance(hardware, dict) else {}
+    counts = {key: hardware.get(key, 1) for key in ("nodes", "gpus")}
+    for key, count in counts.items():
+        _positive(count, f"hardware.{key}", source)
+    ranks = training.get("data_parallel")
+    if ranks is None:
+        return default_data_parallel(training, counts["nodes"], counts["gpus"], source)
+    return _positive(ranks, "training.data_parallel", source)
+
+
+def _positive(value: object, field: str, source: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(source, "", f"cannot apply the DeepSpeed config: the scenario's {field} is {value!r}, "
+                                      "not a positive integer")
+    return value
 
 
 def deepspeed_batch(train: int | None, micro: int | None, accumulation: int | None, world: int,

@@ -26,6 +26,7 @@ from typing import Any, TypeGuard
 from tiersim.config.ds_auto import AUTO, Filled, fill_auto
 from tiersim.config.ds_batch import deepspeed_batch, world_size
 from tiersim.config.ds_keys import KEYS, lookup
+from tiersim.config.ranks import degree
 from tiersim.config.scenario import copy_plain
 from tiersim.config.yamlfile import read_text
 from tiersim.errors import ConfigError
@@ -102,6 +103,7 @@ def apply_ds_config(data: dict[str, Any], ds: dict[str, Any], source: str) -> tu
     out = copy_plain(data)
     training = _section(out, "training", source)
     stage = _apply_training(training, settings, world_size(data, source), source)
+    _check_pipeline(training, settings, source)
     _apply_offload(out, settings, stage, source)
     if hoisted is not ds:  # said once the file is known to run, so a refusal stays one line
         warnings.warn(DeepSpeedKeyMoved(f"{source}: {MISPLACED_AIO} read as the top-level aio, where DeepSpeed reads "
@@ -200,6 +202,18 @@ def _apply_training(training: dict[str, Any], settings: dict[str, Any], world: i
     if betas is not None:
         training["adam_beta1"], training["adam_beta2"] = betas
     return int(stage)
+
+
+def _check_pipeline(training: dict[str, Any], settings: dict[str, Any], source: str) -> None:
+    """DeepSpeed's pipeline engine splits each send over the tensor-parallel ranks and all-gathers
+    it after (``pipe_partitioned``, ``grad_partitioned``; true by default): refused where the
+    scenario has tensor and pipeline parallelism both above 1, whose sends tiersim models whole."""
+    split = degree(training, "tensor_parallel") > 1 and degree(training, "pipeline_parallel") > 1
+    for key in ("pipeline.pipe_partitioned", "pipeline.grad_partitioned"):
+        if _flag(source, key, settings.get(key, True)) and split:
+            raise ConfigError(source, key, "true (DeepSpeed's default) with training.tensor_parallel and "
+                                           "pipeline_parallel above 1: sends split over the tensor-parallel ranks "
+                                           "and all-gathered are not modelled; false sends them whole, as tiersim does")
 
 
 def _precision(fp16: bool, bf16: bool, source: str) -> str:

@@ -1,6 +1,7 @@
 """Which DeepSpeed config keys tiersim models, which change nothing it simulates, and which it
 refuses: one entry per key of DeepSpeed 0.16 (``deepspeed/runtime/config.py``, ``zero/config.py``,
-``zero/offload_config.py``, ``swap_tensor/aio_config.py``, ``activation_checkpointing/config.py``).
+``zero/offload_config.py``, ``swap_tensor/aio_config.py``, ``activation_checkpointing/config.py``,
+and the ``pipeline`` keys ``pipe/engine.py`` reads).
 
 A key is addressed by its dotted path; ``SECTION.*`` stands for every key under ``SECTION``
 that has no entry of its own. A refused key is accepted at the value tiersim models (the
@@ -44,6 +45,10 @@ _OFF = (False, 0, None)
 _LOGGING = "logging, profiling or monitoring: no effect on one iteration's time or memory"
 _TUNING = ("tiersim's ZeRO-3 schedule is fixed (each layer's parameters gathered whole, the next "
            "layer's prefetched, gradients reduce-scattered per layer): the value does not change it")
+
+_PARTITIONED = ("true (DeepSpeed's default) splits each stage boundary's {what} over the tensor-parallel "
+                "ranks and all-gathers it after, refused with tensor and pipeline parallelism both above 1; "
+                "false sends it whole, as tiersim does")
 
 KEYS: dict[str, Key] = {
     # batch (DeepSpeed's arithmetic: tiersim.config.ds_batch)
@@ -152,12 +157,29 @@ KEYS: dict[str, Key] = {
     "activation_checkpointing.synchronize_checkpoint_boundary": _ignored("a device synchronize per layer: "
                                                                          "tiersim's layers end in order anyway"),
     "activation_checkpointing.profile": _ignored(_LOGGING),
+    # DeepSpeed's pipeline engine (``get_pipeline_config``; pipe/engine.py reads the keys it uses):
+    # the stages are the model's, training.pipeline_parallel
+    "pipeline.stages": _ignored("read by no DeepSpeed engine: the stages are the PipelineModule's "
+                                "(training.pipeline_parallel)"),
+    "pipeline.partition": _ignored("read by no DeepSpeed engine: the split is the PipelineModule's "
+                                   "partition_method (tiersim splits the layers uniformly, as Megatron does)"),
+    "pipeline.seed_layers": _ignored("read by no DeepSpeed engine; a random seed per layer: no effect on time "
+                                     "or memory"),
+    "pipeline.activation_checkpoint_interval": _refused("the pipeline engine's own checkpointing every N layers "
+                                                        "(tiersim's is training.activation_checkpointing)", 0),
+    "pipeline.use_reentrant": _ignored("read only with activation_checkpoint_interval"),
+    "pipeline.pipe_partitioned": _modelled(_PARTITIONED.format(what="activation")),
+    "pipeline.grad_partitioned": _modelled(_PARTITIONED.format(what="gradient")),
     # parallelism and training methods tiersim does not simulate
-    "pipeline.*": _refused("pipeline parallelism"),
-    "tensor_parallel.*": _refused("tensor parallelism"),
-    "sequence_parallel_size": _refused("sequence parallelism", 1),
-    "use_data_before_expert_parallelism": _refused("mixture of experts", *_OFF),
-    "moe.*": _refused("mixture of experts"),
+    "tensor_parallel.*": _refused("DeepSpeed's AutoTP tensor parallelism (Megatron's is "
+                                  "training.tensor_parallel)"),
+    "sequence_parallel_size": _refused("DeepSpeed-Ulysses sequence parallelism (Megatron's is "
+                                       "training.sequence_parallel)", 1),
+    "use_data_before_expert_parallelism": _refused("expert-data-parallel groups laid out data-first", *_OFF),
+    "moe.*": _refused("a DeepSpeed-MoE section (DeepSpeed 0.16 reads none: the experts, top-k and expert "
+                      "parallelism are arguments of deepspeed.moe.layer.MoE, Megatron-DeepSpeed's --num-experts, "
+                      "--topk, --moe-expert-parallel-size; in tiersim model.experts, model.experts_per_token, "
+                      "training.expert_parallel)"),
     "sparse_attention.*": _refused("sparse attention"),
     "sparse_gradients": _refused("sparse gradients", *_OFF),
     "progressive_layer_drop.enabled": _refused("progressive layer drop", *_OFF),

@@ -15,20 +15,20 @@ from tiersim.errors import ConfigError
 from tiersim.workload import TrainingSpec
 
 
-def _degree(training: dict[str, Any], name: str) -> int:
+def degree(training: dict[str, Any], name: str) -> int:
     """A parallel degree as written (1 when absent or not an integer: the schema refuses it later)."""
     value = training.get(name, 1)
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
 
 
-def default_data_parallel(training: dict[str, Any], hardware: HardwareSpec, source: str) -> int:
-    """The data-parallel ranks the layout leaves: ``nodes x gpus / (tensor_parallel x
-    pipeline_parallel)``; a layout that does not divide the ranks is a ConfigError."""
-    tp, pp = _degree(training, "tensor_parallel"), _degree(training, "pipeline_parallel")
-    world = hardware.nodes * hardware.gpus
-    if hardware.gpus % tp:
+def default_data_parallel(training: dict[str, Any], nodes: int, gpus: int, source: str) -> int:
+    """The data-parallel ranks the layout leaves on ``nodes`` of ``gpus``: ``nodes x gpus /
+    (tensor_parallel x pipeline_parallel)``; a layout that does not divide the ranks is a ConfigError."""
+    tp, pp = degree(training, "tensor_parallel"), degree(training, "pipeline_parallel")
+    world = nodes * gpus
+    if gpus % tp:
         raise ConfigError(source, "training.tensor_parallel",
-                          f"{tp} does not divide hardware.gpus {hardware.gpus}: a tensor-parallel group "
+                          f"{tp} does not divide hardware.gpus {gpus}: a tensor-parallel group "
                           "stays within a node, as Megatron places it")
     if world % (tp * pp):
         raise ConfigError(source, "training.pipeline_parallel",

@@ -156,7 +156,8 @@ def _training(raw: object, hardware: HardwareSpec, source: str, validated: dict[
     ranks' layout leaves (``tiersim.config.ranks``)."""
     training_data = dict(raw) if isinstance(raw, dict) else raw
     if isinstance(training_data, dict):
-        training_data.setdefault("data_parallel", default_data_parallel(training_data, hardware, source))
+        training_data.setdefault("data_parallel",
+                                 default_data_parallel(training_data, hardware.nodes, hardware.gpus, source))
     training = _section(TrainingSpec, training_data, source, "training", validated)
     check_data_parallel(training, hardware, source)
     refuse_unmodelled_layout(training, hardware, source)

@@ -23,6 +23,9 @@ from tiersim.ingest.world_info import encode_world_info
 from tiersim.results import Result
 
 _STAMP = "[2026-01-01 00:00:00,000] [INFO]"
+_PIPELINE = {"stages": "auto", "partition": "best", "seed_layers": False, "activation_checkpoint_interval": 0,
+             "pipe_partitioned": False, "grad_partitioned": False}
+"""DeepSpeed's pipeline engine config, sending whole tensors between stages (as tiersim models)."""
 
 
 def write_log(result: Result, path: str | Path, iterations: int = 5) -> Path:
@@ -136,6 +139,7 @@ def _engine_configuration(config: RunConfig) -> list[str]:
     if training.grad_accum_dtype is not None:
         user["data_types"] = {"grad_accum_dtype": training.grad_accum_dtype}
     printed = [f"{_STAMP} [config.py:1003:print]   aio_config ................... {aio}",
+               f"{_STAMP} [config.py:1003:print]   pipeline ..................... {_PIPELINE}",
                f"{_STAMP} [config.py:1003:print]   world_size ................... {training.data_parallel}",
                f"{_STAMP} [config.py:1003:print]   zero_config .................. {zero}",
                f"{_STAMP} [config.py:989:print_user_config]   json = {{"]

@@ -19,12 +19,15 @@
 Megatron's ``using world size: ...`` line, DeepSpeed's ``world_size`` (its data-parallel ranks)
 and the ranks the launcher spawned must agree with the layout. What tiersim does not model is
 refused by name: interleaved pipeline stages, DeepSpeed-Ulysses or context parallelism, per-layer
-expert counts, residual MoE, Megatron's SwitchMLP, capacity factors other than 1 and MoE
-without token dropping (DeepSpeed then pads each expert to the busiest one's tokens).
+expert counts, residual MoE, Megatron's SwitchMLP, capacity factors other than 1, MoE without
+token dropping (DeepSpeed then pads each expert to the busiest one's tokens), and with tensor and
+pipeline parallelism, DeepSpeed's pipeline engine splitting its sends over the tensor-parallel
+ranks (its default ``pipe_partitioned``, as ``--ds-config`` refuses it).
 """
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,6 +84,7 @@ def log_layout(log: TrainingLog) -> Layout:
     layout = Layout(nodes, gpus, tp, pp, world // (tp * pp), log.args.get("sequence_parallel") is True,
                     _expert_parallel(log))
     _check_prints(log, layout, world)
+    _check_pipeline_sends(log, layout)
     return layout
 
 
@@ -154,6 +158,24 @@ def _check_prints(log: TrainingLog, layout: Layout, world: int) -> None:
     if ranks and isinstance(layout.gpus, int) and ranks not in (layout.gpus, world):
         raise ConfigError(source, "spawned commands", f"{ranks} ranks spawned, but the launcher's world info "
                           f"has {layout.nodes} hosts of {layout.gpus} GPUs")
+
+
+def _check_pipeline_sends(log: TrainingLog, layout: Layout) -> None:
+    """With tensor and pipeline parallelism DeepSpeed's pipeline engine splits each send between
+    stages over the tensor-parallel ranks unless its printed ``pipeline`` config says
+    ``pipe_partitioned``/``grad_partitioned`` False (both True by default): refused, as
+    ``--ds-config`` refuses it (tiersim sends them whole)."""
+    if layout.tensor_parallel == 1 or layout.pipeline_parallel == 1:
+        return
+    printed = log.engine.get("pipeline", "{}")
+    try:
+        pipeline = ast.literal_eval(printed)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        raise ConfigError(log.path, "DeepSpeed pipeline", f"unreadable printed value {printed[:60]!r}") from None
+    for key in ("pipe_partitioned", "grad_partitioned"):
+        if not isinstance(pipeline, dict) or pipeline.get(key, True) is not False:
+            raise ConfigError(log.path, f"DeepSpeed pipeline.{key}", "true (DeepSpeed's default) with tensor and "
+                              "pipeline parallelism: sends split over the tensor-parallel ranks are not modelled")
 
 
 _UNMODELLED = {"sequence parallel size": " (DeepSpeed-Ulysses sequence parallelism is not modelled)",
