@@ -231,7 +231,7 @@ REFUSALS = [
     (lambda: relaid(tp=2, pp=2, hosts=2),
      "DeepSpeed pipeline.pipe_partitioned: true (DeepSpeed's default) with tensor and pipeline parallelism"),
     (lambda: relaid(extra="--num-layers-per-virtual-pipeline-stage 2"),
-     "--num-layers-per-virtual-pipeline-stage: 2: interleaved pipeline stages"),
+     "--num-layers-per-virtual-pipeline-stage: 2: a virtual pipeline under DeepSpeed"),
     (lambda: relaid(extra="--ds-sequence-parallel-size 2"), "--ds-sequence-parallel-size: 2: DeepSpeed-Ulysses"),
     (lambda: relaid(extra="--num-experts 8 --mlp-type residual"), "--mlp-type: residual: residual MoE"),
     (lambda: relaid(extra="--num-experts 8 --moe-train-capacity-factor 1.25"),

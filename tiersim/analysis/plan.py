@@ -38,7 +38,8 @@ Costs
 -----
 Hardware cost = sum of unit prices (``price_usd`` in the device profiles; user-editable, each
 cited) x counts: GPU x ``gpus``, CPU x ``sockets``, DRAM kit x ``sockets`` scaled per byte when
-``dram_capacity`` differs from the profile's capacity, CXL x count, NVMe x count. Links (PCIe)
+``dram_capacity`` differs from the profile's capacity, CXL x count, NVMe x count, each node's,
+times ``hardware.nodes``. Links (PCIe)
 are part of the platform and not priced. ``cost_per_iteration_usd`` = hardware cost amortised
 linearly over ``lifetime_years`` of continuous use (default 3 years, 365-day years) x iteration
 time; power, hosting and the rest of the server are not included. ``iterations_per_hour`` is
@@ -169,13 +170,14 @@ def read_scenario(path: str | Path, overrides: Sequence[str] = (), force: bool =
 
 
 def hardware_cost(hw: Hardware) -> dict[str, float | None]:
-    """Cost in USD of each part of the machine and ``total`` (None where a price is missing)."""
+    """Cost in USD of each part of the job's machines, ``hardware.nodes`` of them, and ``total``
+    (None where a price is missing)."""
     parts: dict[str, float | None] = {}
 
     def priced(profile: Any, count: float) -> float | None:
         if profile is None or count == 0:
             return 0.0
-        return None if profile.price_usd is None else float(profile.price_usd) * count
+        return None if profile.price_usd is None else float(profile.price_usd) * count * hw.nodes
 
     parts["gpu"] = priced(hw.gpu, hw.gpus)
     parts["cpu"] = priced(hw.cpu, hw.sockets)
@@ -629,15 +631,20 @@ def _model_row(strategy: str, model_name: str, result: Result | None, fields: di
     return row
 
 
-def plan_largest_model(scenario: Scenario, strategies: Sequence[str] = (), scale: str = "layers",
-                       max_layers: int = DEFAULT_MAX_LAYERS,
-                       lifetime_years: float = DEFAULT_LIFETIME_YEARS) -> pd.DataFrame:
-    """Per strategy, the largest model that fits this hardware, ranked by size (see module doc)."""
+def check_search(scale: str, max_layers: int, lifetime_years: float) -> None:
+    """The largest-model search's parameters, each a ConfigError naming it where it is wrong."""
     _check_limits(None, None, lifetime_years)
     if scale not in ("layers", "ladder"):
         raise ConfigError(API, "scale", f"expected layers or ladder, got {scale!r}")
     if max_layers < 1:
         raise ConfigError(API, "max_layers", f"expected a positive layer count, got {max_layers}")
+
+
+def plan_largest_model(scenario: Scenario, strategies: Sequence[str] = (), scale: str = "layers",
+                       max_layers: int = DEFAULT_MAX_LAYERS,
+                       lifetime_years: float = DEFAULT_LIFETIME_YEARS) -> pd.DataFrame:
+    """Per strategy, the largest model that fits this hardware, ranked by size (see module doc)."""
+    check_search(scale, max_layers, lifetime_years)
     names = list(strategies) or scenario.strategies()
     scenario.configs(strategies=names)
     if scale == "layers":

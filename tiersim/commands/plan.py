@@ -2,8 +2,11 @@
 
 largest-model: per strategy, the largest model that fits the scenario's hardware (deepening the
 scenario's model at fixed width, or ``--scale ladder``: Llama-2-style 7B/13B/20B/30B/34B/52B/
-70B/100B/175B), with the tier that stops the next step. fastest: strategies x tier sizing
-(DRAM GiB per socket, CXL devices, NVMe drives) ranked by iteration time. cheapest: those that
+70B/100B/175B), with the tier that stops the next step. ``--nodes``, ``--tensor-parallel`` and
+``--pipeline-parallel`` search those layouts too (data parallelism is what they leave; each keeps
+the scenario's micro-batch and micro-steps per rank), and the answer names the layout chosen.
+fastest: strategies x tier sizing (DRAM GiB per socket, CXL devices, NVMe drives) ranked by
+iteration time. cheapest: those that
 meet ``--max-iteration-time`` (and ``--budget``) ranked by hardware cost; ``--policies``,
 ``--ratios`` and ``--offload-param`` try those strategy options too, and the table ends with the
 candidate chosen and why. Prices are the profiles' ``price_usd`` (edit them; each is cited).
@@ -26,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from tiersim.analysis import plan
+from tiersim.analysis import plan, plan_layouts
 from tiersim.analysis.figure_export import add_plot_arguments, check_target, write_figure
 from tiersim.analysis.report import TABLE_WIDTH, format_table
 from tiersim.commands.options import add_format, add_model, add_overrides, add_strategy, flags
@@ -76,6 +79,10 @@ def register(parser: argparse.ArgumentParser) -> None:
                         metavar="LIST", help="NVMe drive counts to try for the nvme strategy (default %(default)s)")
     parser.add_argument("--scale", choices=("layers", "ladder"), default="layers",
                         help="largest-model: deepen the scenario's model, or try the standard ladder")
+    for flag, what in (("--nodes", "node counts"), ("--tensor-parallel", "tensor-parallel degrees"),
+                       ("--pipeline-parallel", "pipeline-parallel degrees")):
+        parser.add_argument(flag, default="", metavar="LIST",
+                            help=f"largest-model: {what} to search (default: the scenario's)")
     parser.add_argument("--max-layers", type=int, default=plan.DEFAULT_MAX_LAYERS,
                         help="largest-model --scale layers: stop searching here (default %(default)s)")
     parser.add_argument("--lifetime-years", type=float, default=plan.DEFAULT_LIFETIME_YEARS,
@@ -90,7 +97,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 PLANNER_FLAGS = {name: "--" + name.replace("_", "-") for name in (
     "dram_gib", "cxl_counts", "nvme_counts", "policies", "ratios", "offload_param", "budget", "max_iteration_time",
-    "lifetime_years", "objective", "scale", "max_layers")}
+    "lifetime_years", "objective", "scale", "max_layers", "nodes", "tensor_parallel", "pipeline_parallel")}
 """The planner's parameters by the flags that give them."""
 
 
@@ -103,13 +110,10 @@ def plan_command(args: argparse.Namespace) -> int:
     with flags(path="--plot"):
         check_target(args.plot)
     if args.objective == "largest-model":
-        if args.budget is not None or args.max_iteration_time is not None:
-            raise ConfigError("plan", "--budget/--max-iteration-time",
-                                   "apply to --objective fastest or cheapest, not largest-model")
-        with flags(**PLANNER_FLAGS):
-            frame = plan.plan_largest_model(scenario, args.strategy, args.scale, args.max_layers, args.lifetime_years)
-        columns, varied = MODEL_COLUMNS, list[str]()
+        frame, columns = _largest(scenario, args)
+        varied = list[str]()
     else:
+        _check_layout_flags(args)
         frame, columns, varied = _sizing(scenario, args)
     name = str(scenario.data.get("name", scenario.source))
     if args.plot is not None:
@@ -136,15 +140,66 @@ def _print_answer(frame: pd.DataFrame, columns: list[tuple[str, str]], varied: l
     if args.format == "json":
         print(json.dumps({"scenario": name, "objective": args.objective, "lifetime_years": args.lifetime_years,
                           "budget_usd": args.budget, "max_iteration_time_s": args.max_iteration_time,
-                          "rows": plain_records(frame)}, indent=2))
+                          **_chosen_json(frame), "rows": plain_records(frame)}, indent=2))
         return
     shown = frame.head(args.top) if args.top is not None else frame
     print(f"scenario: {name}  objective: {args.objective}")
     print(format_table([h for _c, h in columns], [[_cell(c, row[c]) for c, _h in columns]
                                                   for row in shown.to_dict(orient="records")]))
-    choice = None if args.objective == "largest-model" else plan.chosen(frame, args.objective, varied)
+    choice = _choice(frame, args.objective, varied)
     if choice is not None:
         print(textwrap.fill(choice, TABLE_WIDTH, subsequent_indent="  ", break_long_words=False))
+
+
+LAYOUT_FLAGS = {"nodes": "--nodes", "tensor_parallel": "--tensor-parallel", "pipeline_parallel": "--pipeline-parallel"}
+"""The layout flags of largest-model, by the training or hardware field each varies."""
+LAYOUT_COLUMNS = [("nodes", "nodes"), ("tensor_parallel", "TP"), ("pipeline_parallel", "PP"), ("data_parallel", "DP")]
+
+
+def _largest(scenario: plan.Scenario, args: argparse.Namespace) -> tuple[pd.DataFrame, list[tuple[str, str]]]:
+    """The ``largest-model`` answer and its table's columns: over the layouts the flags give, or
+    on the scenario's own layout when none does."""
+    if args.budget is not None or args.max_iteration_time is not None:
+        raise ConfigError("plan", "--budget/--max-iteration-time",
+                          "apply to --objective fastest or cheapest, not largest-model")
+    with flags(**PLANNER_FLAGS):
+        if not any(getattr(args, key).strip() for key in LAYOUT_FLAGS):
+            frame = plan.plan_largest_model(scenario, args.strategy, args.scale, args.max_layers, args.lifetime_years)
+            return frame, MODEL_COLUMNS
+        given = {key: plan.parse_list(getattr(args, key), flag, int) if getattr(args, key).strip() else
+                 [int(scenario.document.get(_LAYOUT_PATHS[key], 1))] for key, flag in LAYOUT_FLAGS.items()}
+        candidates = plan_layouts.layouts(given["nodes"], given["tensor_parallel"], given["pipeline_parallel"])
+        frame = plan_layouts.plan_largest_layout(scenario, candidates, args.strategy, args.scale, args.max_layers,
+                                                 args.lifetime_years)
+    shown = [column for column in MODEL_COLUMNS[2:] if column[0] not in ("hidden", "cost_per_iteration_usd")]
+    return frame, [*MODEL_COLUMNS[:2], *LAYOUT_COLUMNS, *shown, ("excluded", "excluded")]
+
+
+_LAYOUT_PATHS = {"nodes": "hardware.nodes", "tensor_parallel": "training.tensor_parallel",
+                 "pipeline_parallel": "training.pipeline_parallel"}
+
+
+def _check_layout_flags(args: argparse.Namespace) -> None:
+    """The layout flags search the largest model only."""
+    given = [flag for key, flag in LAYOUT_FLAGS.items() if getattr(args, key).strip()]
+    if given:
+        raise ConfigError("plan", given[0], "searches layouts for --objective largest-model only (for fastest "
+                                            "or cheapest, set the layout with --set)")
+
+
+def _choice(frame: pd.DataFrame, objective: str, varied: list[str]) -> str | None:
+    """The line saying which candidate was chosen and why (largest-model: only over layouts)."""
+    if objective != "largest-model":
+        return plan.chosen(frame, objective, varied)
+    return plan_layouts.chosen_layout(frame) if "tensor_parallel" in frame.columns else None
+
+
+def _chosen_json(frame: pd.DataFrame) -> dict[str, Any]:
+    """``{"chosen": row}``: the layout a largest-model search over layouts chose (None: none fits)."""
+    if "tensor_parallel" not in frame.columns:
+        return {}
+    fitting = [row for row in plain_records(frame) if row["fits"] is True]
+    return {"chosen": fitting[0] if fitting else None}
 
 
 def _sizing(scenario: plan.Scenario,
@@ -178,6 +233,9 @@ def plan_figure(scenario: plan.Scenario, frame: pd.DataFrame, args: argparse.Nam
 
     name = str(scenario.data.get("name", scenario.source))
     if args.objective == "largest-model":
+        if "tensor_parallel" in frame.columns:
+            scenario, frame = plan_layouts.chosen_rows(scenario, frame)
+            name = f"{name} on {plan_layouts.describe_layout(frame.iloc[0].to_dict())}" if len(frame) else name
         memory = plan.memory_by_model_size(scenario, frame, args.scale)
         return plan_plots.largest_model_figure(
             memory, frame, f"{name}: memory per tier against model size (--scale {args.scale})"

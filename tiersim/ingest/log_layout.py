@@ -18,7 +18,7 @@
 
 Megatron's ``using world size: ...`` line, DeepSpeed's ``world_size`` (its data-parallel ranks)
 and the ranks the launcher spawned must agree with the layout. What tiersim does not model is
-refused by name: interleaved pipeline stages, DeepSpeed-Ulysses or context parallelism, per-layer
+refused by name: a virtual pipeline (under DeepSpeed's engine), DeepSpeed-Ulysses or context parallelism, per-layer
 expert counts, residual MoE, Megatron's SwitchMLP, capacity factors other than 1, MoE without
 token dropping (DeepSpeed then pads each expert to the busiest one's tokens), and with tensor and
 pipeline parallelism, DeepSpeed's pipeline engine splitting its sends over the tensor-parallel
@@ -182,9 +182,12 @@ _UNMODELLED = {"sequence parallel size": " (DeepSpeed-Ulysses sequence paralleli
                "context parallel size": " (context parallelism is not modelled)"}
 """Why a size of Megatron's line other than 1 is refused, where tiersim has no field for it."""
 
+_VIRTUAL = ("a virtual pipeline under DeepSpeed: Megatron-DeepSpeed runs its stages on DeepSpeed's pipeline "
+            "engine, which has no interleaved schedule, so which schedule ran is not in the log (tiersim's "
+            "training.virtual_pipeline is Megatron's own interleaved 1F1B)")
 _REFUSED = {
-    "num_layers_per_virtual_pipeline_stage": "interleaved pipeline stages (virtual pipeline) are not modelled",
-    "virtual_pipeline_model_parallel_size": "interleaved pipeline stages (virtual pipeline) are not modelled",
+    "num_layers_per_virtual_pipeline_stage": _VIRTUAL,
+    "virtual_pipeline_model_parallel_size": _VIRTUAL,
     "num_experts_switch": "Megatron's SwitchMLP experts are not modelled (DeepSpeed-MoE's --num-experts are)",
 }
 """Arguments refused whenever given (``None`` aside)."""
