@@ -29,6 +29,7 @@ EXPECTED = {
     "gpu": {"a100-80gb", "h100-sxm", "h100-pcie", "h200", "h200-nvl", "b200", "gb200", "gh200", "mi300x",
             "v100-sxm3-32gb"},
     "fabric": {"pcie-p2p-gen5"},
+    "network": {"ib-ndr400-cx7", "ib-hdr200-cx6", "slingshot-11", "roce-400g"},
     "host": {"seed-node"},
     "link": {"pcie-gen3-x16", "pcie-gen4-x16", "pcie-gen5-x16", "nvlink-c2c", "nvlink-c2c-gb200"},
     "cpu": {"xeon-8480", "epyc-9654", "xeon-8380", "epyc-7543p", "xeon-6980p", "epyc-9755", "grace",
@@ -72,7 +73,7 @@ def test_bundled_profile_loads_and_name_is_stem(path: Path) -> None:
     profile = load_profile_file(path)
     assert profile.name == path.stem
     assert profile.description.strip()
-    parts = [getattr(profile, part) for part in ("cpu", "dram", "nvme", "link", "gpu", "fabric", "cxl")
+    parts = [getattr(profile, part) for part in ("cpu", "dram", "nvme", "link", "gpu", "fabric", "cxl", "network")
              if getattr(profile, part, None) is not None] if isinstance(profile, HostProfile) else [profile]
     for part in parts:
         figures = {f.name for f in fields(part)} - {"kind", "name", "description", "sources"}

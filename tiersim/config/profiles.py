@@ -105,6 +105,24 @@ class FabricProfile(_ProfileBase):
     """The collectives' traffic also crosses each GPU's host link, sharing it with host<->GPU copies."""
 
 
+@dataclass(frozen=True, kw_only=True)
+class NetworkProfile(_ProfileBase):
+    """A node's network interface (one NIC port and the switched fabric behind it) that
+    collectives between nodes cross: its rate per direction (bytes/s), the latency of one
+    message from NIC to NIC through the fabric (s), and the fixed cost NCCL adds to a collective
+    call that crosses it (s). The NIC reads and writes GPU memory over the GPU's host link
+    (GPUDirect RDMA), where its bytes share the link with host<->GPU copies."""
+
+    port_bandwidth: float = rate(doc="the port's data rate per direction (signalling less line coding); for "
+                                     "reference: collectives run at bandwidth")
+    bandwidth: float = rate(doc="achieved RDMA payload rate of one port per direction: the data rate less "
+                                "per-packet headers at the MTU")
+    latency: float = duration(doc="one message, NIC to NIC through the fabric's switches (s); a ring "
+                                  "collective pays it once per step between nodes")
+    call_latency: float = duration(doc="fixed cost of one collective call that crosses the network (s): "
+                                       "NCCL's network proxy posting its sends and receives")
+
+
 SimdName = Literal["avx512", "avx2", "sve", "scalar"]
 """A SIMD instruction set a CPU executes and DeepSpeed's CPU Adam may be built for."""
 SIMD_BITS: dict[str, int] = {"avx512": 512, "avx2": 256, "sve": 128, "scalar": 32}
@@ -256,8 +274,8 @@ class NVMeProfile(_ProfileBase):
 @dataclass(frozen=True, kw_only=True)
 class HostProfile(_ProfileBase):
     """A whole node as ``tiersim calibrate`` measures it or ``tiersim fit`` infers it from
-    training logs: CPU, DRAM, NVMe, and where known the GPU link, the GPU, the collective fabric
-    and the CXL expander. Each part is a full profile mapping of its kind (with ``kind``,
+    training logs: CPU, DRAM, NVMe, and where known the GPU link, the GPU, the collective fabric,
+    the CXL expander and the NIC between nodes. Each part is a full profile mapping of its kind (with ``kind``,
     ``name``, ``description`` and ``sources``); raw measurements or the fit report sit beside it
     in ``calibration`` (free-form, not used by the simulator)."""
 
@@ -275,6 +293,9 @@ class HostProfile(_ProfileBase):
     """The GPUs' collective path: a ``fabric`` profile mapping; None: ``hardware.fabric`` or NVLink."""
     cxl: CXLProfile | None = None
     """A CXL memory expander: a ``cxl`` profile mapping, for a ``hardware.cxl`` entry naming no device."""
+    network: NetworkProfile | None = None
+    """The NIC between nodes: a ``network`` profile mapping, for a ``hardware.network`` entry naming
+    no device."""
     calibration: dict[str, object] | None = None
     """Raw measurements or the fit report, free-form; not read by the simulator."""
 
@@ -284,13 +305,14 @@ class HostProfile(_ProfileBase):
                 raise ConfigError(source, part, "required field is missing")
 
 
-Profile = (GPUProfile | LinkProfile | FabricProfile | CPUProfile | DRAMProfile | CXLProfile | NVMeProfile
-           | HostProfile)
+Profile = (GPUProfile | LinkProfile | FabricProfile | NetworkProfile | CPUProfile | DRAMProfile | CXLProfile
+           | NVMeProfile | HostProfile)
 PROFILE_KINDS: dict[str, type] = {
     "host": HostProfile,
     "gpu": GPUProfile,
     "link": LinkProfile,
     "fabric": FabricProfile,
+    "network": NetworkProfile,
     "cpu": CPUProfile,
     "dram": DRAMProfile,
     "cxl": CXLProfile,
