@@ -135,7 +135,7 @@ class Result:
             "reserved_bytes": dict(self.reserved_bytes),
             "capacity_bytes": dict(self.capacity_bytes),
             "deepspeed_estimate": zero3_estimate(self.config.model, self.config.hardware.gpus, self.strategy,
-                                                 _param_device(self.config.options)),
+                                                 _param_device(self.config.options), self.config.hardware.nodes),
         }
         if not self.fits:
             out["reason"] = self.reason

@@ -478,19 +478,24 @@ def test_bundled_scenarios_are_the_same_with_and_without_fast_forward(scenario: 
         assert_same(simulate(config), simulate(config, fast_forward=False))
 
 
+NICS = ["slingshot-11", "ib-ndr400-cx7", "ib-hdr200-cx6", "roce-400g"]
+
+
 @st.composite
 def generated(draw: st.DrawFn) -> RunConfig:
     """Small and mid-sized scenarios over every strategy and the settings that shape loops."""
     gpus = draw(st.sampled_from([1, 2, 4]))
     tp = draw(st.sampled_from([t for t in (1, 2, 4) if gpus % t == 0]))
+    nodes = draw(st.sampled_from([1, 1, 2, 4]))
     micro = draw(st.integers(1, 8))
     stage = draw(st.integers(1, 3))
     strategy = draw(st.sampled_from(["gpu", "dram", "cxl", "nvme"]))
     overrides = [
         f"model.layers={draw(st.integers(1, 12))}",
         f"hardware.gpus={gpus}",
+        f"hardware.nodes={nodes}",
         "hardware.sockets=2",
-        f"training.global_batch={gpus // tp * micro}",
+        f"training.global_batch={gpus * nodes // tp * micro}",
         f"training.tensor_parallel={tp}",
         f"training.sequence_parallel={draw(st.booleans())}",
         f"training.zero_stage={3 if strategy == 'nvme' else stage}",
@@ -504,6 +509,9 @@ def generated(draw: st.DrawFn) -> RunConfig:
     ]
     if draw(st.booleans()):  # collectives over the PCIe links the gradient copies use
         overrides.append("hardware.fabric=pcie-p2p-gen5")
+    if nodes > 1:  # and over the NICs, whose bytes also cross the PCIe links
+        nic, count = draw(st.sampled_from(NICS)), draw(st.integers(1, 4))
+        overrides.append(f"hardware.network={{device: {nic}, count: {count}}}")
     config = load_scenario(draw(st.sampled_from([QUICKSTART, SEVENTY_B])), overrides, [strategy])[0]
     return replace(config, training=replace(config.training, zero_stage=stage))  # nvme below ZeRO-3: zero_one
 

@@ -17,7 +17,6 @@ import pytest
 from clirun import ROOT
 
 from tiersim.cli import main
-from tiersim.config.ranks import NOT_YET
 from tiersim.errors import ConfigError
 from tiersim.fitting.replay import load_node, log_config
 from tiersim.ingest.log_scenario import log_document
@@ -133,21 +132,18 @@ def test_hosts_of_a_pdsh_launch_are_nodes(tmp_path: Path, hosts: int, micro: int
     assert data["training"]["micro_batch"] == micro and data["training"]["global_batch"] == 16
     log = read_log(tmp_path / "relaid.log")
     assert len(log.bindings) == 4 * hosts and len(log.iterations) == 5 and log.printed_args["topk"] == "1"
+    hardware = log_config(log, POLARIS_NODE).hardware  # over Polaris's two Slingshot 11 NICs per node
+    assert hardware.network is not None and (hardware.network.name, hardware.network_count) == ("slingshot-11", 2)
 
 
 def test_tensor_parallelism(tmp_path: Path) -> None:
-    """TP 2 on one node of 4 GPUs leaves DP 2 (2 micro-steps of 4 for a global batch of 16);
-    validated, it runs where TP is modelled and is refused by field where not yet."""
+    """TP 2 on one node of 4 GPUs leaves DP 2 (2 micro-steps of 4 for a global batch of 16)."""
     text = relaid(tp=2, extra="--sequence-parallel")
     data = _imported(tmp_path, text)
     assert _layout(data) == (1, 4, 2, 1, 2) and data["training"]["sequence_parallel"] is True
     log = read_log(tmp_path / "relaid.log")
-    if "training.tensor_parallel" in NOT_YET:
-        with pytest.raises(ConfigError, match="training.tensor_parallel: 2: tensor parallelism is not modelled"):
-            log_config(log, POLARIS_NODE)
-    else:
-        config = log_config(log, POLARIS_NODE)
-        assert (config.training.tensor_parallel, config.training.data_parallel) == (2, 2)
+    config = log_config(log, POLARIS_NODE)
+    assert (config.training.tensor_parallel, config.training.data_parallel) == (2, 2)
 
 
 def test_pipeline_parallelism_keeps_its_refusal_by_field(tmp_path: Path) -> None:

@@ -18,7 +18,6 @@ import tiersim
 from tiersim.analysis.plan import hardware_cost, read_scenario
 from tiersim.analysis.plan_layouts import Layout, chosen_layout, laid_out, layouts, plan_largest_layout
 from tiersim.cli import main
-from tiersim.config.ranks import NOT_YET
 from tiersim.config.scenario import scenario_from_dict
 from tiersim.errors import ConfigError
 from tiersim.simulate import simulate
@@ -83,15 +82,14 @@ def test_each_layout_answer_is_the_deepest_that_fits(tmp_path: Path) -> None:
         assert row["data_parallel"] == 4 // (row["tensor_parallel"] * row["pipeline_parallel"])
 
 
-def test_zero3_under_a_pipeline_and_nodes_not_modelled_are_rows_that_say_why(tmp_path: Path) -> None:
+def test_zero3_under_a_pipeline_and_nodes_without_a_network_are_rows_that_say_why(tmp_path: Path) -> None:
     scenario = read_scenario(node_of_four(tmp_path, global_batch=4))
     frame = plan_largest_layout(scenario, layouts([1, 2], [2], [1, 2]), ["gpu"], max_layers=40)
     why = {(r["nodes"], r["pipeline_parallel"]): r["excluded"] for r in frame.to_dict(orient="records")}
     assert "training.zero_stage: 3 with pipeline_parallel 2" in why[(1, 2)]
     assert why[(1, 1)] is None
-    if "hardware.nodes" in NOT_YET:
-        assert "hardware.nodes: 2: more than one node is not modelled yet" in why[(2, 1)]
-        assert frame.iloc[0]["nodes"] == 1
+    assert "hardware.network: required with hardware.nodes 2" in why[(2, 1)]
+    assert frame.iloc[0]["nodes"] == 1
     line = chosen_layout(frame)
     assert line is not None and line.startswith(f"chose gpu on {frame.iloc[0]['nodes']} node")
 

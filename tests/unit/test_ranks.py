@@ -9,6 +9,7 @@ import pytest
 
 from tiersim import cli
 from tiersim.config.document import load_scenario
+from tiersim.config.ranks import data_parallel_span
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "scenarios" / "quickstart.yaml"
 
@@ -51,10 +52,13 @@ def test_pipeline_stages_split_the_decoder_layers_evenly(capsys: pytest.CaptureF
     assert "training.pipeline_parallel: 3 does not divide model.layers 32" in err
 
 
-@pytest.mark.parametrize("overrides, field", [
-    (("hardware.nodes=2",), "hardware.nodes"),
-])
-def test_layouts_not_modelled_yet_are_refused_by_field(capsys: pytest.CaptureFixture[str],
-                                                       overrides: tuple[str, ...], field: str) -> None:
-    err = refusal(capsys, *overrides)
-    assert f"{field}: 2: " in err and err.endswith("is not modelled yet")
+def test_more_than_one_node_needs_its_network(capsys: pytest.CaptureFixture[str]) -> None:
+    err = refusal(capsys, "hardware.nodes=2")
+    assert "hardware.network: required with hardware.nodes 2" in err
+
+
+def test_a_data_parallel_group_spans_the_nodes_its_ranks_are_on() -> None:
+    assert data_parallel_span(8, 1, 4) == (4, 2)
+    assert data_parallel_span(4, 1, 4) == (4, 1)
+    assert data_parallel_span(4, 2, 4) == (2, 2)  # TP 2 within the node: 2 of the group's ranks per node
+    assert data_parallel_span(2, 1, 4) == (2, 1)  # pipeline stages across the nodes

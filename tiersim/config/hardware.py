@@ -22,6 +22,7 @@ from tiersim.config.profiles import (
     GPUProfile,
     HostProfile,
     LinkProfile,
+    NetworkProfile,
     NVMeProfile,
     Profile,
     SimdName,
@@ -90,6 +91,9 @@ class HardwareSpec:
     """The node's CXL memory expanders (profile and count); None: no CXL memory."""
     nvme: DeviceCount | None = None
     """The node's NVMe drives (profile and count); None: the host profile's drive (one), else none."""
+    network: DeviceCount | None = None
+    """The node's NICs to the other nodes (a ``network`` profile and the NICs per node); required
+    when ``nodes`` > 1; None: the host profile's NIC (one), else none."""
     host: str | None = None
     """Host profile name (written by ``tiersim calibrate`` or ``tiersim fit``) whose parts are
     used as the fields above say."""
@@ -119,6 +123,10 @@ class Hardware:
     """Bytes of the node's DRAM in use before the job, over all sockets (``usable``)."""
     nodes: int = 1
     """Nodes of this kind in the job; host figures above are each node's own."""
+    network: NetworkProfile | None = None
+    """The NIC collectives between nodes cross (None: one node)."""
+    network_count: int = 0
+    """NICs of each node."""
 
     @property
     def ranks_per_socket(self) -> int:
@@ -245,6 +253,14 @@ class Hardware:
         return self.dram.bandwidth * self.sockets / self.gpus
 
     @property
+    def network_bandwidth_per_rank(self) -> float:
+        """One rank's fair share of its node's NICs (bytes/s per direction): every rank of the
+        node runs its collectives at once, and their bytes between nodes share the NICs."""
+        if self.network is None:
+            raise ModelError("this schedule crosses the network between nodes and the hardware has no NIC")
+        return self.network.bandwidth * self.network_count / self.gpus
+
+    @property
     def cxl_devices_per_rank(self) -> float:
         """CXL devices' worth of device time one rank gets (devices per socket / ranks per socket)."""
         return (self.cxl_count / self.sockets) / self.ranks_per_socket
@@ -286,6 +302,7 @@ def resolve_hardware(spec: HardwareSpec, source: str, search: tuple[Path, ...] =
     cpu = host.cpu if host else find_profile(spec.cpu, CPUProfile, source, "hardware.cpu", search)
     dram = host.dram if host else find_profile(spec.dram, DRAMProfile, source, "hardware.dram", search)
     cxl, nvme = _memory_devices(spec, host, source, search)
+    network, network_count = _network(spec, host, source, search)
     cores = spec.cores_per_rank or max(1, cpu.cores_per_socket * spec.sockets // spec.gpus)
     _check_cpu(spec, cpu, cores, source)
     dram_capacity = spec.dram_capacity or dram.capacity
@@ -311,6 +328,8 @@ def resolve_hardware(spec: HardwareSpec, source: str, search: tuple[Path, ...] =
         nvme_count=spec.nvme.count if spec.nvme else (1 if nvme is not None else 0),
         host_memory_in_use=spec.host_memory_in_use,
         nodes=spec.nodes,
+        network=network,
+        network_count=network_count,
     )
 
 
@@ -335,6 +354,22 @@ def _memory_devices(spec: HardwareSpec, host: HostProfile | None, source: str,
     if spec.nvme is None and host is not None:
         nvme = host.nvme
     return cxl, nvme
+
+
+def _network(spec: HardwareSpec, host: HostProfile | None, source: str,
+             search: tuple[Path, ...]) -> tuple[NetworkProfile | None, int]:
+    """The NIC between nodes and how many each node has: the one ``hardware.network`` names,
+    else the host profile's own (one); a job of several nodes without one is a ConfigError."""
+    own = host.network if host else None
+    network = _device(spec.network, NetworkProfile, own, source, "hardware.network.device", search)
+    if spec.network is None:
+        network = own
+    if network is None and spec.nodes > 1:
+        raise ConfigError(source, "hardware.network", f"required with hardware.nodes {spec.nodes}: the NICs that "
+                          "collectives between nodes cross ({device: PROFILE, count: NICs per node})")
+    if network is None:
+        return None, 0
+    return network, spec.network.count if spec.network else 1
 
 
 def _check_cpu(spec: HardwareSpec, cpu: CPUProfile, cores: int, source: str) -> None:

@@ -8,6 +8,7 @@ the rest; ZeRO partitions over the data-parallel group of ``world / (tp x pp)`` 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from tiersim.config.hardware import HardwareSpec
@@ -48,15 +49,10 @@ def check_data_parallel(training: TrainingSpec, hardware: HardwareSpec, source: 
             f"({training.tensor_parallel} x {training.pipeline_parallel})")
 
 
-NOT_YET = {
-    "hardware.nodes": "more than one node",
-}
-"""Layouts the schema reads but the strategies do not model yet, refused by field."""
-
-
-def refuse_unmodelled_layout(training: TrainingSpec, hardware: HardwareSpec, source: str) -> None:
-    """A ConfigError naming the first layout field above 1 that is not modelled yet."""
-    values = {"hardware.nodes": hardware.nodes}
-    for path, what in NOT_YET.items():
-        if values[path] > 1:
-            raise ConfigError(source, path, f"{values[path]}: {what} is not modelled yet")
+def data_parallel_span(data_parallel: int, tensor_parallel: int, gpus: int) -> tuple[int, int]:
+    """The ranks of one data-parallel group on each node and the nodes it spans. Megatron orders
+    ranks tensor-parallel first, then data-parallel, then pipeline stages, so a group's ranks
+    lie ``tensor_parallel`` apart: ``gpus / tensor_parallel`` of them per node, or all of them
+    on one node when ``data_parallel x tensor_parallel`` fits in it."""
+    per_node = min(data_parallel, max(1, gpus // tensor_parallel))
+    return per_node, math.ceil(data_parallel / per_node)

@@ -21,7 +21,7 @@ from tiersim.config.hardware import Hardware, HardwareSpec, resolve_hardware
 from tiersim.config.hf_config import expand_model
 from tiersim.config.limits import MAX_WHOLE
 from tiersim.config.profiles import HostProfile
-from tiersim.config.ranks import check_data_parallel, default_data_parallel, refuse_unmodelled_layout
+from tiersim.config.ranks import check_data_parallel, default_data_parallel
 from tiersim.config.schema import build, to_plain
 from tiersim.config.worksize import check_bytes, check_run
 from tiersim.config.yamlfile import parse_value
@@ -160,7 +160,6 @@ def _training(raw: object, hardware: HardwareSpec, source: str, validated: dict[
                                  default_data_parallel(training_data, hardware.nodes, hardware.gpus, source))
     training = _section(TrainingSpec, training_data, source, "training", validated)
     check_data_parallel(training, hardware, source)
-    refuse_unmodelled_layout(training, hardware, source)
     return training
 
 

@@ -58,7 +58,8 @@ def system_node(system: System) -> Node:
     parts = system.parts
     host = HostProfile(kind="host", name=system.name, description=system.description, sources={},
                        cpu=parts["cpu"], dram=parts["dram"], nvme=parts["nvme"], link=parts.get("link"),
-                       gpu=parts.get("gpu"), fabric=parts.get("fabric"), cxl=parts.get("cxl"))
+                       gpu=parts.get("gpu"), fabric=parts.get("fabric"), cxl=parts.get("cxl"),
+                       network=parts.get("network"))
     return Node(system.name, system.source, host, dict(system.settings))
 
 

@@ -9,6 +9,7 @@ from collections.abc import Hashable, Iterator, Sequence
 
 from tiersim.config.hardware import Hardware
 from tiersim.config.profiles import GPUProfile
+from tiersim.config.ranks import data_parallel_span
 from tiersim.engine.graph import Task, TaskGraph, Usage
 from tiersim.engine.schedule import Session
 from tiersim.layer_kernels import PassKernels
@@ -51,6 +52,8 @@ def rank_link_capacity(hw: Hardware, name: str) -> float:
     (a schedule's graph asks on the link's first use)."""
     if name == "fabric":
         return hw.fabric_bandwidth
+    if name == "network":
+        return hw.network_bandwidth_per_rank
     if name == "hbm":
         return hw.rank_gpu.hbm_bandwidth * hw.rank_gpu.memory_efficiency
     if name in ("pcie_h2d", "pcie_d2h"):
@@ -158,26 +161,59 @@ class StepBuilder:
         if not work.tp_calls:
             return after
         return self.add(Task(name, "gpu", phase, "tensor_parallel", work.tp_calls * self.hw.fabric_latency,
-                             work.tp_bytes, self.collective_usage(), math.inf, (after,)))
+                             work.tp_bytes, self.fabric_usage(1.0), math.inf, (after,)))
 
     def collective(self, name: str, stream: str, phase: str, num_bytes: float, deps: tuple[str, ...]) -> str | None:
-        """A ring collective (all-gather or reduce-scatter) of ``num_bytes``: after the fabric's
-        per-call latency it moves ``num_bytes * (dp-1)/dp`` per rank over the GPU fabric and,
-        where the fabric runs through the host bridges, also over the GPU's PCIe link in both
-        directions (None if dp=1)."""
+        """A ring collective (all-gather or reduce-scatter) of ``num_bytes``: after its per-call
+        latency (``collective_latency``) it moves ``num_bytes * (dp-1)/dp`` per rank over the
+        links of ``collective_usage`` (None if dp=1)."""
         if self.dp == 1:
             return None
         kind = self.kinds.get(("collective", stream, phase))
         if kind is None:
             kind = self.kinds[("collective", stream, phase)] = TaskKind(
-                stream, phase, stream, self.hw.fabric_latency, self.collective_usage())
+                stream, phase, stream, self.collective_latency(), self.collective_usage())
         return self.add(kind.task(name, num_bytes * (self.dp - 1) / self.dp, deps))
 
+    @property
+    def dp_span(self) -> tuple[int, int]:
+        """The data-parallel group's ranks on each node and the nodes it spans."""
+        return data_parallel_span(self.dp, self.step.training.tensor_parallel, self.hw.gpus)
+
+    def collective_latency(self) -> float:
+        """Seconds one collective call costs besides its bytes: the fabric's per-call latency and,
+        across ``k`` nodes, the network's per-call cost and one message latency for each of
+        the ring's ``k - 1`` steps between nodes (NCCL's ``nInterSteps`` for a ring all-gather
+        or reduce-scatter, ``src/graph/tuning.cc``)."""
+        nodes = self.dp_span[1]
+        if nodes == 1:
+            return self.hw.fabric_latency
+        network = self.hw.network
+        assert network is not None  # resolve_hardware requires one with several nodes
+        return self.hw.fabric_latency + network.call_latency + (nodes - 1) * network.latency
+
     def collective_usage(self) -> Usage:
-        """The links a collective's bytes cross: the GPU fabric and, where it runs through the
-        host bridges, the GPU's PCIe link both ways."""
+        """The links a collective's bytes cross, per byte a rank moves: NCCL's ring all-gather and
+        reduce-scatter run one ring over every rank of the group, a node's ranks in a row. On one
+        node every rank sends its bytes to the next over the GPU fabric (and where the fabric runs
+        through the host bridges, over its PCIe link both ways). Over ``k`` nodes of ``g`` ranks
+        each, NCCL's rings (one per channel) enter and leave each node at a different GPU, so a
+        rank sends ``(g-1)/g`` of its bytes over the fabric and ``1/g`` through a NIC, which reads
+        and writes GPU memory over the GPU's PCIe link (GPUDirect RDMA); the node's NICs carry the
+        bytes of all its ranks' groups at once (``network_bandwidth_per_rank``)."""
+        per_node, nodes = self.dp_span
+        if nodes == 1:
+            return self.fabric_usage(1.0)
+        links = dict(self.fabric_usage((per_node - 1) / per_node)) if per_node > 1 else {}
+        links["network"] = 1.0 / per_node
+        for direction in ("pcie_d2h", "pcie_h2d"):
+            links[direction] = links.get(direction, 0.0) + 1.0 / per_node
+        return tuple(links.items())
+
+    def fabric_usage(self, units: float) -> Usage:
+        """``units`` of the GPU fabric per byte, and as many of the PCIe link both ways where the
+        fabric runs through the host bridges."""
         fabric = self.hw.fabric
-        usage: Usage = (("fabric", 1.0),)
         if fabric is not None and fabric.via_host_link:
-            usage = (*usage, ("pcie_d2h", 1.0), ("pcie_h2d", 1.0))
-        return usage
+            return (("fabric", units), ("pcie_d2h", units), ("pcie_h2d", units))
+        return (("fabric", units),)

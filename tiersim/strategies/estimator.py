@@ -34,22 +34,24 @@ def largest_module_params(model: ModelSpec) -> int:
     return max(largest, model.vocab * model.hidden)
 
 
-def zero3_estimate(model: ModelSpec, gpus: int, strategy: str, params: str | None = None) -> dict[str, Any] | None:
-    """DeepSpeed's estimate for one node of ``gpus`` GPUs: host bytes (the node) and GPU bytes
-    (each), or None where the estimator has no matching option (NVMe offload; parameters
+def zero3_estimate(model: ModelSpec, gpus: int, strategy: str, params: str | None = None,
+                   nodes: int = 1) -> dict[str, Any] | None:
+    """DeepSpeed's estimate for ``nodes`` nodes of ``gpus`` GPUs: host bytes (each node) and GPU
+    bytes (each GPU), or None where the estimator has no matching option (NVMe offload; parameters
     offloaded, ``params`` their device, other than to the CPU beside a CPU-offloaded optimizer)."""
     total = parameter_count(model)
     largest = 4 * largest_module_params(model)
+    total_gpus = gpus * nodes
     if params is not None:
         if params != "cpu" or strategy not in ("dram", "cxl"):
             return None
-        cpu, gpu, options = total * 18 * ADDITIONAL_BUFFER_FACTOR, largest, (
+        cpu, gpu, options = total * 18 * ADDITIONAL_BUFFER_FACTOR / nodes, largest, (
             "offload_param=cpu, offload_optimizer=cpu, zero_init=1")
     elif strategy in ("dram", "cxl"):
-        cpu, gpu, options = total * 16 * ADDITIONAL_BUFFER_FACTOR, largest + int(2 * total / gpus), (
+        cpu, gpu, options = total * 16 * ADDITIONAL_BUFFER_FACTOR / nodes, largest + int(2 * total / total_gpus), (
             "offload_param=none, offload_optimizer=cpu, zero_init=1")
     elif strategy == "gpu":
-        cpu, gpu, options = largest / 4 * 4 * gpus * ADDITIONAL_BUFFER_FACTOR, largest + int(18 * total / gpus), (
+        cpu, gpu, options = largest / 4 * 4 * gpus * ADDITIONAL_BUFFER_FACTOR, largest + int(18 * total / total_gpus), (
             "offload_param=none, offload_optimizer=none, zero_init=1")
     else:
         return None

@@ -1,0 +1,144 @@
+"""More than one node (issue 39 item 4): ZeRO's collectives over a data-parallel group that spans
+nodes run as one NCCL ring, within a node over the GPU fabric and between nodes over the NICs,
+and every host resource stays each node's own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tiersim.config.document import load_scenario
+from tiersim.config.profiles import NetworkProfile, load_profile_file
+from tiersim.config.scenario import RunConfig
+from tiersim.engine.schedule import Session
+from tiersim.errors import ConfigError
+from tiersim.simulate import simulate
+from tiersim.strategies.builder import StepBuilder, rank_link_capacity
+from tiersim.workload import build_step
+
+QUICKSTART = Path(__file__).resolve().parents[2] / "scenarios" / "quickstart.yaml"
+SMALL = ["model.layers=4", "training.sub_group_size=2e8"]
+HDR = "hardware.network={device: ib-hdr200-cx6, count: 1}"
+
+
+def config(strategy: str, *overrides: str) -> RunConfig:
+    """The small quickstart with one micro-step per rank on every layout."""
+    values = dict(item.split("=", 1) for item in overrides)
+    ranks = int(values.get("hardware.gpus", 1)) * int(values.get("hardware.nodes", 1))
+    (found,) = load_scenario(QUICKSTART, [*SMALL, f"training.global_batch={ranks}", *overrides],
+                             strategies=[strategy])
+    return found
+
+
+def builder(cfg: RunConfig) -> StepBuilder:
+    return StepBuilder(build_step(cfg.model, cfg.training), cfg.hardware)
+
+
+def gather_seconds(cfg: RunConfig) -> tuple[float, float]:
+    """The first forward all-gather's seconds (alone on its links: nothing else moves then) and
+    the bytes of the layer it gathers."""
+    result = simulate(cfg, trace=True)
+    row = result.trace.set_index("name").loc["m0.fwd.0.allgather"]
+    step = build_step(cfg.model, cfg.training)
+    return float(row.end - row.start), step.layers[0].params * step.lp_bytes
+
+
+def test_a_collective_across_two_nodes_is_latency_plus_its_bytes_over_the_bottleneck() -> None:
+    """2 nodes x 4 H100s with one HDR NIC each: a ring of n = 8 ranks. Per byte a rank moves,
+    3/4 cross NVLink, 1/4 its PCIe link each way and 1/4 the NIC, whose 24.84 GB/s the node's 4
+    ranks share: the NIC is the bottleneck at 24.84 GB/s for the collective's (n-1)/n bytes;
+    the latency is NCCL's 9.6 us per call and one 1 us message for the one step between nodes."""
+    cfg = config("dram", "hardware.gpus=4", "hardware.nodes=2", HDR)
+    seconds, num_bytes = gather_seconds(cfg)
+    expected = 9.6e-6 + 1e-6 + num_bytes * 7 / 8 / 24.84e9
+    assert seconds == pytest.approx(expected, rel=1e-9)
+
+
+def test_four_nodes_pay_a_message_per_step_between_nodes_and_the_fabric_can_bind() -> None:
+    """4 nodes x 2 GPUs with four NDR NICs each: the NICs give the collective 4 x 49.68 GB/s, more
+    than NVLink's 450 GB/s over the 1/2 of each byte it carries (900 GB/s) does not: the PCIe link
+    (1/2 of each byte, each way) binds; the ring crosses nodes in 3 of its 7 steps."""
+    cfg = config("dram", "hardware.gpus=2", "hardware.nodes=4", "hardware.network={device: ib-ndr400-cx7, count: 4}")
+    seconds, num_bytes = gather_seconds(cfg)
+    hw = cfg.hardware
+    bottleneck = min(hw.fabric_bandwidth * 2, hw.network_bandwidth_per_rank * 2, hw.pcie_bandwidth * 2)
+    assert bottleneck == hw.pcie_bandwidth * 2
+    assert seconds == pytest.approx(9.6e-6 + 3 * 1e-6 + num_bytes * 7 / 8 / bottleneck, rel=1e-9)
+
+
+def test_the_links_of_a_ring_over_nodes() -> None:
+    """The rank's share of each link per byte of its collective, on one node and over two."""
+    one = builder(config("dram", "hardware.gpus=4"))
+    assert one.collective_usage() == (("fabric", 1.0),)
+    two = builder(config("dram", "hardware.gpus=4", "hardware.nodes=2", HDR))
+    assert two.collective_usage() == (("fabric", 0.75), ("network", 0.25), ("pcie_d2h", 0.25), ("pcie_h2d", 0.25))
+    pcie = builder(config("dram", "hardware.gpus=4", "hardware.nodes=2", HDR, "hardware.fabric=pcie-p2p-gen5"))
+    assert dict(pcie.collective_usage())["pcie_d2h"] == 1.0  # 3/4 peer to peer and 1/4 to the NIC
+    assert rank_link_capacity(two.hw, "network") == 24.84e9 / 4
+
+
+@pytest.mark.parametrize("strategy", ["dram", "nvme"])
+def test_one_node_is_unchanged_by_a_network(strategy: str) -> None:
+    plain = simulate(config(strategy, "hardware.gpus=4"))
+    with_nic = simulate(config(strategy, "hardware.gpus=4", HDR))
+    assert with_nic.iteration_time_s == plain.iteration_time_s
+    assert with_nic.phases == plain.phases
+
+
+def test_more_than_one_node_needs_a_network() -> None:
+    with pytest.raises(ConfigError, match="hardware.network: required with hardware.nodes 2"):
+        config("dram", "hardware.gpus=4", "hardware.nodes=2")
+
+
+def test_a_network_profile_cites_every_figure(tmp_path: Path) -> None:
+    path = tmp_path / "nic.yaml"
+    path.write_text("kind: network\nname: nic\ndescription: d\nport_bandwidth: 25 GB/s\nbandwidth: 24 GB/s\n"
+                    "latency: 1 us\ncall_latency: 10 us\nsources: {port_bandwidth: a, bandwidth: b, latency: c}\n")
+    with pytest.raises(ConfigError, match="sources.call_latency"):
+        load_profile_file(path)
+    path.write_text(path.read_text().replace("latency: c}", "latency: c, call_latency: d}"))
+    assert isinstance(load_profile_file(path), NetworkProfile)
+
+
+# --- host resources are each node's own -------------------------------------------------------
+
+
+@pytest.mark.parametrize("strategy, tier", [("dram", "dram"), ("cxl", "cxl"), ("nvme", "nvme")])
+def test_each_node_holds_the_host_memory_of_its_own_ranks(strategy: str, tier: str) -> None:
+    """2 nodes x 4 GPUs (DP 8) hold, per node, what 4 of the 8 ranks of one 8-GPU node hold: the
+    same per-rank partitions (each 1/8 of the model), half as many ranks; 1 node x 4 GPUs (DP 4)
+    holds twice each partition with as many ranks."""
+    two_nodes = simulate(config(strategy, "hardware.gpus=4", "hardware.nodes=2", HDR))
+    one_node_of_8 = simulate(config(strategy, "hardware.gpus=8"))
+    one_node_of_4 = simulate(config(strategy, "hardware.gpus=4"))
+    assert two_nodes.fits and one_node_of_8.fits and one_node_of_4.fits
+    assert two_nodes.capacity_bytes[tier] == one_node_of_4.capacity_bytes[tier]
+    for held in ("peak_bytes", "reserved_bytes"):
+        assert getattr(two_nodes, held)[tier] * 2 == pytest.approx(getattr(one_node_of_8, held)[tier], abs=8), held
+    assert two_nodes.peak_bytes[tier] < one_node_of_4.peak_bytes[tier]
+
+
+def test_each_rank_gets_its_own_nodes_share_of_the_host() -> None:
+    """Bandwidth and device shares count the ranks of one node, whatever the nodes."""
+    one = config("cxl", "hardware.gpus=4").hardware
+    two = config("cxl", "hardware.gpus=4", "hardware.nodes=2", HDR).hardware
+    for share in ("dram_bandwidth_per_rank", "cxl_devices_per_rank", "nvme_drives_per_rank", "adam_rate",
+                  "rank_cores"):
+        assert getattr(two, share) == getattr(one, share), share
+    for tier in ("dram", "cxl", "nvme"):
+        assert two.usable(tier) == one.usable(tier)
+
+
+def test_the_simulation_does_not_grow_with_the_nodes() -> None:
+    """One representative rank: 64 nodes build and run as many tasks as 2."""
+    two = simulate(config("dram", "hardware.gpus=4", "hardware.nodes=2", HDR), fast_forward=False)
+    many = simulate(config("dram", "hardware.gpus=4", "hardware.nodes=64", HDR), fast_forward=False)
+    assert many.events == two.events
+
+
+def test_a_session_builds_the_collective_from_the_step() -> None:
+    cfg = config("dram", "hardware.gpus=4", "hardware.nodes=2", HDR)
+    b = StepBuilder(build_step(cfg.model, cfg.training), cfg.hardware, Session(lambda name: 1.0))
+    assert b.collective("x", "allgather", "forward", 8.0, ()) == "x"
+    assert b.graph.tasks[-1].size == 7.0
