@@ -78,6 +78,20 @@ def test_the_links_of_a_ring_over_nodes() -> None:
     assert rank_link_capacity(two.hw, "network") == 24.84e9 / 4
 
 
+def test_pipeline_stages_on_different_nodes_send_through_the_nics() -> None:
+    """2 nodes x 4 GPUs, 2 stages of DP 4: each stage fills a node, so its activations leave
+    through a NIC (the node's 4 ranks send at once) after NCCL's per-call cost and one message;
+    its data-parallel group stays within the node."""
+    pp = ("hardware.gpus=4", "hardware.nodes=2", HDR, "training.pipeline_parallel=2", "training.zero_stage=1")
+    b = builder(config("dram", *pp))
+    assert b.dp_span == (4, 1) and b.collective_usage() == (("fabric", 1.0),)
+    assert b.send_usage() == (("network", 1.0), ("pcie_d2h", 1.0))
+    assert b.send_latency() == pytest.approx(9.6e-6 + 1e-6)
+    within = builder(config("dram", "hardware.gpus=4", "training.pipeline_parallel=2", "training.zero_stage=1"))
+    assert within.send_usage() == (("fabric", 1.0),) and within.send_latency() == 0.0
+    assert simulate(config("dram", *pp)).fits
+
+
 @pytest.mark.parametrize("strategy", ["dram", "nvme"])
 def test_one_node_is_unchanged_by_a_network(strategy: str) -> None:
     plain = simulate(config(strategy, "hardware.gpus=4"))

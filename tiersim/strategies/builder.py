@@ -182,15 +182,40 @@ class StepBuilder:
 
     def collective_latency(self) -> float:
         """Seconds one collective call costs besides its bytes: the fabric's per-call latency and,
-        across ``k`` nodes, the network's per-call cost and one message latency for each of
-        the ring's ``k - 1`` steps between nodes (NCCL's ``nInterSteps`` for a ring all-gather
-        or reduce-scatter, ``src/graph/tuning.cc``)."""
+        across ``k`` nodes, the network's (``network_latency``) for the ring's ``k - 1`` steps
+        between nodes (NCCL's ``nInterSteps`` for a ring all-gather or reduce-scatter,
+        ``src/graph/tuning.cc``)."""
         nodes = self.dp_span[1]
-        if nodes == 1:
-            return self.hw.fabric_latency
+        return self.hw.fabric_latency + (self.network_latency(nodes - 1) if nodes > 1 else 0.0)
+
+    def network_latency(self, steps: int) -> float:
+        """Seconds a call that crosses the network pays besides its bytes: its ``call_latency``
+        and one message ``latency`` for each of its ``steps`` between nodes."""
         network = self.hw.network
         assert network is not None  # resolve_hardware requires one with several nodes
-        return self.hw.fabric_latency + network.call_latency + (nodes - 1) * network.latency
+        return network.call_latency + steps * network.latency
+
+    @property
+    def sends_cross_nodes(self) -> bool:
+        """Whether a pipeline stage's sends to the next stage leave the node: Megatron puts a
+        stage's ``tensor_parallel x data_parallel`` ranks in a row, so neighbouring stages lie
+        on different nodes where a stage fills whole nodes (a node of several stages sends
+        most of its activations within itself, and is taken to send them all so)."""
+        training = self.step.training
+        return self.hw.nodes > 1 and training.tensor_parallel * self.dp >= self.hw.gpus
+
+    def send_latency(self) -> float:
+        """Seconds a point-to-point send to the next stage costs besides its bytes."""
+        crossing = self.network_latency(1) if self.sends_cross_nodes else 0.0
+        return self.hw.fabric_latency + crossing
+
+    def send_usage(self) -> Usage:
+        """The links a point-to-point send to the next stage crosses: the GPU fabric within a
+        node (as a collective on one node), or across nodes a NIC, reached over the GPU's PCIe
+        link, shared by the node's ranks, which all send at once."""
+        if not self.sends_cross_nodes:
+            return self.fabric_usage(1.0)
+        return (("network", 1.0), ("pcie_d2h", 1.0))
 
     def collective_usage(self) -> Usage:
         """The links a collective's bytes cross, per byte a rank moves: NCCL's ring all-gather and

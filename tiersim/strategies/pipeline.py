@@ -12,11 +12,12 @@ accumulation steps; a stage reduces its gradients over the data-parallel ranks a
 last pass (``reduce_gradients``). A send is blocking, as ``torch.distributed.send`` under NCCL is (DeepSpeed's
 ``p2p.send``; Megatron's non-interleaved schedule waits on its requests): it runs on the sending
 stage's compute stream, the fabric's per-call latency then ``tokens x hidden x 2`` bytes over the
-sender's GPU fabric link; the receiver is taken to have posted its receive (neither framework
-makes a sender wait long for it in 1F1B's steady state). Sends go as Megatron issues them,
-right after their pass; DeepSpeed issues a forward's send at its next step, after that step's
-receive, which the model leaves out. Each stage's optimizer step is the strategy's over the
-stage's own parameters; the step ends when the slowest stage's step does.
+sender's GPU fabric link (between nodes, through its NIC); the receiver is taken to have
+posted its receive (neither framework makes a sender wait long for it in 1F1B's steady state).
+Sends go as Megatron issues them, right after their pass; DeepSpeed issues a forward's send at
+its next step, after that step's receive, which the model leaves out. Each stage's optimizer
+step is the strategy's over the stage's own parameters; the step ends when the slowest stage's
+step does.
 """
 
 from __future__ import annotations
@@ -200,13 +201,14 @@ def send(builder: StepBuilder, forward: bool, micro: int) -> str:
     """A micro-batch's activations (``forward``) or their gradient sent to the neighbouring
     stage after the pass on the compute stream: the fabric's per-call latency, then
     ``tokens x hidden`` 16-bit values over the GPU fabric (and, where it runs through the host
-    bridges, the GPU's PCIe link), the compute stream waiting. With sequence parallelism each
-    tensor-parallel rank sends its ``1 / tp`` of the tokens (Megatron core's ``get_tensor_shapes``)."""
+    bridges, the GPU's PCIe link), or between nodes over a NIC (``StepBuilder.send_usage``), the
+    compute stream waiting. With sequence parallelism each tensor-parallel rank sends its
+    ``1 / tp`` of the tokens (Megatron core's ``get_tensor_shapes``)."""
     phase = "forward" if forward else "backward"
     kind = builder.kinds.get(("send", phase))
     if kind is None:
-        kind = builder.kinds[("send", phase)] = TaskKind("gpu", phase, "p2p", builder.hw.fabric_latency,
-                                                         builder.collective_usage())
+        kind = builder.kinds[("send", phase)] = TaskKind("gpu", phase, "p2p", builder.send_latency(),
+                                                         builder.send_usage())
     step = builder.step
     num_bytes = sequence_tokens(step.training) * step.model.hidden * step.lp_bytes
     what = "activations" if forward else "gradient"
