@@ -85,10 +85,11 @@ def test_pipeline_stages_on_different_nodes_send_through_the_nics() -> None:
     pp = ("hardware.gpus=4", "hardware.nodes=2", HDR, "training.pipeline_parallel=2", "training.zero_stage=1")
     b = builder(config("dram", *pp))
     assert b.dp_span == (4, 1) and b.collective_usage() == (("fabric", 1.0),)
-    assert b.send_usage() == (("network", 1.0), ("pcie_d2h", 1.0))
-    assert b.send_latency() == pytest.approx(9.6e-6 + 1e-6)
+    assert b.sends_cross_nodes and b.p2p_usage(True) == (("network", 1.0), ("pcie_d2h", 1.0))
+    assert b.p2p_latency(True) == pytest.approx(9.6e-6 + 1e-6)
     within = builder(config("dram", "hardware.gpus=4", "training.pipeline_parallel=2", "training.zero_stage=1"))
-    assert within.send_usage() == (("fabric", 1.0),) and within.send_latency() == 0.0
+    assert not within.sends_cross_nodes
+    assert within.p2p_usage(False) == (("fabric", 1.0),) and within.p2p_latency(False) == 0.0
     assert simulate(config("dram", *pp)).fits
 
 

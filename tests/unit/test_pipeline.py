@@ -269,3 +269,22 @@ def test_pipelines_run_on_the_plain_session_where_the_lazy_one_would_start_late(
     with pytest.raises(LateTask):
         plan.schedule(FastForwardSession(plan.capacity_of, None, True, True))
     assert simulate(config).summary() == simulate(config, fast_forward=False).summary()
+
+
+def test_the_first_and_last_stages_talk_across_nodes() -> None:
+    """2 nodes of 4 GPUs, 4 stages of 2 ranks: neighbours share a node (as the nodes' model takes
+    them), but Megatron puts the first stage on the first node and the last on the last, so the
+    interleaved chunks' wrap-around sends and the tied embedding's all-reduce go through a NIC."""
+    config = _config(4, 8, "hardware.gpus=4", "hardware.nodes=2", "hardware.network={device: ib-hdr200-cx6, count: 1}",
+                     "training.virtual_pipeline=2", "model.tied_embeddings=true")  # data parallelism 2
+    trace = simulate(config, trace=True).trace
+    graph = simulate(config, fast_forward=False).graph
+    assert graph is not None
+    usage = {task.name: {link.rpartition("/")[2] for link, _units in task.usage} for task in graph.tasks}
+    sends = trace[trace["category"] == "p2p"]
+    wraps = [n for n in sends["name"] if n.startswith(("s3/c0/", "s0/c1/")) and
+             ("send_activations" in n if n.startswith("s3/") else "send_gradient" in n)]
+    assert len(wraps) == 2 * 4 and all(usage[n] == {"network", "pcie_d2h"} for n in wraps)  # 4 micro-batches
+    assert all("network" not in usage[n] for n in sends["name"] if n not in wraps)
+    tied = [n for n in usage if n.endswith("tied_embedding.allreduce")]
+    assert len(tied) == 2 and all(usage[n] == {"network", "pcie_d2h"} for n in tied)

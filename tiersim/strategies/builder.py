@@ -204,18 +204,16 @@ class StepBuilder:
         training = self.step.training
         return self.hw.nodes > 1 and training.tensor_parallel * self.dp >= self.hw.gpus
 
-    def send_latency(self) -> float:
-        """Seconds a point-to-point send to the next stage costs besides its bytes."""
-        crossing = self.network_latency(1) if self.sends_cross_nodes else 0.0
-        return self.hw.fabric_latency + crossing
+    def p2p_latency(self, across: bool) -> float:
+        """Seconds a point-to-point transfer costs besides its bytes: the fabric's per-call
+        latency and, ``across`` nodes, the network's for one step."""
+        return self.hw.fabric_latency + (self.network_latency(1) if across else 0.0)
 
-    def send_usage(self) -> Usage:
-        """The links a point-to-point send to the next stage crosses: the GPU fabric within a
-        node (as a collective on one node), or across nodes a NIC, reached over the GPU's PCIe
-        link, shared by the node's ranks, which all send at once."""
-        if not self.sends_cross_nodes:
-            return self.fabric_usage(1.0)
-        return (("network", 1.0), ("pcie_d2h", 1.0))
+    def p2p_usage(self, across: bool) -> Usage:
+        """The links a point-to-point transfer crosses: the GPU fabric within a node (as a
+        collective on one node), or ``across`` nodes a NIC, reached over the GPU's PCIe link,
+        shared by the node's ranks, which all send at once."""
+        return (("network", 1.0), ("pcie_d2h", 1.0)) if across else self.fabric_usage(1.0)
 
     def collective_usage(self) -> Usage:
         """The links a collective's bytes cross, per byte a rank moves: NCCL's ring all-gather and

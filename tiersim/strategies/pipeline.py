@@ -157,8 +157,9 @@ def schedule_pipeline(strategy: Strategy, steps: tuple[TrainingStep, ...], hw: H
             forward_pass(builder, fetches[stage], micro, (*builder.tails(), *received))
         else:
             backward_pass(strategy, builder, fetches[stage], micro, received, reduce=micro < micro_batches - 1)
-        if _waits_for((stage, chunk, not forward, micro), stages, chunks) is not None:  # a part after (before)
-            sent[done] = send(builder, forward, micro)
+        to = _waits_for((stage, chunk, not forward, micro), stages, chunks)  # the part after (before) it
+        if to is not None:
+            sent[done] = send(builder, forward, micro, crosses_nodes(builder, stage, to[0]))
     if tied_copy(steps[0].model, steps[0].training):
         reduce_tied_gradients(builders[0], builders[-1])
     for builder in builders:
@@ -171,14 +172,15 @@ def reduce_tied_gradients(first: StepBuilder, last: StepBuilder) -> None:
     first stage's embedding and the last stage's copy of it are all-reduced between the two
     (DeepSpeed's ``ReduceTiedGrads``, before ``ReduceGrads``; Megatron's
     ``_allreduce_word_embedding_grads`` comes after its data-parallel reduction): a ring of
-    two moves the 16-bit gradient once each way, after the fabric's per-call latency, over
-    each rank's fabric link."""
+    two moves the 16-bit gradient once each way, as a send between the two stages
+    (``crosses_nodes``)."""
     after = (*first.tails(), *last.tails())
     step = first.step
     num_bytes = tied_copy(step.model, step.training) * step.lp_bytes
     for builder in (first, last):
-        kind = TaskKind("reduce_scatter", "backward", "allreduce", builder.hw.fabric_latency,
-                        builder.collective_usage())
+        across = crosses_nodes(builder, 0, step.training.pipeline_parallel - 1)
+        kind = TaskKind("reduce_scatter", "backward", "allreduce", builder.p2p_latency(across),
+                        builder.p2p_usage(across))
         builder.add(kind.task("tied_embedding.allreduce", num_bytes, after))
 
 
@@ -197,18 +199,28 @@ def reduce_gradients(strategy: Strategy, builder: StepBuilder) -> None:
         blocking = (waits,) if waits is not None else ()
 
 
-def send(builder: StepBuilder, forward: bool, micro: int) -> str:
-    """A micro-batch's activations (``forward``) or their gradient sent to the neighbouring
-    stage after the pass on the compute stream: the fabric's per-call latency, then
-    ``tokens x hidden`` 16-bit values over the GPU fabric (and, where it runs through the host
-    bridges, the GPU's PCIe link), or between nodes over a NIC (``StepBuilder.send_usage``), the
-    compute stream waiting. With sequence parallelism each tensor-parallel rank sends its
-    ``1 / tp`` of the tokens (Megatron core's ``get_tensor_shapes``)."""
+def crosses_nodes(builder: StepBuilder, stage: int, other: int) -> bool:
+    """Whether ``stage``'s sends to ``other`` leave the node: between neighbouring stages, where
+    a stage fills whole nodes (``StepBuilder.sends_cross_nodes``); between the first stage and
+    the last (a tied embedding's gradient, interleaved chunks' wrap-around), on more than one
+    node, as Megatron places the first stage's ranks first and the last's last."""
+    if {stage, other} == {0, builder.step.training.pipeline_parallel - 1}:
+        return builder.hw.nodes > 1
+    return builder.sends_cross_nodes
+
+
+def send(builder: StepBuilder, forward: bool, micro: int, across: bool) -> str:
+    """A micro-batch's activations (``forward``) or their gradient sent to another stage after
+    the pass on the compute stream: the fabric's per-call latency, then ``tokens x hidden``
+    16-bit values over the GPU fabric (and, where it runs through the host bridges, the GPU's
+    PCIe link), or ``across`` nodes over a NIC (``StepBuilder.p2p_usage``), the compute stream
+    waiting. With sequence parallelism each tensor-parallel rank sends its ``1 / tp`` of the
+    tokens (Megatron core's ``get_tensor_shapes``)."""
     phase = "forward" if forward else "backward"
-    kind = builder.kinds.get(("send", phase))
+    kind = builder.kinds.get(("send", phase, across))
     if kind is None:
-        kind = builder.kinds[("send", phase)] = TaskKind("gpu", phase, "p2p", builder.send_latency(),
-                                                         builder.send_usage())
+        kind = builder.kinds[("send", phase, across)] = TaskKind("gpu", phase, "p2p", builder.p2p_latency(across),
+                                                                 builder.p2p_usage(across))
     step = builder.step
     num_bytes = sequence_tokens(step.training) * step.model.hidden * step.lp_bytes
     what = "activations" if forward else "gradient"
