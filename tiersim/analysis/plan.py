@@ -39,8 +39,8 @@ Costs
 Hardware cost = sum of unit prices (``price_usd`` in the device profiles; user-editable, each
 cited) x counts: GPU x ``gpus``, CPU x ``sockets``, DRAM kit x ``sockets`` scaled per byte when
 ``dram_capacity`` differs from the profile's capacity, CXL x count, NVMe x count, each node's,
-times ``hardware.nodes``. Links (PCIe)
-are part of the platform and not priced. ``cost_per_iteration_usd`` = hardware cost amortised
+times ``hardware.nodes``. Links (PCIe) and the NICs between nodes are part of the platform and
+not priced. ``cost_per_iteration_usd`` = hardware cost amortised
 linearly over ``lifetime_years`` of continuous use (default 3 years, 365-day years) x iteration
 time; power, hosting and the rest of the server are not included. ``iterations_per_hour`` is
 3600 / iteration time.
