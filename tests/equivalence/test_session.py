@@ -510,8 +510,8 @@ def generated(draw: st.DrawFn) -> RunConfig:
     if draw(st.booleans()):  # collectives over the PCIe links the gradient copies use
         overrides.append("hardware.fabric=pcie-p2p-gen5")
     if nodes > 1:  # and over the NICs, whose bytes also cross the PCIe links
-        nic, count = draw(st.sampled_from(NICS)), draw(st.integers(1, 4))
-        overrides.append(f"hardware.network={{device: {nic}, count: {count}}}")
+        nic, count, direct = draw(st.sampled_from(NICS)), draw(st.integers(1, 4)), draw(st.booleans())
+        overrides.append(f"hardware.network={{device: {nic}, count: {count}, gpudirect: {str(direct).lower()}}}")
     config = load_scenario(draw(st.sampled_from([QUICKSTART, SEVENTY_B])), overrides, [strategy])[0]
     return replace(config, training=replace(config.training, zero_stage=stage))  # nvme below ZeRO-3: zero_one
 

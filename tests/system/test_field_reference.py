@@ -14,7 +14,7 @@ import pytest
 
 from tiersim.config import field_reference
 from tiersim.config.field_reference import COMMAND, PAGES, meaning, value_text
-from tiersim.config.hardware import DeviceCount, HardwareSpec
+from tiersim.config.hardware import DeviceCount, HardwareSpec, NetworkCount
 from tiersim.config.profiles import PROFILE_KINDS
 from tiersim.config.scenario import SECTIONS
 from tiersim.config.schema import integer
@@ -61,8 +61,8 @@ def test_every_scenario_field_has_a_row(fields_rows: dict[str, list[str]]) -> No
     sections = {"model": ModelSpec, "training": TrainingSpec, "hardware": HardwareSpec}
     expected = set(SECTIONS)
     expected |= {f"{section}.{f.name}" for section, cls in sections.items() for f in dataclasses.fields(cls)}
-    expected |= {f"hardware.{part}.{f.name}" for part in ("cxl", "nvme", "network")
-                 for f in dataclasses.fields(DeviceCount)}
+    expected |= {f"hardware.{part}.{f.name}" for part in ("cxl", "nvme") for f in dataclasses.fields(DeviceCount)}
+    expected |= {f"hardware.network.{f.name}" for f in dataclasses.fields(NetworkCount)}
     expected |= {f"strategies.{name}.{f.name}" for name, strategy in STRATEGIES.items()
                  for f in dataclasses.fields(strategy.Options)}
     expected |= {f"{path}.{f.name}" for path in set(expected) if path.endswith(".offload_param")

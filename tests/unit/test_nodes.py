@@ -14,7 +14,7 @@ from tiersim.config.scenario import RunConfig
 from tiersim.engine.schedule import Session
 from tiersim.errors import ConfigError
 from tiersim.simulate import simulate
-from tiersim.strategies.builder import StepBuilder, rank_link_capacity
+from tiersim.strategies.builder import StepBuilder, collectives_bound_by_host_link, rank_link_capacity
 from tiersim.workload import build_step
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "scenarios" / "quickstart.yaml"
@@ -76,6 +76,35 @@ def test_the_links_of_a_ring_over_nodes() -> None:
     pcie = builder(config("dram", "hardware.gpus=4", "hardware.nodes=2", HDR, "hardware.fabric=pcie-p2p-gen5"))
     assert dict(pcie.collective_usage())["pcie_d2h"] == 1.0  # 3/4 peer to peer and 1/4 to the NIC
     assert rank_link_capacity(two.hw, "network") == 24.84e9 / 4
+
+
+def test_without_gpudirect_rdma_the_nic_bytes_cross_host_dram_twice_each_way() -> None:
+    """NCCL staging through a pinned host buffer: per byte of the collective, 1/4 goes through a
+    NIC, written to DRAM and read back on each side: 4/4 of a byte of the rank's DRAM share."""
+    staged = builder(config("dram", "hardware.gpus=4", "hardware.nodes=2",
+                            "hardware.network={device: ib-hdr200-cx6, count: 1, gpudirect: false}"))
+    assert dict(staged.collective_usage()) == {"fabric": 0.75, "network": 0.25, "pcie_d2h": 0.25, "pcie_h2d": 0.25,
+                                               "dram": 1.0}
+    slow_dram = config("dram", "hardware.gpus=4", "hardware.nodes=2", "hardware.dram=ddr4-2666-6ch",
+                       "hardware.network={device: ib-ndr400-cx7, count: 4, gpudirect: false}")
+    seconds, num_bytes = gather_seconds(slow_dram)
+    hw = slow_dram.hardware
+    assert hw.dram_bandwidth_per_rank < min(hw.network_bandwidth_per_rank * 4, hw.pcie_bandwidth * 4)
+    assert seconds == pytest.approx(9.6e-6 + 1e-6 + num_bytes * 7 / 8 / hw.dram_bandwidth_per_rank, rel=1e-9)
+
+
+def test_collectives_at_a_pcie_links_rate_run_on_the_plain_session() -> None:
+    """One GPU per node with three Slingshot NICs: the NICs (73.5 GB/s) outrun the GPU's PCIe link
+    (52 GB/s), which then sets the collectives' rate beside the gradient copies; the fast-forward
+    does not time that exactly, so the schedule runs whole, and gives the full run's answer. Two
+    GPUs per node share the NICs (36.8 GB/s each, under PCIe's 104 for half of each byte)."""
+    slingshot = "hardware.network={device: slingshot-11, count: 3}"
+    bound = config("dram", "hardware.gpus=1", "hardware.nodes=4", slingshot)
+    assert collectives_bound_by_host_link(bound.training, bound.hardware)
+    fast, full = simulate(bound), simulate(bound, fast_forward=False)
+    assert fast.iteration_time_s == full.iteration_time_s and fast.events == full.events
+    shared = config("dram", "hardware.gpus=2", "hardware.nodes=4", slingshot)
+    assert not collectives_bound_by_host_link(shared.training, shared.hardware)
 
 
 def test_pipeline_stages_on_different_nodes_send_through_the_nics() -> None:

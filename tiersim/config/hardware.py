@@ -48,6 +48,17 @@ class DeviceCount:
 
 
 @dataclass(frozen=True)
+class NetworkCount(DeviceCount):
+    """The NICs of a node (``hardware.network``): their profile, how many, and how NCCL reaches
+    GPU memory through them."""
+
+    gpudirect: bool = True
+    """The NICs read and write GPU memory directly (GPUDirect RDMA: NCCL does so where the NIC is
+    within ``NCCL_NET_GDR_LEVEL`` of the GPU on the PCIe tree); false: NCCL stages every byte
+    through a pinned host buffer, which each byte crosses twice in host DRAM each way."""
+
+
+@dataclass(frozen=True)
 class HardwareSpec:
     """Scenario section ``hardware:``; names refer to files in ``device_profiles/``. With a
     ``host`` profile, its CPU and DRAM are used, and the other parts it holds (NVMe, GPU link, and
@@ -91,7 +102,7 @@ class HardwareSpec:
     """The node's CXL memory expanders (profile and count); None: no CXL memory."""
     nvme: DeviceCount | None = None
     """The node's NVMe drives (profile and count); None: the host profile's drive (one), else none."""
-    network: DeviceCount | None = None
+    network: NetworkCount | None = None
     """The node's NICs to the other nodes (a ``network`` profile and the NICs per node); required
     when ``nodes`` > 1; None: the host profile's NIC (one), else none."""
     host: str | None = None
@@ -127,6 +138,8 @@ class Hardware:
     """The NIC collectives between nodes cross (None: one node)."""
     network_count: int = 0
     """NICs of each node."""
+    gpudirect: bool = True
+    """The NICs reach GPU memory directly (``NetworkCount.gpudirect``)."""
 
     @property
     def ranks_per_socket(self) -> int:
@@ -330,6 +343,7 @@ def resolve_hardware(spec: HardwareSpec, source: str, search: tuple[Path, ...] =
         nodes=spec.nodes,
         network=network,
         network_count=network_count,
+        gpudirect=spec.network.gpudirect if spec.network else True,
     )
 
 

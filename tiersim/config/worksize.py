@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from tiersim.config.limits import FORCE_HINT, MAX_RUN_SECONDS, MAX_TASKS, MAX_WHOLE, SECONDS_PER_TASK
 from tiersim.errors import ConfigError
 from tiersim.strategies import STRATEGIES
+from tiersim.strategies.builder import collectives_bound_by_host_link
 from tiersim.strategies.pipeline import pipeline_tasks
 from tiersim.workload import StepShape, parameter_count, stage_shapes, step_shape
 
@@ -55,9 +56,10 @@ def simulated_tasks(config: RunConfig) -> int:
     """At most how many tasks the fast-forwarded run of ``config`` simulates one by one: each
     of ``FAST_FORWARD_TRIES`` tries simulates at most the tasks of ``SIMULATED_MICRO_STEPS``
     micro-steps, the boundary and the optimizer step (its layers and sub-groups in full). A
-    pipeline's schedule runs on the plain session, once and whole: all its tasks."""
+    pipeline's schedule runs on the plain session, once and whole: all its tasks, as does one
+    whose collectives move at a PCIe link's rate (``collectives_bound_by_host_link``)."""
     shapes = stage_shapes(config.model, config.training)
-    if len(shapes) > 1:
+    if len(shapes) > 1 or collectives_bound_by_host_link(config.training, config.hardware):
         return stage_tasks(config, shapes)
     return FAST_FORWARD_TRIES * stage_tasks(config, (simulated_shape(shapes[0]),))
 
@@ -78,7 +80,8 @@ def check_run(config: RunConfig, source: str, force: bool = False) -> int:
         raise too_many_tasks(config, source, tasks)
     simulated = simulated_tasks(config)
     if simulated * SECONDS_PER_TASK > MAX_RUN_SECONDS:
-        whole = config.training.pipeline_parallel > 1
+        whole = config.training.pipeline_parallel > 1 or collectives_bound_by_host_link(config.training,
+                                                                                         config.hardware)
         short = None if whole else simulated_shape(step_shape(config.model, config.training))
         field, value, why = largest_factor(config, simulated if whole else simulated // FAST_FORWARD_TRIES, short)
         raise ConfigError(source, field, f"{count(value)} gives {why}, {too_slow(config, simulated)}")

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 from tiersim.config.hardware import Hardware
 from tiersim.engine.schedule import Session
-from tiersim.strategies.builder import StepBuilder, rank_link_capacity
+from tiersim.strategies.builder import StepBuilder, collectives_bound_by_host_link, rank_link_capacity
 from tiersim.strategies.iteration import schedule_iteration
 from tiersim.strategies.memory import HostMemory
 from tiersim.strategies.param_offload import (
@@ -238,4 +238,4 @@ class Strategy(ABC):
             if need > have:
                 return Plan(placement, False, Misfit(tier, need, have), None)
         return Plan(placement, True, None, functools.partial(schedule_iteration, self, step, hw),
-                    functools.partial(rank_link_capacity, hw))
+                    functools.partial(rank_link_capacity, hw), collectives_bound_by_host_link(step.training, hw))

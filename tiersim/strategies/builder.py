@@ -14,7 +14,7 @@ from tiersim.engine.graph import Task, TaskGraph, Usage
 from tiersim.engine.schedule import Session
 from tiersim.layer_kernels import PassKernels
 from tiersim.strategies.gpu_kernels import pass_seconds
-from tiersim.workload import TrainingStep
+from tiersim.workload import TrainingSpec, TrainingStep
 
 
 class TaskKind:
@@ -65,6 +65,41 @@ def rank_link_capacity(hw: Hardware, name: str) -> float:
     if name == "nvme":
         return hw.nvme_drives_per_rank
     raise KeyError(f"unknown link {name!r}")
+
+
+def collectives_bound_by_host_link(training: TrainingSpec, hw: Hardware) -> bool:
+    """Whether ZeRO's collectives move at most at a PCIe link's rate (a fabric through the host
+    bridges faster than the GPU's link, or a node's NICs faster than its GPUs' links carry their
+    share): there the fast-forward's time integrals of the collectives' stream do not match the
+    plain session's, so the schedule runs on the plain one (``Plan.whole``)."""
+    if training.data_parallel == 1:
+        return False
+    bounds = {link: rank_link_capacity(hw, link) / units for link, units in collective_usage(training, hw)}
+    host = min((bound for link, bound in bounds.items() if link.startswith("pcie")), default=math.inf)
+    return host <= min(bounds.values())
+
+
+def collective_usage(training: TrainingSpec, hw: Hardware) -> Usage:
+    """The links a ZeRO collective's bytes cross, per byte a rank moves (``StepBuilder.collective_usage``)."""
+    per_node, nodes = data_parallel_span(training.data_parallel, training.tensor_parallel, hw.gpus)
+    if nodes == 1:
+        return fabric_usage(hw, 1.0)
+    links = dict(fabric_usage(hw, (per_node - 1) / per_node)) if per_node > 1 else {}
+    links["network"] = 1.0 / per_node
+    for direction in ("pcie_d2h", "pcie_h2d"):
+        links[direction] = links.get(direction, 0.0) + 1.0 / per_node
+    if not hw.gpudirect:
+        links["dram"] = 4.0 / per_node
+    return tuple(links.items())
+
+
+def fabric_usage(hw: Hardware, units: float) -> Usage:
+    """``units`` of the GPU fabric per byte, and as many of the PCIe link both ways where the
+    fabric runs through the host bridges."""
+    fabric = hw.fabric
+    if fabric is not None and fabric.via_host_link:
+        return (("fabric", units), ("pcie_d2h", units), ("pcie_h2d", units))
+    return (("fabric", units),)
 
 
 class StepBuilder:
@@ -212,8 +247,13 @@ class StepBuilder:
     def p2p_usage(self, across: bool) -> Usage:
         """The links a point-to-point transfer crosses: the GPU fabric within a node (as a
         collective on one node), or ``across`` nodes a NIC, reached over the GPU's PCIe link,
-        shared by the node's ranks, which all send at once."""
-        return (("network", 1.0), ("pcie_d2h", 1.0)) if across else self.fabric_usage(1.0)
+        shared by the node's ranks, which all send at once; without GPUDirect RDMA through a
+        pinned host buffer, written and read in host DRAM (the receiver's side is its own
+        rank's)."""
+        if not across:
+            return self.fabric_usage(1.0)
+        usage: Usage = (("network", 1.0), ("pcie_d2h", 1.0))
+        return usage if self.hw.gpudirect else (*usage, ("dram", 2.0))
 
     def collective_usage(self) -> Usage:
         """The links a collective's bytes cross, per byte a rank moves: NCCL's ring all-gather and
@@ -223,20 +263,12 @@ class StepBuilder:
         each, NCCL's rings (one per channel) enter and leave each node at a different GPU, so a
         rank sends ``(g-1)/g`` of its bytes over the fabric and ``1/g`` through a NIC, which reads
         and writes GPU memory over the GPU's PCIe link (GPUDirect RDMA); the node's NICs carry the
-        bytes of all its ranks' groups at once (``network_bandwidth_per_rank``)."""
-        per_node, nodes = self.dp_span
-        if nodes == 1:
-            return self.fabric_usage(1.0)
-        links = dict(self.fabric_usage((per_node - 1) / per_node)) if per_node > 1 else {}
-        links["network"] = 1.0 / per_node
-        for direction in ("pcie_d2h", "pcie_h2d"):
-            links[direction] = links.get(direction, 0.0) + 1.0 / per_node
-        return tuple(links.items())
+        bytes of all its ranks' groups at once (``network_bandwidth_per_rank``). Without GPUDirect
+        RDMA, NCCL stages them through a pinned host buffer: each byte sent is written to host
+        DRAM by the GPU and read by the NIC, each byte received written by the NIC and read by the
+        GPU, 4 bytes of DRAM traffic per byte through a NIC."""
+        return collective_usage(self.step.training, self.hw)
 
     def fabric_usage(self, units: float) -> Usage:
-        """``units`` of the GPU fabric per byte, and as many of the PCIe link both ways where the
-        fabric runs through the host bridges."""
-        fabric = self.hw.fabric
-        if fabric is not None and fabric.via_host_link:
-            return (("fabric", units), ("pcie_d2h", units), ("pcie_h2d", units))
-        return (("fabric", units),)
+        """``units`` of the GPU fabric per byte (``fabric_usage``)."""
+        return fabric_usage(self.hw, units)
