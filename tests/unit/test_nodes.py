@@ -46,25 +46,47 @@ def gather_seconds(cfg: RunConfig) -> tuple[float, float]:
 
 def test_a_collective_across_two_nodes_is_latency_plus_its_bytes_over_the_bottleneck() -> None:
     """2 nodes x 4 H100s with one HDR NIC each: a ring of n = 8 ranks. Per byte a rank moves,
-    3/4 cross NVLink, 1/4 its PCIe link each way and 1/4 the NIC, whose 24.84 GB/s the node's 4
-    ranks share: the NIC is the bottleneck at 24.84 GB/s for the collective's (n-1)/n bytes;
-    the latency is NCCL's 9.6 us per call and one 1 us message for the one step between nodes."""
+    3/4 cross NVLink, 1/4 its PCIe link each way and 1/4 the NIC, through which NCCL's ring
+    reaches 24.0 GB/s (measured), shared by the node's 4 ranks: the NIC is the bottleneck at
+    24.0 GB/s for the collective's (n-1)/n bytes. The latency is NCCL's model of a ring: 8.4 us
+    per call, one step between nodes (14 us and a 1 us message) and 6 within them (3.4 us each)."""
     cfg = config("dram", "hardware.gpus=4", "hardware.nodes=2", HDR)
     seconds, num_bytes = gather_seconds(cfg)
-    expected = 9.6e-6 + 1e-6 + num_bytes * 7 / 8 / 24.84e9
+    expected = 8.4e-6 + (14e-6 + 1e-6) + 6 * 3.4e-6 + num_bytes * 7 / 8 / 24.0e9
     assert seconds == pytest.approx(expected, rel=1e-9)
 
 
+def test_two_slingshot_nics_carry_nccls_measured_rate_per_node() -> None:
+    """2 nodes x 4 GPUs with two Slingshot 11 NICs each (as ALCF Polaris): the node's ring
+    traffic leaves through both NICs at NCCL's measured 21.2 GB/s each, 42.4 GB/s for the
+    collective's (n-1)/n bytes; latency 8.4 us, one step between nodes (14 us and a 2 us message)
+    and 6 within them at the AMD host's 6 us."""
+    cfg = config("dram", "hardware.gpus=4", "hardware.nodes=2", "hardware.network={device: slingshot-11, count: 2}")
+    seconds, num_bytes = gather_seconds(cfg)
+    expected = 8.4e-6 + (14e-6 + 2e-6) + 6 * 6e-6 + num_bytes * 7 / 8 / (2 * 21.2e9)
+    assert seconds == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.parametrize("gpus, nodes, between, within", [(4, 2, 1, 6), (4, 4, 3, 12), (2, 4, 3, 4), (1, 8, 7, 0)])
+def test_a_rings_latency_grows_with_its_ranks(gpus: int, nodes: int, between: int, within: int) -> None:
+    """NCCL's ring all-gather over n ranks on k nodes takes n - 1 steps, k - 1 of them between
+    nodes: 8.4 + (k-1) x (14 + 2) + (n-k) x 6 us on Slingshot 11 from AMD hosts."""
+    b = builder(config("dram", f"hardware.gpus={gpus}", f"hardware.nodes={nodes}",
+                       "hardware.network={device: slingshot-11, count: 2}"))
+    assert b.collective_latency() == pytest.approx(8.4e-6 + between * 16e-6 + within * 6e-6, rel=1e-12)
+
+
 def test_four_nodes_pay_a_message_per_step_between_nodes_and_the_fabric_can_bind() -> None:
-    """4 nodes x 2 GPUs with four NDR NICs each: the NICs give the collective 4 x 49.68 GB/s, more
-    than NVLink's 450 GB/s over the 1/2 of each byte it carries (900 GB/s) does not: the PCIe link
-    (1/2 of each byte, each way) binds; the ring crosses nodes in 3 of its 7 steps."""
+    """4 nodes x 2 GPUs with four NDR NICs each: NCCL's ring reaches 4 x 48.5 GB/s through them,
+    NVLink's 450 GB/s over the 1/2 of each byte it carries 900 GB/s: the PCIe link (1/2 of each
+    byte, each way) binds; the ring crosses nodes in 3 of its 7 steps and stays in them in 4."""
     cfg = config("dram", "hardware.gpus=2", "hardware.nodes=4", "hardware.network={device: ib-ndr400-cx7, count: 4}")
     seconds, num_bytes = gather_seconds(cfg)
     hw = cfg.hardware
-    bottleneck = min(hw.fabric_bandwidth * 2, hw.network_bandwidth_per_rank * 2, hw.pcie_bandwidth * 2)
+    bottleneck = min(hw.fabric_bandwidth * 2, 4 * 48.5e9, hw.pcie_bandwidth * 2)
     assert bottleneck == hw.pcie_bandwidth * 2
-    assert seconds == pytest.approx(9.6e-6 + 3 * 1e-6 + num_bytes * 7 / 8 / bottleneck, rel=1e-9)
+    latency = 8.4e-6 + 3 * (14e-6 + 1e-6) + 4 * 3.4e-6
+    assert seconds == pytest.approx(latency + num_bytes * 7 / 8 / bottleneck, rel=1e-9)
 
 
 def test_the_links_of_a_ring_over_nodes() -> None:
@@ -72,7 +94,8 @@ def test_the_links_of_a_ring_over_nodes() -> None:
     one = builder(config("dram", "hardware.gpus=4"))
     assert one.collective_usage() == (("fabric", 1.0),)
     two = builder(config("dram", "hardware.gpus=4", "hardware.nodes=2", HDR))
-    assert two.collective_usage() == (("fabric", 0.75), ("network", 0.25), ("pcie_d2h", 0.25), ("pcie_h2d", 0.25))
+    assert two.collective_usage() == (("fabric", 0.75), ("network", pytest.approx(0.25 * 24.84 / 24.0)),
+                                      ("pcie_d2h", 0.25), ("pcie_h2d", 0.25))
     pcie = builder(config("dram", "hardware.gpus=4", "hardware.nodes=2", HDR, "hardware.fabric=pcie-p2p-gen5"))
     assert dict(pcie.collective_usage())["pcie_d2h"] == 1.0  # 3/4 peer to peer and 1/4 to the NIC
     assert rank_link_capacity(two.hw, "network") == 24.84e9 / 4
@@ -83,21 +106,23 @@ def test_without_gpudirect_rdma_the_nic_bytes_cross_host_dram_twice_each_way() -
     NIC, written to DRAM and read back on each side: 4/4 of a byte of the rank's DRAM share."""
     staged = builder(config("dram", "hardware.gpus=4", "hardware.nodes=2",
                             "hardware.network={device: ib-hdr200-cx6, count: 1, gpudirect: false}"))
-    assert dict(staged.collective_usage()) == {"fabric": 0.75, "network": 0.25, "pcie_d2h": 0.25, "pcie_h2d": 0.25,
-                                               "dram": 1.0}
+    assert dict(staged.collective_usage()) == {"fabric": 0.75, "network": pytest.approx(0.25 * 24.84 / 24.0),
+                                               "pcie_d2h": 0.25, "pcie_h2d": 0.25, "dram": 1.0}
     slow_dram = config("dram", "hardware.gpus=4", "hardware.nodes=2", "hardware.dram=ddr4-2666-6ch",
                        "hardware.network={device: ib-ndr400-cx7, count: 4, gpudirect: false}")
     seconds, num_bytes = gather_seconds(slow_dram)
     hw = slow_dram.hardware
-    assert hw.dram_bandwidth_per_rank < min(hw.network_bandwidth_per_rank * 4, hw.pcie_bandwidth * 4)
-    assert seconds == pytest.approx(9.6e-6 + 1e-6 + num_bytes * 7 / 8 / hw.dram_bandwidth_per_rank, rel=1e-9)
+    assert hw.dram_bandwidth_per_rank < min(4 * 48.5e9, hw.pcie_bandwidth * 4)
+    latency = 8.4e-6 + (14e-6 + 1e-6) + 6 * 3.4e-6
+    assert seconds == pytest.approx(latency + num_bytes * 7 / 8 / hw.dram_bandwidth_per_rank, rel=1e-9)
 
 
 def test_collectives_at_a_pcie_links_rate_run_on_the_plain_session() -> None:
-    """One GPU per node with three Slingshot NICs: the NICs (73.5 GB/s) outrun the GPU's PCIe link
-    (52 GB/s), which then sets the collectives' rate beside the gradient copies; the fast-forward
-    does not time that exactly, so the schedule runs whole, and gives the full run's answer. Two
-    GPUs per node share the NICs (36.8 GB/s each, under PCIe's 104 for half of each byte)."""
+    """One GPU per node with three Slingshot NICs: NCCL's ring through them (63.6 GB/s) outruns
+    the GPU's PCIe link (52 GB/s), which then sets the collectives' rate beside the gradient
+    copies; the fast-forward does not time that exactly, so the schedule runs whole, and gives
+    the full run's answer. Two GPUs per node share the NICs (63.6 GB/s for half of each byte,
+    under PCIe's 104)."""
     slingshot = "hardware.network={device: slingshot-11, count: 3}"
     bound = config("dram", "hardware.gpus=1", "hardware.nodes=4", slingshot)
     assert collectives_bound_by_host_link(bound.training, bound.hardware)
@@ -115,7 +140,7 @@ def test_pipeline_stages_on_different_nodes_send_through_the_nics() -> None:
     b = builder(config("dram", *pp))
     assert b.dp_span == (4, 1) and b.collective_usage() == (("fabric", 1.0),)
     assert b.sends_cross_nodes and b.p2p_usage(True) == (("network", 1.0), ("pcie_d2h", 1.0))
-    assert b.p2p_latency(True) == pytest.approx(9.6e-6 + 1e-6)
+    assert b.p2p_latency(True) == pytest.approx(8.4e-6 + 14e-6 + 1e-6)
     within = builder(config("dram", "hardware.gpus=4", "training.pipeline_parallel=2", "training.zero_stage=1"))
     assert not within.sends_cross_nodes
     assert within.p2p_usage(False) == (("fabric", 1.0),) and within.p2p_latency(False) == 0.0
@@ -138,11 +163,17 @@ def test_more_than_one_node_needs_a_network() -> None:
 def test_a_network_profile_cites_every_figure(tmp_path: Path) -> None:
     path = tmp_path / "nic.yaml"
     path.write_text("kind: network\nname: nic\ndescription: d\nport_bandwidth: 25 GB/s\nbandwidth: 24 GB/s\n"
-                    "latency: 1 us\ncall_latency: 10 us\nsources: {port_bandwidth: a, bandwidth: b, latency: c}\n")
+                    "latency: 1 us\ncall_latency: 10 us\nstep_latency: 14 us\nproxy_step_latency: 6 us\n"
+                    "sources: {port_bandwidth: a, bandwidth: b, latency: c, step_latency: e, proxy_step_latency: f}\n")
     with pytest.raises(ConfigError, match="sources.call_latency"):
         load_profile_file(path)
-    path.write_text(path.read_text().replace("latency: c}", "latency: c, call_latency: d}"))
-    assert isinstance(load_profile_file(path), NetworkProfile)
+    path.write_text(path.read_text().replace("latency: c,", "latency: c, call_latency: d,"))
+    nic = load_profile_file(path)
+    assert isinstance(nic, NetworkProfile) and nic.collective_rate == 24e9  # no measurement: the payload rate
+    measured = path.read_text().replace("bandwidth: 24 GB/s\n", "bandwidth: 24 GB/s\ncollective_bandwidth: 25 GB/s\n")
+    path.write_text(measured.replace("bandwidth: b,", "bandwidth: b, collective_bandwidth: g,"))
+    with pytest.raises(ConfigError, match="collective_bandwidth: must not exceed bandwidth"):
+        load_profile_file(path)
 
 
 # --- host resources are each node's own -------------------------------------------------------

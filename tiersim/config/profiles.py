@@ -108,19 +108,41 @@ class FabricProfile(_ProfileBase):
 @dataclass(frozen=True, kw_only=True)
 class NetworkProfile(_ProfileBase):
     """A node's network interface (one NIC port and the switched fabric behind it) that
-    collectives between nodes cross: its rate per direction (bytes/s), the latency of one
-    message from NIC to NIC through the fabric (s), and the fixed cost NCCL adds to a collective
-    call that crosses it (s). The NIC reads and writes GPU memory over the GPU's host link
-    (GPUDirect RDMA), where its bytes share the link with host<->GPU copies."""
+    collectives between nodes cross: its rate per direction (bytes/s) and the rate NCCL's ring
+    collectives achieve through it, the latency of one message from NIC to NIC through the
+    fabric (s), and NCCL's latencies of a ring that crosses it (s). The NIC reads and writes GPU
+    memory over the GPU's host link (GPUDirect RDMA), where its bytes share the link with
+    host<->GPU copies."""
 
     port_bandwidth: float = rate(doc="the port's data rate per direction (signalling less line coding); for "
                                      "reference: collectives run at bandwidth")
     bandwidth: float = rate(doc="achieved RDMA payload rate of one port per direction: the data rate less "
                                 "per-packet headers at the MTU")
+    collective_bandwidth: float | None = rate(None, doc="measured bus bandwidth NCCL's ring all-gather and "
+                                                        "reduce-scatter reach between nodes per NIC (bytes/s), at "
+                                                        "tens to hundreds of MB; None: bandwidth")
     latency: float = duration(doc="one message, NIC to NIC through the fabric's switches (s); a ring "
                                   "collective pays it once per step between nodes")
     call_latency: float = duration(doc="fixed cost of one collective call that crosses the network (s): "
-                                       "NCCL's network proxy posting its sends and receives")
+                                       "NCCL's base latency of a ring")
+    step_latency: float = duration(doc="NCCL's latency of each step of a ring from one node to the next (s), "
+                                       "besides the message's own latency")
+    proxy_step_latency: float = duration(doc="NCCL's latency of each step within a node of a ring that crosses "
+                                             "nodes (s): its network proxy posting each step")
+
+    def validate(self, source: str, path: str) -> None:
+        """Figures cited; NCCL reaching at most the payload rate."""
+        super().validate(source, path)
+        if self.collective_bandwidth is not None and self.collective_bandwidth > self.bandwidth:
+            raise ConfigError(source, "collective_bandwidth",
+                              f"must not exceed bandwidth ({self.bandwidth:.4g} B/s), "
+                              f"got {self.collective_bandwidth:.4g}")
+
+    @property
+    def collective_rate(self) -> float:
+        """Bytes/s of NCCL's ring collectives through one NIC: the measured bus bandwidth, else
+        the payload rate."""
+        return self.collective_bandwidth if self.collective_bandwidth is not None else self.bandwidth
 
 
 SimdName = Literal["avx512", "avx2", "sve", "scalar"]

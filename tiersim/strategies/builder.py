@@ -85,7 +85,9 @@ def collective_usage(training: TrainingSpec, hw: Hardware) -> Usage:
     if nodes == 1:
         return fabric_usage(hw, 1.0)
     links = dict(fabric_usage(hw, (per_node - 1) / per_node)) if per_node > 1 else {}
-    links["network"] = 1.0 / per_node
+    network = hw.network
+    assert network is not None  # resolve_hardware requires one with several nodes
+    links["network"] = network.bandwidth / network.collective_rate / per_node
     for direction in ("pcie_d2h", "pcie_h2d"):
         links[direction] = links.get(direction, 0.0) + 1.0 / per_node
     if not hw.gpudirect:
@@ -217,18 +219,23 @@ class StepBuilder:
 
     def collective_latency(self) -> float:
         """Seconds one collective call costs besides its bytes: the fabric's per-call latency and,
-        across ``k`` nodes, the network's (``network_latency``) for the ring's ``k - 1`` steps
-        between nodes (NCCL's ``nInterSteps`` for a ring all-gather or reduce-scatter,
-        ``src/graph/tuning.cc``)."""
+        across ``k`` nodes, the network's (``network_latency``) for a ring of ``dp`` ranks: its
+        ``k - 1`` steps between nodes and ``dp - k`` within them (NCCL's ``nInterSteps`` and
+        ``nsteps - nInterSteps`` for a ring all-gather or reduce-scatter, ``src/graph/tuning.cc``)."""
         nodes = self.dp_span[1]
-        return self.hw.fabric_latency + (self.network_latency(nodes - 1) if nodes > 1 else 0.0)
+        if nodes == 1:
+            return self.hw.fabric_latency
+        return self.hw.fabric_latency + self.network_latency(nodes - 1, self.dp - nodes)
 
-    def network_latency(self, steps: int) -> float:
-        """Seconds a call that crosses the network pays besides its bytes: its ``call_latency``
-        and one message ``latency`` for each of its ``steps`` between nodes."""
+    def network_latency(self, between: int, within: int = 0) -> float:
+        """Seconds a call that crosses the network pays besides its bytes, as NCCL's tuning model
+        counts a ring's: its ``call_latency``, for each of its ``between`` steps from node to node
+        the ``step_latency`` and one message ``latency``, and for each of its ``within`` steps
+        inside a node the ``proxy_step_latency``."""
         network = self.hw.network
         assert network is not None  # resolve_hardware requires one with several nodes
-        return network.call_latency + steps * network.latency
+        return (network.call_latency + between * (network.step_latency + network.latency)
+                + within * network.proxy_step_latency)
 
     @property
     def sends_cross_nodes(self) -> bool:
@@ -263,7 +270,9 @@ class StepBuilder:
         each, NCCL's rings (one per channel) enter and leave each node at a different GPU, so a
         rank sends ``(g-1)/g`` of its bytes over the fabric and ``1/g`` through a NIC, which reads
         and writes GPU memory over the GPU's PCIe link (GPUDirect RDMA); the node's NICs carry the
-        bytes of all its ranks' groups at once (``network_bandwidth_per_rank``). Without GPUDirect
+        bytes of all its ranks' groups at once (``network_bandwidth_per_rank``), each byte
+        holding a NIC ``bandwidth / collective_rate`` bytes' time: NCCL's ring reaches the
+        measured ``collective_bandwidth`` through it, not the payload rate. Without GPUDirect
         RDMA, NCCL stages them through a pinned host buffer: each byte sent is written to host
         DRAM by the GPU and read by the NIC, each byte received written by the NIC and read by the
         GPU, 4 bytes of DRAM traffic per byte through a NIC."""
