@@ -68,6 +68,20 @@ def hook_seconds(work: PassKernels, gpu: GPUProfile, zero_stage: int) -> float:
     return work.module_calls * gpu.zero3_hook_latency if zero_stage >= 3 else 0.0
 
 
+_KNOWN_MAX = 4096
+"""Passes ``pass_seconds`` keeps (it forgets them all past this many)."""
+_known: dict[tuple[int, int, int], tuple[PassKernels, GPUProfile, float]] = {}
+"""``pass_seconds`` by the identities of its work and GPU (held, so that neither id is reused
+while kept) and the ZeRO stage: sweep points of one model, batch and GPU share both objects
+(``build_step`` is cached), and a pass's seconds were 5% of such a point's run."""
+
+
 def pass_seconds(work: PassKernels, gpu: GPUProfile, zero_stage: int) -> float:
     """Seconds of one layer pass: its kernels, or the hooks' host time where that is longer."""
-    return max(kernel_seconds(work, gpu), hook_seconds(work, gpu, zero_stage))
+    key = (id(work), id(gpu), zero_stage)
+    known = _known.get(key)
+    if known is None or known[0] is not work or known[1] is not gpu:
+        if len(_known) >= _KNOWN_MAX:
+            _known.clear()
+        known = _known[key] = (work, gpu, max(kernel_seconds(work, gpu), hook_seconds(work, gpu, zero_stage)))
+    return known[2]
