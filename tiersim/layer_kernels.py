@@ -36,6 +36,10 @@ Memory-bound kernels, bytes read + written per forward (counted from the source 
   per element of ``t x f``; GELU 2+2. On a mixture-of-experts layer ``f`` is the width a token
   runs (its ``experts_per_token`` experts and the shared ones), and routing copies each token's
   input to its experts and their outputs back (2+2 bytes per element of ``t x k x h`` each way).
+* Expert parallelism (DeepSpeed-MoE, ``deepspeed/moe/sharded_moe.py``, ``MOELayer.forward``):
+  the dispatched ``experts x capacity x h`` tensor goes to the experts' ranks in an all-to-all
+  (``_AllToAll``) before the experts, and their output comes back in a second one after; a
+  backward runs the two again on the gradients. Of each, ``(ep - 1) / ep`` leaves the rank.
 * Cross entropy (``megatron/core/tensor_parallel/cross_entropy.py`` on ``output.float()``): the
   cast 2+4, max 4, subtract 4+4, exp 4+4, sum 4, divide 4+4: 38 bytes per logit; backward
   multiplies (4+4) and casts back (4+2): 14.
@@ -70,11 +74,10 @@ are not modelled (Llama-style runs set them to 0). Kernel launches are not count
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tiersim.projections import attention_linears, ffn_linears, ffn_width
+from tiersim.projections import Linear, attention_linears, ffn_linears, ffn_width
 
 if TYPE_CHECKING:
     from tiersim.workload import ModelSpec, TrainingSpec
@@ -138,6 +141,8 @@ class PassKernels:
     """Collective calls among the tensor-parallel ranks (all-reduces, all-gathers, reduce-scatters)."""
     tp_bytes: float = 0.0
     """Bytes one rank sends in them (ring algorithm)."""
+    all_to_all: tuple[float, ...] = ()
+    """Bytes each of the pass's all-to-alls sends off the rank, in order (expert parallelism)."""
 
     @property
     def flops(self) -> float:
@@ -166,14 +171,34 @@ def linear_backward(forward: Gemm) -> tuple[Gemm, Gemm]:
     return gemm(tokens, inputs, outputs, copies), gemm(inputs, outputs, tokens, copies)
 
 
+def _layer_linears(model: ModelSpec, training: TrainingSpec, moe: bool) -> tuple[Linear, ...]:
+    """The projections one rank runs: its tensor-parallel share and, with expert parallelism,
+    its ``experts / ep`` experts."""
+    tp = training.tensor_parallel
+    return (*attention_linears(model, tp),
+            *ffn_linears(model, moe, tp, training.expert_parallel, training.moe_capacity_factor))
+
+
 def _linears(model: ModelSpec, training: TrainingSpec, moe: bool) -> tuple[Gemm, ...]:
     """The forward GEMMs of one rank's share of the layer's projections (``tiersim.projections``):
-    a projection with copies (the routed experts) is one batched GEMM over ``tokens * share``
-    tokens per copy, rounded up (on average each expert gets ``experts_per_token / experts`` of
-    the tokens)."""
-    tokens, tp = training.seq_len * training.micro_batch, training.tensor_parallel
-    return tuple(gemm(math.ceil(tokens * lin.share), lin.outputs, lin.inputs, lin.copies)
-                 for lin in (*attention_linears(model, tp), *ffn_linears(model, moe, tp)))
+    a projection with copies (the routed experts) is one batched GEMM over ``Linear.gemm_tokens``
+    per copy (on average each expert gets ``experts_per_token / experts`` of each rank's tokens)."""
+    tokens = training.seq_len * training.micro_batch
+    return tuple(gemm(lin.gemm_tokens(tokens), lin.outputs, lin.inputs, lin.copies)
+                 for lin in _layer_linears(model, training, moe))
+
+
+def all_to_all_bytes(model: ModelSpec, training: TrainingSpec, moe: bool) -> tuple[float, ...]:
+    """Bytes each of a pass's two all-to-alls (dispatch, combine) sends off the rank: of the
+    16-bit ``experts x capacity x hidden`` tensor, ``(ep - 1) / ep``; none without expert
+    parallelism or on a dense layer."""
+    ep = training.expert_parallel
+    if ep == 1 or not moe:
+        return ()
+    tokens = training.seq_len * training.micro_batch
+    routed = ffn_linears(model, moe, 1, ep, training.moe_capacity_factor)[1]
+    dispatched = float(LP * routed.copies * routed.gemm_tokens(tokens) * model.hidden)
+    return (dispatched * (ep - 1) / ep,) * 2
 
 
 def _attention(model: ModelSpec, training: TrainingSpec, backward: bool) -> tuple[Gemm, ...]:
@@ -275,29 +300,33 @@ def decoder_module_calls(training: TrainingSpec, model: ModelSpec | None = None,
     """Modules of a ``ParallelTransformerLayer`` whose ZeRO-3 hooks run in one pass: the layer,
     input norm, self-attention, QKV, core attention, dense, post-attention norm, MLP, its two
     linears; without flash attention also the softmax and the attention dropout modules. A
-    mixture-of-experts layer (``moe``) has DeepSpeed's ``MOE_MODULES`` and each expert's MLP and
-    two linears in place of the MLP's three modules, and its shared experts' three."""
+    mixture-of-experts layer (``moe``) has DeepSpeed's ``MOE_MODULES`` and each of the rank's
+    experts' MLP and two linears in place of the MLP's three modules, and its shared experts' three."""
     calls = 10 if training.flash_attention else 12
     if not moe or model is None:
         return calls
-    return calls - 3 + MOE_MODULES + 3 * model.experts + (3 if model.shared_experts else 0)
+    local = model.experts // training.expert_parallel
+    return calls - 3 + MOE_MODULES + 3 * local + (3 if model.shared_experts else 0)
 
 
 def decoder_passes(model: ModelSpec, training: TrainingSpec, moe: bool = False) -> tuple[PassKernels, PassKernels]:
     """Forward and backward of one rank's share of a decoder layer (with experts when ``moe``)
     over one micro-batch; each reduces the attention's and the FFN's ``t x h`` outputs (their
-    gradients) over the tensor-parallel ranks."""
+    gradients) over the tensor-parallel ranks and, with expert parallelism, exchanges the
+    experts' tokens (``all_to_all_bytes``)."""
     linears = _linears(model, training, moe)
     elementwise = _elementwise_bytes(model, training, moe)
     scores = score_matrix_bytes(model, training)
     calls = decoder_module_calls(training, model, moe)
     comms = tp_exchanges(training, LP * training.seq_len * training.micro_batch * model.hidden, 2, 2)
+    exchanges = all_to_all_bytes(model, training, moe)
     extra_forward, extra_backward = _score_extras(model, training)
     forward = PassKernels((*linears, *_attention(model, training, False)), elementwise + 2 * scores + extra_forward,
-                          calls, *comms)
+                          calls, *comms, all_to_all=exchanges)
     grads = tuple(g for fwd in linears for g in linear_backward(fwd))
     backward = PassKernels((*grads, *_attention(model, training, True)),
-                           BACKWARD_TRAFFIC * elementwise + 3 * scores + extra_backward, calls, *comms)
+                           BACKWARD_TRAFFIC * elementwise + 3 * scores + extra_backward, calls, *comms,
+                           all_to_all=exchanges)
     return forward, backward
 
 

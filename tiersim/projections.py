@@ -21,10 +21,16 @@ FLOPs and the GEMMs (``tiersim.workload``, ``tiersim.layer_kernels``). Elements 
   FFN's output projection: inputs split, the bias whole on every rank); every expert is split so
   too (Megatron without expert parallelism); the router and MLA's down projections are
   replicated (``Linear.on_rank``).
+* Expert parallelism (DeepSpeed-MoE's ``ep_size``, ``deepspeed/moe/layer.py``): a rank holds
+  ``experts / ep`` of the routed experts, and each of them runs on the tokens every rank of its
+  expert-parallel group routes to it: ``ep`` slots of DeepSpeed's capacity
+  ``ceil(tokens * experts_per_token * capacity_factor / experts)`` (``sharded_moe._capacity``,
+  with ``drop_tokens`` every slot is computed, filled or not).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
@@ -35,7 +41,9 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Linear:
     """``copies`` linear layers of ``inputs x outputs`` weights (and ``outputs`` biases), each
-    run on ``share`` of the tokens (a routed expert: ``experts_per_token / experts``)."""
+    run on ``share`` of the tokens (a routed expert: ``experts_per_token / experts``); a routed
+    expert's GEMM runs over ``capacity`` times that share of each of ``ranks`` ranks' tokens
+    (``gemm_tokens``)."""
 
     inputs: int
     outputs: int
@@ -44,6 +52,10 @@ class Linear:
     share: float = 1.0
     split: Literal["column", "row", "none"] = "none"
     """How tensor parallelism splits it: its outputs (column), its inputs (row) or not at all."""
+    ranks: int = 1
+    """Ranks whose tokens each copy runs on: the expert-parallel group (1: the rank's own)."""
+    capacity: float = 1.0
+    """Slots per routed token a copy computes (DeepSpeed-MoE's ``capacity_factor``; 1: none idle)."""
 
     def on_rank(self, tp: int) -> Linear:
         """The part one of ``tp`` tensor-parallel ranks holds (the model validates that the split
@@ -71,6 +83,11 @@ class Linear:
         one copy's (2 FLOPs each)."""
         return self.copies * self.share * self.inputs * self.outputs
 
+    def gemm_tokens(self, tokens: int) -> int:
+        """Tokens one copy's GEMM runs over when each rank has ``tokens``: ``ranks`` times
+        ``ceil(tokens * share * capacity)`` (DeepSpeed's capacity per expert and rank)."""
+        return self.ranks * math.ceil(tokens * self.share * self.capacity)
+
 
 def attention_linears(model: ModelSpec, tp: int = 1) -> tuple[Linear, ...]:
     """The attention's projections, in the order the model registers them, as one of ``tp``
@@ -96,24 +113,29 @@ def attention_norms(model: ModelSpec) -> tuple[int, ...]:
     return (*(() if model.q_lora_rank is None else (model.q_lora_rank,)), model.kv_lora_rank)
 
 
-def ffn(model: ModelSpec, width: int, copies: int = 1, share: float = 1.0) -> tuple[Linear, Linear]:
-    """One FFN ``width`` wide (``copies`` of it, each run on ``share`` of the tokens): its input
-    projection (gate and up fused when gated; column-parallel) and its output projection
-    (row-parallel)."""
+def ffn(model: ModelSpec, width: int, copies: int = 1, share: float = 1.0,
+        routing: tuple[int, float] = (1, 1.0)) -> tuple[Linear, Linear]:
+    """One FFN ``width`` wide (``copies`` of it, each run on ``share`` of the tokens of each of
+    ``routing``'s ranks, padded by its capacity factor): its input projection (gate and up fused
+    when gated; column-parallel) and its output projection (row-parallel)."""
     inputs = (2 if model.gated else 1) * width
-    return (Linear(model.hidden, inputs, model.bias, copies, share, "column"),
-            Linear(width, model.hidden, model.bias, copies, share, "row"))
+    return (Linear(model.hidden, inputs, model.bias, copies, share, "column", *routing),
+            Linear(width, model.hidden, model.bias, copies, share, "row", *routing))
 
 
-def ffn_linears(model: ModelSpec, moe: bool, tp: int = 1) -> tuple[Linear, ...]:
-    """The FFN's projections, a dense FFN or the router, the routed experts and the shared
-    experts of a mixture-of-experts layer, as one of ``tp`` tensor-parallel ranks holds them."""
+def ffn_linears(model: ModelSpec, moe: bool, tp: int = 1, expert_parallel: int = 1,
+                capacity_factor: float = 1.0) -> tuple[Linear, ...]:
+    """The FFN's projections, a dense FFN or the router, the routed experts (the ``experts /
+    expert_parallel`` a rank holds) and the shared experts of a mixture-of-experts layer, as
+    one of ``tp`` tensor-parallel ranks holds them."""
     if not moe:
         return tuple(lin.on_rank(tp) for lin in ffn(model, model.ffn))
     share = model.experts_per_token / model.experts
     router = Linear(model.hidden, model.experts)
     shared = ffn(model, model.shared_experts * model.expert_width) if model.shared_experts else ()
-    return tuple(lin.on_rank(tp) for lin in (router, *ffn(model, model.expert_width, model.experts, share), *shared))
+    routed = ffn(model, model.expert_width, model.experts // expert_parallel, share,
+                 (expert_parallel, capacity_factor))
+    return tuple(lin.on_rank(tp) for lin in (router, *routed, *shared))
 
 
 def is_moe_layer(model: ModelSpec, index: int) -> bool:

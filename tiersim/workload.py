@@ -53,6 +53,8 @@ from tiersim.layer_kernels import (
 )
 from tiersim.projections import Linear, attention_linears, attention_norms, ffn_linears, is_moe_layer
 
+MAX_CAPACITY_FACTOR = 64.0
+"""Largest ``moe_capacity_factor`` read: past ``experts / experts_per_token`` every token fits anyway."""
 _KORTHIKANTI_BYTES_PER_ELEMENT = 34
 """Korthikanti et al. 2022 activation bytes per (token x hidden) per layer, flash attention."""
 _KORTHIKANTI_REPLICATED_BYTES = 10
@@ -188,6 +190,15 @@ class TrainingSpec:
                                                  "--num-virtual-stages-per-pipeline-rank, or model.layers / "
                                                  "(pipeline_parallel x --num-layers-per-virtual-pipeline-stage)); "
                                                  "1: no interleaving")
+    expert_parallel: int = integer(1, gt=0, doc="ranks each mixture-of-experts layer's experts are split over, "
+                                                "experts / expert_parallel each (DeepSpeed-MoE ep_size, "
+                                                "Megatron-DeepSpeed --moe-expert-parallel-size); divides "
+                                                "data_parallel and model.experts")
+    moe_capacity_factor: float = number(1.0, gt=0, le=MAX_CAPACITY_FACTOR,
+                                        doc="slots an expert computes per token routed to it on average "
+                                            "(DeepSpeed-MoE capacity_factor, Megatron-DeepSpeed "
+                                            "--moe-train-capacity-factor); its GEMMs and all-to-alls run "
+                                            "over the padded capacity")
     sequence_parallel: bool = False
     """Megatron's sequence parallelism (``--sequence-parallel``): with ``tensor_parallel`` > 1 the
     norms' and dropouts' activations are split over the tensor-parallel ranks too."""
@@ -248,6 +259,9 @@ class TrainingSpec:
         if self.cpu_checkpointing and not self.activation_checkpointing:
             raise ConfigError(source, _join(path, "cpu_checkpointing"),
                               "true needs activation_checkpointing: true (it keeps the checkpoints on the host)")
+        problem = self._expert_parallel_problem()
+        if problem is not None:
+            raise ConfigError(source, _join(path, problem[0]), problem[1])
         if self.pipeline_parallel > 1 and self.zero_stage >= 2:
             raise ConfigError(source, _join(path, "zero_stage"),
                               f"{self.zero_stage} with pipeline_parallel {self.pipeline_parallel}: DeepSpeed's "
@@ -264,6 +278,46 @@ class TrainingSpec:
                 f"global_batch {self.global_batch} is not divisible by micro_batch * data_parallel"
                 f" = {self.micro_batch} * {self.data_parallel} = {per_step}",
             )
+
+    @property
+    def expert_data_parallel(self) -> int:
+        """Ranks each expert's parameters are partitioned and reduced over (DeepSpeed's expert
+        data-parallel group, ``data_parallel / expert_parallel``)."""
+        return self.data_parallel // self.expert_parallel
+
+    def _expert_parallel_problem(self) -> tuple[str, str] | None:
+        """(field, message) where expert parallelism does not fit the other settings, or None."""
+        ep = self.expert_parallel
+        if ep == 1:
+            return None
+        if self.data_parallel % ep:
+            return "expert_parallel", (f"{ep} does not divide data_parallel {self.data_parallel}: "
+                                       "DeepSpeed's expert-parallel groups split the data-parallel ranks")
+        if self.zero_stage >= 3:
+            return "zero_stage", (f"3 with expert_parallel {ep}: DeepSpeed asserts 'MoE not supported with "
+                                  "Stage 3' (use zero_stage 0 to 2)")
+        if self.tensor_parallel > 1:
+            return "expert_parallel", (f"{ep} with tensor_parallel {self.tensor_parallel}: expert parallelism "
+                                       "beside tensor parallelism is not modelled yet")
+        return None
+
+
+def check_expert_parallel(model: ModelSpec, training: TrainingSpec, source: str, path: str = "training") -> None:
+    """``expert_parallel`` above 1 needs routed experts, a whole number per rank; a capacity
+    factor, routed experts."""
+    ep = training.expert_parallel
+    if model.experts == 0 and training.moe_capacity_factor != 1.0:
+        raise ConfigError(source, _join(path, "moe_capacity_factor"),
+                          f"{training.moe_capacity_factor} but model {model.name} has no experts (model.experts is 0)")
+    if ep == 1:
+        return
+    if model.experts == 0:
+        raise ConfigError(source, _join(path, "expert_parallel"),
+                          f"{ep} but model {model.name} has no experts (model.experts is 0)")
+    if model.experts % ep:
+        raise ConfigError(source, _join(path, "expert_parallel"),
+                          f"{ep} does not divide model.experts {model.experts}: each rank holds "
+                          "experts / expert_parallel of them (DeepSpeed-MoE asserts it)")
 
 
 def check_tensor_split(model: ModelSpec, training: TrainingSpec, source: str, path: str = "training") -> None:
@@ -298,10 +352,24 @@ class LayerWork:
     tensors: tuple[int, ...] = ()
     checkpointed: bool = False
     """Whether backward recomputes this layer's forward (activation checkpointing)."""
+    expert_tensors: int = 0
+    """How many of ``tensors``, the last ones, are its experts', partitioned and reduced over the
+    expert data-parallel group (expert parallelism: the rank's experts only)."""
     forward_kernels: PassKernels = NO_KERNELS
     """The forward's GEMMs and memory-bound bytes (``tiersim.layer_kernels``); a recompute runs it again."""
     backward_kernels: PassKernels = NO_KERNELS
     """The backward's GEMMs and memory-bound bytes."""
+
+    @property
+    def expert_params(self) -> int:
+        """Elements of the layer's expert tensors (``expert_tensors``) the rank holds."""
+        return sum(self.tensors[len(self.tensors) - self.expert_tensors:]) if self.expert_tensors else 0
+
+    def partitions(self, dp: int, expert_dp: int) -> tuple[int, ...]:
+        """Elements of each of the layer's tensors one rank owns when each is partitioned on its
+        own (``ceil``, the last parts padded): over ``dp`` ranks, the expert tensors over ``expert_dp``."""
+        dense = len(self.tensors) - self.expert_tensors
+        return tuple(-(-numel // (dp if i < dense else expert_dp)) for i, numel in enumerate(self.tensors))
 
     @property
     def recompute_flops(self) -> float:
@@ -377,9 +445,10 @@ class TrainingStep:
     @functools.cached_property
     def rank_partitions(self) -> tuple[int, ...]:
         """For each layer, the elements of its tensors one rank owns under ZeRO-3 (each tensor
-        partitioned over the data-parallel ranks, the last parts padded)."""
-        dp = self.training.data_parallel
-        return tuple(sum(-(-numel // dp) for numel in layer.tensors) for layer in self.layers)
+        partitioned over the data-parallel ranks, an expert's over the expert data-parallel ones,
+        the last parts padded)."""
+        dp, edp = self.training.data_parallel, self.training.expert_data_parallel
+        return tuple(sum(layer.partitions(dp, edp)) for layer in self.layers)
 
     @functools.cached_property
     def largest_subgroup(self) -> int:
@@ -407,8 +476,9 @@ class TrainingStep:
     @functools.cached_property
     def shard_params(self) -> int:
         """Parameters of this rank's layers (its pipeline stage's) that it holds: its
-        tensor-parallel share (all of them at ``tensor_parallel`` 1), which ZeRO partitions over
-        the data-parallel ranks."""
+        tensor-parallel share (all of them at ``tensor_parallel`` 1) and, with expert parallelism,
+        only its own experts, which ZeRO partitions over the data-parallel ranks (the experts over
+        the expert data-parallel ones)."""
         return sum(layer.params for layer in self.layers)
 
     def lp_param_bytes_on_gpu(self) -> int:
@@ -482,6 +552,22 @@ def _layer_tensors(model: ModelSpec, moe: bool = False, tp: int = 1) -> tuple[in
     return (*_norm_tensors(model), *attention, *_norm_tensors(model), *ffn)
 
 
+def _rank_layer_tensors(model: ModelSpec, moe: bool, tp: int, expert_parallel: int) -> tuple[tuple[int, ...], int]:
+    """The tensors one rank holds of a decoder layer, and how many of them (the last) are its
+    experts'. Without expert parallelism, ``_layer_tensors`` (no expert group); with it (and
+    no tensor parallelism, ``TrainingSpec``), the rank's ``experts / expert_parallel`` routed
+    experts after the layer's other tensors (DeepSpeed-MoE keeps them in parameter groups of
+    their own, ``moe/utils.py`` ``split_params_into_different_moe_groups_for_optimizer``)."""
+    if expert_parallel == 1 or not moe:
+        return _layer_tensors(model, moe, tp), 0
+    router, gate_up, down, *shared = ffn_linears(model, moe, 1, expert_parallel)
+    attention = tuple(t for lin in attention_linears(model) for t in lin.tensors) + attention_norms(model)
+    dense = (*_norm_tensors(model), *attention, *_norm_tensors(model), *router.tensors,
+             *(t for lin in shared for t in lin.tensors))
+    experts = tuple(t for lin in (gate_up, down) for _ in range(lin.copies) for t in lin.tensors)
+    return (*dense, *experts), len(experts)
+
+
 def layer_params(model: ModelSpec, moe: bool = False, tp: int = 1) -> int:
     """Parameters of one decoder layer, dense or (``moe``) with experts, or those one of ``tp``
     tensor-parallel ranks holds (elements)."""
@@ -502,8 +588,12 @@ def _head_tensors(model: ModelSpec, vocab: int | None = None) -> tuple[int, ...]
 
 
 def moe_layer_count(model: ModelSpec) -> int:
-    """Decoder layers with experts (``projections.is_moe_layer``)."""
-    return sum(1 for i in range(model.layers) if is_moe_layer(model, i))
+    """Decoder layers with experts (``projections.is_moe_layer``): those past ``dense_layers``
+    whose number (from 1) is a multiple of ``moe_interval``, counted without listing them (a
+    refused run may have 1e15 layers)."""
+    if model.experts == 0:
+        return 0
+    return max(0, model.layers // model.moe_interval - model.dense_layers // model.moe_interval)
 
 
 def parameter_count(model: ModelSpec, tp: int = 1) -> int:
@@ -567,7 +657,7 @@ def _decoder_layer(index: int, model: ModelSpec, training: TrainingSpec, lp_byte
     forward = _layer_forward_flops(model, training, moe)
     full = _full_layer_activation_bytes(model, training)
     checkpointing = training.activation_checkpointing
-    tensors = _layer_tensors(model, moe, training.tensor_parallel)
+    tensors, experts = _rank_layer_tensors(model, moe, training.tensor_parallel, training.expert_parallel)
     forward_kernels, backward_kernels = passes
     return LayerWork(
         name=f"layer.{index}",
@@ -578,6 +668,7 @@ def _decoder_layer(index: int, model: ModelSpec, training: TrainingSpec, lp_byte
         working_bytes=full,
         tensors=tensors,
         checkpointed=checkpointing,
+        expert_tensors=experts,
         forward_kernels=forward_kernels,
         backward_kernels=backward_kernels,
     )
@@ -616,14 +707,17 @@ def _partitions(layers: tuple[LayerWork, ...], training: TrainingSpec) -> list[i
 
     ZeRO-3 partitions every tensor on its own (``ceil(numel / dp)`` elements per rank, the last
     rank padded), ZeRO-1/2 partition one flat buffer of all of them; without ZeRO a rank owns
-    everything."""
-    sizes = [numel for layer in layers for numel in layer.tensors]
-    dp = training.data_parallel
+    everything it holds. With expert parallelism the experts' tensors are a flat buffer of their
+    own, partitioned over the expert data-parallel group (``stage_1_and_2.py``,
+    ``_configure_moe_settings``: ``real_dp_process_group``)."""
+    dp, edp = training.data_parallel, training.expert_data_parallel
     if training.zero_stage >= 3:
-        return [math.ceil(numel / dp) for numel in sizes]
+        return [part for layer in layers for part in layer.partitions(dp, edp)]
+    experts = sum(layer.expert_params for layer in layers)
+    dense = sum(sum(layer.tensors) for layer in layers) - experts
     if training.zero_stage >= 1:
-        return [math.ceil(sum(sizes) / dp)]
-    return [sum(sizes)]
+        return [math.ceil(dense / dp), *([math.ceil(experts / edp)] if experts else [])]
+    return [dense + experts]
 
 
 def _subgroups(partitions: list[int], sub_group_size: int, zero_stage: int) -> tuple[SubGroup, ...]:
@@ -666,6 +760,9 @@ class StepShape:
     """Checkpointed layers whose input ``cpu_checkpointing`` keeps on the host."""
     tensor_parallel_passes: int = 0
     """Passes per micro-step followed by tensor-parallel collectives (``tensor_parallel_passes``)."""
+    exchanges: int = 0
+    """Passes with expert all-to-alls per micro-step (forward, recompute and backward of each
+    mixture-of-experts layer under expert parallelism)."""
 
 
 def tensor_parallel_passes(training: TrainingSpec, layers: int, checkpointed: int, embedding: bool) -> int:
@@ -691,7 +788,32 @@ def step_shape(model: ModelSpec, training: TrainingSpec) -> StepShape:
         host_checkpoints=model.layers if training.activation_checkpointing and training.cpu_checkpointing else 0,
         tensor_parallel_passes=tensor_parallel_passes(
             training, model.layers + 2, model.layers if training.activation_checkpointing else 0, True),
+        exchanges=_exchanges(model, training, moe_layer_count(model)),
     )
+
+
+def _exchanges(model: ModelSpec, training: TrainingSpec, moe_layers: int) -> int:
+    """Passes with expert all-to-alls per micro-step over ``moe_layers`` mixture-of-experts
+    layers: forward, backward and recompute of each under expert parallelism."""
+    if training.expert_parallel == 1:
+        return 0
+    return (3 if training.activation_checkpointing else 2) * moe_layers
+
+
+def _flat_subgroups(model: ModelSpec, training: TrainingSpec, params: int, moe_layers: int) -> int:
+    """Sub-groups of a rank's ZeRO-0/1/2 flat partition of ``params`` (every expert counted) with
+    ``moe_layers`` mixture-of-experts layers among them: under expert parallelism the rank's own
+    experts, a flat buffer of their own over the expert data-parallel group (``_partitions``)."""
+    ep, experts = training.expert_parallel, 0
+    if ep > 1 and model.experts:
+        tensors, count = _rank_layer_tensors(model, True, 1, ep)
+        experts = moe_layers * sum(tensors[len(tensors) - count:])
+    dense = params - experts * ep
+    owned = dense + experts
+    if training.zero_stage >= 1:
+        owned = math.ceil(dense / training.data_parallel) + (
+            math.ceil(experts / training.expert_data_parallel) if experts else 0)
+    return -(-owned // training.sub_group_size)
 
 
 class _Packer:
@@ -735,9 +857,7 @@ def subgroup_count(model: ModelSpec, training: TrainingSpec) -> int:
     dp, tp, vocab = training.data_parallel, training.tensor_parallel, vocab_share(model, training.tensor_parallel)
     kinds = {moe: [math.ceil(n / dp) for n in _layer_tensors(model, moe, tp)] for moe in {False, model.experts > 0}}
     if training.zero_stage < 3:
-        total = parameter_count(model, tp)
-        owned = math.ceil(total / dp) if training.zero_stage >= 1 else total
-        return -(-owned // training.sub_group_size)
+        return _flat_subgroups(model, training, parameter_count(model, tp), moe_layer_count(model))
     packer = _Packer(training.sub_group_size)
     packer.feed([math.ceil(_embedding_params(model, vocab) / dp)])
     start = model.dense_layers if model.experts else 0
@@ -763,6 +883,7 @@ def build_step(model: ModelSpec, training: TrainingSpec) -> TrainingStep:
     model.validate("<api>", "model")
     training.validate("<api>", "training")
     check_tensor_split(model, training, "<api>")
+    check_expert_parallel(model, training, "<api>")
     lp_bytes = 2  # bf16 and fp16 are both 16-bit
     passes = {moe: decoder_passes(model, training, moe) for moe in {False, model.experts > 0}}
     decoder = tuple(_decoder_layer(i, model, training, lp_bytes, passes[is_moe_layer(model, i)])
@@ -872,20 +993,20 @@ def stage_shapes(model: ModelSpec, training: TrainingSpec) -> tuple[StepShape, .
     vocab = vocab_share(model, tp)
     shapes = []
     for stage in range(stages):
-        params = sum(sizes[is_moe_layer(model, i)] for chunk in range(chunks)
-                     for i in range((chunk * stages + stage) * per, (chunk * stages + stage + 1) * per))
+        ranges = [range((chunk * stages + stage) * per, (chunk * stages + stage + 1) * per) for chunk in range(chunks)]
+        params = sum(sizes[is_moe_layer(model, i)] for layers_of in ranges for i in layers_of)
+        moe = sum(is_moe_layer(model, i) for layers_of in ranges for i in layers_of)
         per_stage = per * chunks
         if stage == 0:
             params += _embedding_params(model, vocab)
         if stage == stages - 1:
             params += sum(_head_tensors(model, vocab)) + tied_copy(model, training)
-        owned = math.ceil(params / training.data_parallel) if training.zero_stage >= 1 else params
         layers, checkpointed = per_stage + (stage == 0) + (stage == stages - 1), per_stage if whole.checkpointed else 0
         collectives = tensor_parallel_passes(training, layers, checkpointed, stage == 0)
         shapes.append(replace(whole, layers=layers, checkpointed=checkpointed,
-                              subgroups=-(-owned // training.sub_group_size),
+                              subgroups=_flat_subgroups(model, training, params, moe),
                               host_checkpoints=per_stage if whole.host_checkpoints else 0,
-                              tensor_parallel_passes=collectives))
+                              tensor_parallel_passes=collectives, exchanges=_exchanges(model, training, moe)))
     return tuple(shapes)
 
 

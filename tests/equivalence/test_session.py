@@ -483,7 +483,8 @@ NICS = ["slingshot-11", "ib-ndr400-cx7", "ib-hdr200-cx6", "roce-400g"]
 
 @st.composite
 def generated(draw: st.DrawFn) -> RunConfig:
-    """Small and mid-sized scenarios over every strategy and the settings that shape loops."""
+    """Small and mid-sized scenarios over every strategy and the settings that shape loops, dense
+    or with experts (expert-parallel where DeepSpeed runs it)."""
     gpus = draw(st.sampled_from([1, 2, 4]))
     tp = draw(st.sampled_from([t for t in (1, 2, 4) if gpus % t == 0]))
     nodes = draw(st.sampled_from([1, 1, 2, 4]))
@@ -512,6 +513,11 @@ def generated(draw: st.DrawFn) -> RunConfig:
     if nodes > 1:  # and over the NICs, whose bytes also cross the PCIe links
         nic, count, direct = draw(st.sampled_from(NICS)), draw(st.integers(1, 4)), draw(st.booleans())
         overrides.append(f"hardware.network={{device: {nic}, count: {count}, gpudirect: {str(direct).lower()}}}")
+    if draw(st.booleans()):  # experts, split over a node's ranks below ZeRO-3 without TP (all-to-alls)
+        split = stage < 3 and strategy != "nvme" and tp == 1
+        ep = draw(st.sampled_from([e for e in (1, 2, 4) if gpus % e == 0])) if split else 1
+        overrides += ["model.experts=4", "model.experts_per_token=2", "model.expert_ffn=2048",
+                      f"training.expert_parallel={ep}"]
     config = load_scenario(draw(st.sampled_from([QUICKSTART, SEVENTY_B])), overrides, [strategy])[0]
     return replace(config, training=replace(config.training, zero_stage=stage))  # nvme below ZeRO-3: zero_one
 

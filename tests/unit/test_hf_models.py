@@ -128,10 +128,12 @@ def test_a_scenario_names_its_model_and_set_still_wins(tmp_path: Path) -> None:
     assert load_document(scenario).get("model.hidden") == 2048
 
 
-def test_expert_parallelism_is_refused_by_name() -> None:
-    with pytest.raises(ConfigError, match="training.expert_parallel_size: expert parallelism is not modelled"):
+def test_other_names_of_expert_parallelism_point_to_its_field() -> None:
+    with pytest.raises(ConfigError, match="training.expert_parallel_size: expert parallelism is training.expert_p"):
         load_scenario(QUICKSTART, ["training.expert_parallel_size=2"])
-    with pytest.raises(ConfigError, match="ep_size: expert parallelism is not modelled"):
+    with pytest.raises(ConfigError, match="model.expert_parallel: expert parallelism is training.expert_parallel"):
+        load_scenario(QUICKSTART, ["model.expert_parallel=2"])
+    with pytest.raises(ConfigError, match="ep_size: expert parallelism is a training setting"):
         model_fields({"model_type": "deepseek_v3", "hidden_size": 8, "intermediate_size": 8,
                       "num_hidden_layers": 1, "num_attention_heads": 1,
                       "vocab_size": 8, "n_routed_experts": 4, "num_experts_per_tok": 1, "ep_size": 2}, "c.json")

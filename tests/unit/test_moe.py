@@ -14,7 +14,15 @@ from tiersim.catalogue import lookup
 from tiersim.commands.models import spec
 from tiersim.layer_kernels import decoder_passes
 from tiersim.projections import is_moe_layer
-from tiersim.workload import ModelSpec, TrainingSpec, build_step, layer_params, parameter_count, subgroup_count
+from tiersim.workload import (
+    ModelSpec,
+    TrainingSpec,
+    build_step,
+    layer_params,
+    moe_layer_count,
+    parameter_count,
+    subgroup_count,
+)
 
 TRAINING = TrainingSpec(seq_len=2048, micro_batch=1, global_batch=1, zero_stage=3, sub_group_size=100_000_000)
 
@@ -73,16 +81,22 @@ def test_deepseek_v3_has_three_dense_layers_then_experts_with_a_shared_one() -> 
     assert moe.forward_flops - dense.forward_flops == pytest.approx(2048 * per_token)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(layers=st.integers(1, 9), dense=st.integers(0, 3), interval=st.integers(1, 3), experts=st.integers(1, 6),
-       size=st.integers(1, 40_000), dp=st.integers(1, 3))
+       size=st.integers(1, 40_000), dp=st.sampled_from([1, 2, 3, 4]), stage=st.integers(0, 3),
+       ep=st.sampled_from([1, 2, 4]))
 def test_subgroup_count_matches_the_listed_subgroups(layers: int, dense: int, interval: int, experts: int, size: int,
-                                                     dp: int) -> None:
+                                                     dp: int, stage: int, ep: int) -> None:
     model = ModelSpec(layers=layers + dense, hidden=16, heads=2, ffn=24, vocab=50, experts=experts,
                       experts_per_token=1, expert_ffn=8, dense_layers=dense, moe_interval=interval,
                       shared_experts=1)
-    training = TrainingSpec(seq_len=8, global_batch=dp, data_parallel=dp, sub_group_size=size)
-    assert subgroup_count(model, training) == len(build_step(model, training).subgroups)
+    fits = stage < 3 and dp % ep == 0 and experts % ep == 0  # where expert parallelism runs
+    training = TrainingSpec(seq_len=8, global_batch=dp, data_parallel=dp, sub_group_size=size, zero_stage=stage,
+                            expert_parallel=ep if fits else 1)
+    step = build_step(model, training)
+    assert moe_layer_count(model) == sum(is_moe_layer(model, i) for i in range(model.layers))
+    assert subgroup_count(model, training) == len(step.subgroups)
+    assert sum(step.subgroup_sizes) == step.rank_params
 
 
 @settings(max_examples=30, deadline=None)

@@ -30,7 +30,7 @@ STREAM_ORDER = ("gpu", "allgather", "reduce_scatter", "partition_grads", "h2d", 
 COLOURS = {
     "compute": "#4C78A8", "adam": "#F58518", "accumulate": "#E45756", "h2d": "#72B7B2", "d2h": "#54A24B",
     "allgather": "#B279A2", "reduce_scatter": "#FF9DA6", "nvme_read": "#9D755D", "nvme_write": "#BAB0AC",
-    "p2p": "#EECA3B", "tensor_parallel": "#17BECF", "link": "#808080",
+    "p2p": "#EECA3B", "tensor_parallel": "#17BECF", "all_to_all": "#D67195", "link": "#808080",
 }
 PHASE_COLOURS = {"forward": "#4C78A8", "backward": "#F58518", "optimizer_step": "#54A24B", "iteration": "#7F7F7F"}
 

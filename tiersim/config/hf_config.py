@@ -19,7 +19,7 @@ parameters of the catalogue's models): the q/k norms of Qwen3, Gemma 3 and OLMo-
 norms around the attention and the FFN, the output projection's bias under ``attention_bias``,
 DeepSeek-V3's multi-token-prediction module (``num_nextn_predict_layers``, which Hugging Face
 Transformers does not load either) and the vision tower of a multimodal config (its
-``text_config`` is read). Expert parallelism (``ep_size`` above 1) is refused: data parallelism only.
+``text_config`` is read). Expert parallelism (``ep_size`` above 1) is refused there: it is ``training.expert_parallel``.
 """
 
 from __future__ import annotations
@@ -123,8 +123,8 @@ def _experts(config: Mapping[str, Any], source: str) -> dict[str, Any]:
     if not experts:
         return {}
     if _whole(config, source, "ep_size", default=1) > 1:
-        raise ConfigError(source, "ep_size", "expert parallelism is not modelled (data parallelism only); "
-                                             "set it to 1")
+        raise ConfigError(source, "ep_size", "expert parallelism is a training setting, not the model's: "
+                                             "set it to 1 here and training.expert_parallel in the scenario")
     if _whole(config, source, "moe_layer_freq", default=1) != 1:
         raise ConfigError(source, "moe_layer_freq", "only 1 (every layer past first_k_dense_replace) is modelled")
     if config.get("mlp_only_layers"):

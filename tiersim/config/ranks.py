@@ -49,6 +49,16 @@ def check_data_parallel(training: TrainingSpec, hardware: HardwareSpec, source: 
             f"({training.tensor_parallel} x {training.pipeline_parallel})")
 
 
+def check_expert_group(training: TrainingSpec, hardware: HardwareSpec, source: str) -> None:
+    """An expert-parallel group (DeepSpeed's consecutive ranks, ``_create_expert_and_data_parallel``)
+    must lie within a node: its all-to-alls across nodes are not modelled yet."""
+    ep = training.expert_parallel
+    if hardware.gpus % ep:
+        raise ConfigError(source, "training.expert_parallel",
+                          f"{ep} does not divide hardware.gpus {hardware.gpus}: an expert-parallel group across "
+                          "nodes is not modelled yet")
+
+
 def data_parallel_span(data_parallel: int, tensor_parallel: int, gpus: int) -> tuple[int, int]:
     """The ranks of one data-parallel group on each node and the nodes it spans. Megatron orders
     ranks tensor-parallel first, then data-parallel, then pipeline stages, so a group's ranks

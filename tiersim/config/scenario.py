@@ -21,7 +21,7 @@ from tiersim.config.hardware import Hardware, HardwareSpec, resolve_hardware
 from tiersim.config.hf_config import expand_model
 from tiersim.config.limits import MAX_WHOLE
 from tiersim.config.profiles import HostProfile
-from tiersim.config.ranks import check_data_parallel, default_data_parallel
+from tiersim.config.ranks import check_data_parallel, check_expert_group, default_data_parallel
 from tiersim.config.schema import build, to_plain
 from tiersim.config.worksize import check_bytes, check_run
 from tiersim.config.yamlfile import parse_value
@@ -29,7 +29,14 @@ from tiersim.errors import ConfigError
 from tiersim.strategies import STRATEGIES
 from tiersim.strategies.param_offload import refuse_offload
 from tiersim.strategies.param_options import ParamOffload
-from tiersim.workload import ModelSpec, TrainingSpec, build_step, check_stages, check_tensor_split
+from tiersim.workload import (
+    ModelSpec,
+    TrainingSpec,
+    build_step,
+    check_expert_parallel,
+    check_stages,
+    check_tensor_split,
+)
 
 T = TypeVar("T")
 
@@ -98,6 +105,7 @@ def scenario_from_dict(
     training = _training(data["training"], hardware_spec, source, validated)
     check_stages(model, training, source)
     check_tensor_split(model, training, source)
+    check_expert_parallel(model, training, source)
     hardware = _hardware(hardware_spec, source, search, host, resolved)
     entries = _chosen(_strategy_options(data[STRATEGY_SECTION], source, validated), strategies, source)
     refuse_policy_without_cxl(data[STRATEGY_SECTION], entries, hardware, source)
@@ -160,6 +168,7 @@ def _training(raw: object, hardware: HardwareSpec, source: str, validated: dict[
                                  default_data_parallel(training_data, hardware.nodes, hardware.gpus, source))
     training = _section(TrainingSpec, training_data, source, "training", validated)
     check_data_parallel(training, hardware, source)
+    check_expert_group(training, hardware, source)
     return training
 
 
@@ -190,19 +199,19 @@ def _chosen(entries: dict[str, Any], strategies: Sequence[str], source: str) -> 
 
 EXPERT_PARALLEL_FIELDS = ("expert_parallel", "expert_parallel_size", "expert_model_parallel_size", "ep_size",
                           "moe_expert_parallel_size")
-"""Fields of expert parallelism, refused by name: a mixture of experts runs on data parallelism
-alone (every rank holds, gathers and updates every expert)."""
+"""Other tools' names of expert parallelism, refused by name with a pointer to
+``training.expert_parallel`` (its own name too, in ``model``)."""
 
 
 def refuse_expert_parallelism(data: dict[str, Any], source: str) -> None:
-    """A ConfigError naming an expert-parallelism field in ``training`` or ``model``."""
+    """A ConfigError naming an expert-parallelism field that is not ``training.expert_parallel``."""
     for section in ("training", "model"):
         fields = data.get(section)
-        found = [key for key in EXPERT_PARALLEL_FIELDS if isinstance(fields, dict) and key in fields]
+        found = [key for key in EXPERT_PARALLEL_FIELDS if isinstance(fields, dict) and key in fields
+                 and (section, key) != ("training", "expert_parallel")]
         if found:
-            raise ConfigError(source, f"{section}.{found[0]}", "expert parallelism is not modelled: a mixture of "
-                                                               "experts runs on data parallelism alone (every rank "
-                                                               "holds every expert); remove it")
+            raise ConfigError(source, f"{section}.{found[0]}", "expert parallelism is training.expert_parallel "
+                                                               "(DeepSpeed-MoE's ep_size); write it there")
 
 
 def strategy_entries(raw: object, source: str) -> dict[str, dict[str, Any]]:

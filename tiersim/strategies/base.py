@@ -177,14 +177,15 @@ class Strategy(ABC):
         without building anything: what the work limits (``tiersim.config.limits``) are checked on.
         Per micro-step: two markers, a forward per layer and a backward per layer (twice for a
         checkpointed one, which also recomputes), a gather before each of those under ZeRO-3,
-        the tensor-parallel collectives after each pass that has them (``StepShape``), and a
-        reduce-scatter per layer; then the step's marker and the strategy's own tasks."""
+        the tensor-parallel collectives after each pass that has them (``StepShape``), the
+        all-to-alls after each pass of an expert-parallel layer, and a reduce-scatter per layer;
+        then the step's marker and the strategy's own tasks."""
         passes = shape.layers + (shape.layers + shape.checkpointed)
         gathers = passes if shape.zero_stage >= 3 and shape.data_parallel > 1 else 0
         reduces = shape.layers if shape.data_parallel > 1 else 0
         reducing = shape.micro_steps if shape.zero_stage >= 2 else 1  # below ZeRO-2 at the boundary only
         per_micro = (2 + passes + gathers + shape.tensor_parallel_passes + passes * fetch_tasks(self.param_offload)
-                     + 2 * shape.host_checkpoints)
+                     + 2 * shape.host_checkpoints + shape.exchanges)
         return (shape.micro_steps * per_micro + reducing * reduces + 1 + self.offload_task_count(shape)
                 + self.step_task_count(shape, hw))
 

@@ -186,9 +186,10 @@ class StepBuilder:
 
     def compute(self, name: str, phase: str, work: PassKernels, deps: tuple[str, ...]) -> str:
         """A layer pass's kernels on the compute stream, then its tensor-parallel collectives
-        (``tensor_parallel``); the name of the last."""
+        (``tensor_parallel``) and its expert all-to-alls (``exchange``); the name of the last."""
         done = self.add(Task(name, "gpu", phase, "compute", self.pass_seconds(work), 0.0, (), math.inf, deps))
-        return self.tensor_parallel(f"{name}.tp", phase, work, done)
+        done = self.tensor_parallel(f"{name}.tp", phase, work, done)
+        return self.exchange(name, phase, work.all_to_all, done) if work.all_to_all else done
 
     def tensor_parallel(self, name: str, phase: str, work: PassKernels, after: str) -> str:
         """A pass's collectives among the tensor-parallel ranks of a node, as one task on the
@@ -200,17 +201,37 @@ class StepBuilder:
         return self.add(Task(name, "gpu", phase, "tensor_parallel", work.tp_calls * self.hw.fabric_latency,
                              work.tp_bytes, self.fabric_usage(1.0), math.inf, (after,)))
 
-    def collective(self, name: str, stream: str, phase: str, num_bytes: float, deps: tuple[str, ...]) -> str | None:
-        """A ring collective (all-gather or reduce-scatter) of ``num_bytes``: after its per-call
-        latency (``collective_latency``) it moves ``num_bytes * (dp-1)/dp`` per rank over the
-        links of ``collective_usage`` (None if dp=1)."""
+    def exchange(self, name: str, phase: str, sent: tuple[float, ...], after: str) -> str:
+        """A pass's expert all-to-alls among the expert-parallel ranks of a node
+        (``PassKernels.all_to_all``: the bytes each sends off the rank) as one task on the compute
+        stream, which waits for them (``_AllToAll`` is a blocking ``all_to_all_single`` on it):
+        the fabric's per-call latency for each, then their bytes over the GPU fabric (and PCIe
+        where the fabric runs through the host bridges), shared with ZeRO's collectives. The
+        kernels between them run in the pass's own time; a rank's send and receive of equal bytes
+        share its links' two directions, as a ring's do."""
+        key = ("all_to_all", phase, len(sent))
+        kind = self.kinds.get(key)
+        if kind is None:
+            kind = self.kinds[key] = TaskKind("gpu", phase, "all_to_all", len(sent) * self.hw.fabric_latency,
+                                              self.fabric_usage(1.0))
+        return self.add(kind.task(f"{name}.all_to_all", sum(sent), (after,)))
+
+    def collective(self, name: str, stream: str, phase: str, num_bytes: float, deps: tuple[str, ...],
+                   expert_bytes: float = 0.0) -> str | None:
+        """A ring collective (all-gather or reduce-scatter) of ``num_bytes`` over the data-parallel
+        ranks and ``expert_bytes`` over the expert data-parallel ones (expert parallelism's
+        experts): after its per-call latency (``collective_latency``) it moves ``num_bytes *
+        (dp-1)/dp`` (and ``expert_bytes * (edp-1)/edp``) per rank over the links of
+        ``collective_usage`` (None if dp=1)."""
         if self.dp == 1:
             return None
         kind = self.kinds.get(("collective", stream, phase))
         if kind is None:
             kind = self.kinds[("collective", stream, phase)] = TaskKind(
                 stream, phase, stream, self.collective_latency(), self.collective_usage())
-        return self.add(kind.task(name, num_bytes * (self.dp - 1) / self.dp, deps))
+        edp = self.step.training.expert_data_parallel
+        ring = num_bytes * (self.dp - 1) / self.dp + (expert_bytes * (edp - 1) / edp if expert_bytes else 0.0)
+        return self.add(kind.task(name, ring, deps))
 
     @property
     def dp_span(self) -> tuple[int, int]:

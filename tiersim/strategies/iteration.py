@@ -171,14 +171,16 @@ def _backward_layer(strategy: Strategy, builder: StepBuilder, fetch: ParamFetch 
 def reduce_layer(strategy: Strategy, builder: StepBuilder, micro: int, i: int, ready: str,
                  after: tuple[str, ...] = ()) -> str | None:
     """Layer ``i``'s gradients, once ``ready`` (and ``after``), reduce-scattered over the
-    data-parallel ranks (below ZeRO-2 all-reduced, at the boundary only) and offloaded
-    (``Strategy.offload_gradients``); returns the task the host thread waits for, if any."""
+    data-parallel ranks (below ZeRO-2 all-reduced, at the boundary only; an expert's over the
+    expert data-parallel ones) and offloaded (``Strategy.offload_gradients``); returns the task
+    the host thread waits for, if any."""
     layer = builder.step.layers[i]
     stage = builder.step.training.zero_stage
     if stage < 2 and micro < builder.step.micro_steps - 1:  # below ZeRO-2 gradients reduce at the boundary
         return strategy.offload_gradients(builder, micro, i, layer, ready)
-    factor = 1 if stage >= 2 else 2
+    per_element = (1 if stage >= 2 else 2) * builder.step.lp_bytes
+    experts = layer.expert_params
     rs = builder.collective(f"m{micro}.bwd.{i}.reduce", "reduce_scatter", "backward",
-                            factor * layer.params * builder.step.lp_bytes, (ready, *after))
+                            per_element * (layer.params - experts), (ready, *after), per_element * experts)
     return strategy.offload_gradients(builder, micro, i, layer, rs or ready)
 

@@ -80,9 +80,9 @@ def allocations(step: TrainingStep, hw: Hardware) -> list[Allocation]:
                Allocation(HOST_GRAD_BUFFER, lp * step.largest_tensor, pin(lp * step.largest_tensor)),
                Allocation(FP32_GRADS, FP32_BYTES * rank, pin(FP32_BYTES * rank))]
     if step.micro_steps > 1:
-        dp = step.training.data_parallel
+        dp, edp = step.training.data_parallel, step.training.expert_data_parallel
         tensors += [Allocation(ACCUMULATED, lp * part, pin(lp * part))
-                    for layer in step.layers for part in (-(-numel // dp) for numel in layer.tensors)]
+                    for layer in step.layers for part in layer.partitions(dp, edp)]
     tensors += [Allocation(RETAINED, 0, footprint.FIRST_STEP_RETAINED_BYTES * rank),
                 Allocation(ADAM_STATE, ADAM_STATE_BYTES * rank, ADAM_STATE_BYTES * rank)]
     if not fp32_h2d(step):
@@ -211,5 +211,6 @@ def optimizer_step(builder: StepBuilder, layout: HostLayout, begin: str) -> None
             temporary = layout.memory(H2D_TEMPORARY, lp * starts[i], lp * (starts[i] + group.numel))
             done = params_to_gpu(builder, params, group, done, temporary)
     if builder.hw.has_gpu:
+        experts = sum(layer.expert_params for layer in step.layers)  # gathered over the expert data-parallel group
         builder.collective("step.allgather", "allgather", "optimizer_step",
-                           builder.step.shard_params * builder.step.lp_bytes, (done,))
+                           (step.shard_params - experts) * step.lp_bytes, (done,), experts * step.lp_bytes)
