@@ -161,3 +161,14 @@ def test_expert_parallelism_needs_a_whole_number_of_ranks_per_group_via_the_api(
     cfg = config(2)
     with pytest.raises(Exception, match="expert_parallel: 16 does not divide data_parallel 8"):
         build_step(cfg.model, replace(cfg.training, expert_parallel=16))
+
+
+def test_expert_parallelism_runs_in_each_pipeline_stage() -> None:
+    """Two stages of two MoE layers each, EP 2 over the 4 data-parallel ranks of each stage:
+    every stage's MoE passes end in their all-to-alls, and the tasks counted are those built."""
+    cfg = config(2, "dram", "training.zero_stage=1", "training.pipeline_parallel=2")
+    result = simulate(cfg, trace=True)
+    assert result.fits and result.graph is not None and run_tasks(cfg) == len(result.graph.tasks)
+    exchanges = result.trace[result.trace["name"].str.endswith(".all_to_all")]
+    assert sorted(set(exchanges["stream"])) == ["s0/gpu", "s1/gpu"]
+    assert len(exchanges) == 2 * 3 * 2 * 4  # 2 stages x 3 passes x 2 layers x 4 micro-steps (16 / DP 4)
