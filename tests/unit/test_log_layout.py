@@ -167,13 +167,28 @@ def test_experts_and_expert_parallelism(tmp_path: Path) -> None:
     model = data["model"]
     assert (model["experts"], model["experts_per_token"], model["moe_interval"]) == (8, 2, 2)
     assert data["training"]["expert_parallel"] == 4 and "expert_ffn" not in model
+    assert data["training"]["moe_capacity_factor"] == 1.0
+    padded = _imported(tmp_path, relaid(extra="--num-experts 8 --moe-train-capacity-factor 1.25"))
+    assert padded["training"]["moe_capacity_factor"] == 1.25
     dense = _imported(tmp_path, relaid(extra="--num-experts 1 --expert-interval 1"))
-    assert "experts" not in dense["model"]
+    assert "experts" not in dense["model"] and "moe_capacity_factor" not in dense["training"]
     megatron_lm = _imported(tmp_path, relaid(extra="--num-experts 4 --moe-router-topk 2 --expert-interval 1 "
                                                    "--moe-ffn-hidden-size 1024 --expert-model-parallel-size 2"))
     assert {key: megatron_lm["model"][key] for key in ("experts", "experts_per_token", "moe_interval", "expert_ffn")} \
         == {"experts": 4, "experts_per_token": 2, "moe_interval": 1, "expert_ffn": 1024}
     assert megatron_lm["training"]["expert_parallel"] == 2
+
+
+def test_an_expert_parallel_log_validates_as_imported(tmp_path: Path) -> None:
+    """4 experts on every layer, EP 2 over DP 4, at ZeRO-2 (DeepSpeed-MoE refuses ZeRO-3)."""
+    text = relaid(extra="--num-experts 4 --moe-expert-parallel-size 2 --expert-interval 1")
+    for old, new in (("zero_config .................. stage=3", "zero_config .................. stage=2"),
+                     ("--zero-stage=3", "--zero-stage=2"), ('"stage": 3', '"stage": 2')):
+        text = _sub(text, old, new)
+    _imported(tmp_path, text)
+    config = log_config(read_log(tmp_path / "relaid.log"), POLARIS_NODE)
+    assert (config.model.experts, config.model.experts_per_token, config.model.moe_interval) == (4, 1, 1)
+    assert (config.training.expert_parallel, config.training.expert_data_parallel) == (2, 2)
 
 
 def test_without_world_info_the_nodes_are_unknown(tmp_path: Path) -> None:
@@ -230,8 +245,6 @@ REFUSALS = [
      "--num-layers-per-virtual-pipeline-stage: 2: a virtual pipeline under DeepSpeed"),
     (lambda: relaid(extra="--ds-sequence-parallel-size 2"), "--ds-sequence-parallel-size: 2: DeepSpeed-Ulysses"),
     (lambda: relaid(extra="--num-experts 8 --mlp-type residual"), "--mlp-type: residual: residual MoE"),
-    (lambda: relaid(extra="--num-experts 8 --moe-train-capacity-factor 1.25"),
-     "--moe-train-capacity-factor: 1.25: DeepSpeed pads each expert's tokens to capacity"),
     (lambda: relaid(extra="--num-experts 8 --disable-moe-token-dropping"), "--disable-moe-token-dropping: without"),
     (lambda: relaid(extra="--num-experts 8 16"), "--num-experts: 8 16: a different number of experts per MoE layer"),
     (lambda: relaid(extra="--num-experts 0"), "--num-experts: expected expert counts of at least 1"),

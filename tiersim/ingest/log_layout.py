@@ -14,13 +14,14 @@
   ``--expert-interval`` (default 2: layer i, from 0, has experts when i + 1 is a multiple of it,
   ``get_num_experts_per_layer`` in megatron/model/transformer.py, as ``model.moe_interval``
   reads); each expert is a ``ParallelMLP`` of ``--ffn-hidden-size`` (Megatron-LM:
-  ``--moe-ffn-hidden-size``).
+  ``--moe-ffn-hidden-size``); ``--moe-train-capacity-factor`` is
+  ``training.moe_capacity_factor`` (``moe_training``).
 
 Megatron's ``using world size: ...`` line, DeepSpeed's ``world_size`` (its data-parallel ranks)
 and the ranks the launcher spawned must agree with the layout. What tiersim does not model is
-refused by name: a virtual pipeline (under DeepSpeed's engine), DeepSpeed-Ulysses or context parallelism, per-layer
-expert counts, residual MoE, Megatron's SwitchMLP, capacity factors other than 1, MoE without
-token dropping (DeepSpeed then pads each expert to the busiest one's tokens), and with tensor and
+refused by name: a virtual pipeline (under DeepSpeed's engine), DeepSpeed-Ulysses or context
+parallelism, per-layer expert counts, residual MoE, Megatron's SwitchMLP, MoE without token
+dropping (DeepSpeed then pads each expert to the busiest one's tokens), and with tensor and
 pipeline parallelism, DeepSpeed's pipeline engine splitting its sends over the tensor-parallel
 ranks (its default ``pipe_partitioned``, as ``--ds-config`` refuses it).
 """
@@ -195,8 +196,6 @@ _AT_DEFAULT = {
     "ds_sequence_parallel_size": ("1", "DeepSpeed-Ulysses sequence parallelism is not modelled"),
     "context_parallel_size": ("1", "context parallelism is not modelled"),
     "mlp_type": ("standard", "residual MoE (a dense MLP beside the experts) is not modelled"),
-    "moe_train_capacity_factor": ("1.0", "DeepSpeed pads each expert's tokens to capacity; tiersim models "
-                                         "capacity factor 1 (each expert computes its mean share)"),
 }
 """Arguments refused at any value but their default (compared as numbers where they are)."""
 
@@ -241,6 +240,15 @@ def moe_fields(log: TrainingLog) -> dict[str, Any]:
     if width is not None:
         fields["expert_ffn"] = whole(width, log.path, "--moe-ffn-hidden-size")
     return fields
+
+
+def moe_training(log: TrainingLog) -> dict[str, Any]:
+    """The ``training`` fields of the log's mixture of experts: ``moe_capacity_factor`` from
+    ``--moe-train-capacity-factor`` (Megatron-DeepSpeed's default 1.0; {} for a dense model)."""
+    if not moe_fields(log):
+        return {}
+    raw = _raw(log, ("moe_train_capacity_factor",))
+    return {"moe_capacity_factor": 1.0 if raw is None else number(raw, log.path, "--moe-train-capacity-factor")}
 
 
 def _expert_counts(raw: str, source: str) -> list[int]:

@@ -20,7 +20,7 @@ from tiersim.config.document import ScenarioDocument
 from tiersim.config.ds_config import NVME_OPTIONS, PARAM_OFFLOAD_DEFAULTS
 from tiersim.config.schema import UNKNOWN
 from tiersim.errors import ConfigError
-from tiersim.ingest.log_layout import Layout, log_layout, moe_fields
+from tiersim.ingest.log_layout import Layout, log_layout, moe_fields, moe_training
 from tiersim.ingest.printed_values import boolean, number, whole
 from tiersim.ingest.training_log import TIMER_PHASES, MemorySample, TrainingLog
 
@@ -100,6 +100,7 @@ def _training(log: TrainingLog, layout: Layout) -> dict[str, Any]:
         "micro_batch": micro,
         "global_batch": _integer(args, "global_batch_size", source, micro * layout.data_parallel),
         **layout.training(),
+        **moe_training(log),
         "precision": "fp16" if args.get("fp16") else "bf16",
         "activation_checkpointing": bool(args.get("checkpoint_activations") or args.get("recompute_granularity")),
         "zero_stage": _integer(zero, "stage", source, least=0),
