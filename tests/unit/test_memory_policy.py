@@ -86,12 +86,13 @@ def spilled() -> RunConfig:
 
 def test_a_bind_that_spills_puts_the_last_allocated_tensors_on_cxl() -> None:
     pieces = layout(spilled()).pieces
-    fractions = [p.dram_fraction for p in pieces]
-    assert fractions == sorted(fractions, reverse=True)  # DRAM first, in allocation order
-    assert fractions[0] == 1.0 and fractions[-1] == 0.0
-    assert pieces[0].allocation.what == RUNTIME
-    assert {p.allocation.what for p in pieces if p.dram_fraction < 1} <= {ADAM_STATE, "retained after the first step",
-                                                                           "16-bit temporary of the H2D copy"}
+    for label in layout(spilled()).labels().values():
+        fractions = [f for p in label for f in p.fractions * p.count]
+        assert fractions == sorted(fractions, reverse=True)  # DRAM first, in allocation order
+    assert pieces[0].fractions == (1.0,) and pieces[-1].fractions == (0.0,)
+    assert pieces[0].what == RUNTIME
+    assert {p.what for p in pieces if min(p.fractions) < 1} <= {ADAM_STATE, "retained after the first step",
+                                                               "16-bit temporary of the H2D copy"}
     result = simulate(spilled())
     items = {(tier, what) for tier, what, _a, held in result.placement_items if held}
     assert ("cxl", ADAM_STATE) in items and ("cxl", FP32_PARAMS) not in items
@@ -101,7 +102,7 @@ def test_a_bind_that_spills_puts_the_last_allocated_tensors_on_cxl() -> None:
 def test_a_spilled_bind_costs_the_cxl_part_on_cxl() -> None:
     run = spilled()
     split = layout(run)
-    adam_on_cxl = [i for i, p in enumerate(split.labels()[ADAM_STATE]) if p.dram_fraction < 1]
+    adam_on_cxl = [i for i, memory in enumerate(split.subgroups(ADAM_STATE)) if memory.dram_fraction < 1]
     assert adam_on_cxl
     dram, bind = simulate(config("dram", "training.sub_group_size=2e7")), simulate(run)
     trace = bind.trace

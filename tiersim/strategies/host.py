@@ -52,9 +52,12 @@ from tiersim.strategies.host_layout import (
     STAGING,
     Allocation,
     HostLayout,
-    Piece,
+    Repeated,
     allocations,
+    blocks,
     host_layout,
+    once,
+    spread,
 )
 from tiersim.strategies.host_options import CXLOptions, HostOptions
 from tiersim.strategies.kinds import (
@@ -123,13 +126,14 @@ class HostOffload(Strategy):
         under partial offload the CPU's sub-groups alone have host state."""
         known = self._layout
         if known is None or known[0] is not step or known[1] is not hw:
-            groups = step.subgroup_sizes[:self.split(step).cpu_groups]
+            groups = step.subgroup_sizes[:cpu_groups(len(step.subgroups), self.options.ratio)]
             tensors = allocations(step, hw, staging(step, pinned if hw.pinned else int), groups) \
                 if step.training.zero_stage >= 3 else zero12.allocations(step, hw)
             offload = self.param_offload
             if offload is not None:  # made first (zero.Init, ZeRO-3's init); no H2D temporary
-                tensors = [tensors[0], *param_allocations(step, offload, self.params_layout(step, offload)),
-                           *(t for t in tensors[1:] if t.what != H2D_TEMPORARY)]
+                params = param_allocations(step, offload, self.params_layout(step, offload))
+                tensors = [tensors[0], once(*params),
+                           *(t for t in tensors[1:] if t.tensors[0].what != H2D_TEMPORARY)]
             known = self._layout = (step, hw, self.lay_out(hw, tensors))
         return known[2]
 
@@ -137,9 +141,9 @@ class HostOffload(Strategy):
         """The offloaded parameters' flat buffer, where the memory policy put it."""
         return self.layout(step, hw).memory(PARAM_PARTITIONS)
 
-    def lay_out(self, hw: Hardware, tensors: list[Allocation]) -> HostLayout:
+    def lay_out(self, hw: Hardware, tensors: list[Repeated]) -> HostLayout:
         """``tensors`` on the host's memory nodes: here all of them in DRAM."""
-        return HostLayout(hw, [Piece(t, 1.0) for t in tensors], HostMemory.dram_only())
+        return HostLayout(hw, spread(tensors, 1.0), HostMemory.dram_only())
 
     def place(self, step: TrainingStep, hw: Hardware, placement: Placement) -> None:
         """DeepSpeed ZeRO-3 with ``offload_optimizer: cpu``, per rank: the fp32 partition and Adam's
@@ -158,13 +162,12 @@ class HostOffload(Strategy):
         ranks = hw.gpus  # the ranks sharing one node's host memory
         layout = self.layout(step, hw)
         for what, pieces in layout.labels().items():
-            allocated = sum(p.allocation.allocated for p in pieces) * ranks
-            reserved = sum(p.allocation.reserved for p in pieces) * ranks
+            allocated = sum(p.allocated() for p in pieces) * ranks
+            reserved = sum(p.reserved() for p in pieces) * ranks
             if layout.uniform is not None:
                 dram, dram_held = layout.uniform.split(allocated)["dram"], layout.uniform.split(reserved)["dram"]
             else:
-                dram = sum(int(p.allocation.allocated * ranks * p.dram_fraction) for p in pieces)
-                dram_held = sum(int(p.allocation.reserved * ranks * p.dram_fraction) for p in pieces)
+                dram, dram_held = (sum(held) for held in zip(*(p.in_dram(ranks) for p in pieces)))
             placement.put("dram", what, dram, dram_held)
             placement.put("cxl", what, allocated - dram, reserved - dram_held)
 
@@ -257,7 +260,7 @@ class HostOffload(Strategy):
         fetch = self.param_fetch(builder.step, builder.hw)
         groups = builder.step.subgroups
         on_cpu = cpu_groups(len(groups), self.options.ratio)
-        where = [_subgroup_memory(layout, i) for i in range(on_cpu)]
+        where = _subgroup_memory(layout, on_cpu)
         keys: tuple[Hashable, ...] = tuple((i in (0, on_cpu), i < on_cpu, size)
                                            for i, size in enumerate(builder.step.subgroup_sizes))
         if layout.uniform is None:
@@ -280,13 +283,16 @@ class HostOffload(Strategy):
             done = params_to_gpu(builder, params, group, updated, temporary)
 
 
-def _subgroup_memory(layout: HostLayout, index: int) -> tuple[HostMemory, HostMemory]:
-    """Where CPU Adam's reads (fp32 param, gradient, m, v) and writes (param, m, v) of
-    sub-group ``index`` land."""
-    params, grads = layout.subgroup(FP32_PARAMS, index), layout.subgroup(FP32_GRADS, index)
-    state = layout.subgroup(ADAM_STATE, index)
-    reads = params.blend(((grads, FP32_BYTES), (state, ADAM_STATE_BYTES)), FP32_BYTES)
-    return reads, params.blend(((state, ADAM_STATE_BYTES),), FP32_BYTES)
+def _subgroup_memory(layout: HostLayout, count: int) -> list[tuple[HostMemory, HostMemory]]:
+    """Where CPU Adam's reads (fp32 param, gradient, m, v) and writes (param, m, v) of each of
+    the first ``count`` sub-groups land, worked out once for neighbours whose tensors are alike."""
+    if layout.uniform is not None:
+        return [(layout.uniform, layout.uniform)] * count
+    tensors = tuple(zip(*(layout.subgroups(what)[:count] for what in (FP32_PARAMS, FP32_GRADS, ADAM_STATE))))
+    return [where for block, alike in blocks(tensors)
+            for where in [(params.blend(((grads, FP32_BYTES), (state, ADAM_STATE_BYTES)), FP32_BYTES),
+                           params.blend(((state, ADAM_STATE_BYTES),), FP32_BYTES))
+                          for params, grads, state in block] * alike]
 
 
 def converts_on_host(step: TrainingStep) -> bool:
@@ -340,7 +346,7 @@ class CXLInterleave(HostOffload):
     def check(self, hw: Hardware) -> MissingDevice | None:
         return super().check(hw) or (None if hw.cxl is not None else MissingDevice("cxl", "CXL devices"))
 
-    def lay_out(self, hw: Hardware, tensors: list[Allocation]) -> HostLayout:
+    def lay_out(self, hw: Hardware, tensors: list[Repeated]) -> HostLayout:
         """``tensors`` under the policy: a weighted interleave by the weights, an interleave
         of equal pages over the socket's DRAM node and its CXL nodes, or a fill."""
         options = self.options

@@ -43,6 +43,10 @@ from tiersim.strategies.host_layout import (
     RUNTIME,
     Allocation,
     HostLayout,
+    Repeated,
+    blocks,
+    once,
+    repeated,
 )
 from tiersim.strategies.kinds import ADAM_STATE_BYTES, FP32_BYTES, adam_kind, host_copy_kind, pcie_kind
 from tiersim.strategies.memory import HostMemory
@@ -66,7 +70,7 @@ def fp32_h2d(step: TrainingStep) -> bool:
     return at_least(step.training.deepspeed_version, FP32_H2D_FROM)
 
 
-def allocations(step: TrainingStep, hw: Hardware) -> list[Allocation]:
+def allocations(step: TrainingStep, hw: Hardware) -> list[Repeated]:
     """One rank's host tensors in the order ``stage_1_and_2.py`` allocates them: the process;
     in ``__init__`` the fp32 partition (always pinned) and the largest parameter's 16-bit
     gradient buffer; the partition's fp32 gradient (``initialize_optimizer_states``); with
@@ -75,18 +79,18 @@ def allocations(step: TrainingStep, hw: Hardware) -> list[Allocation]:
     the fp32 partition are pinned with ``pin_memory`` (from 0.10.1; before, always)."""
     pin = pinned if hw.pinned or not at_least(step.training.deepspeed_version, PIN_SETTING_FROM) else int
     rank, lp = step.rank_params, step.lp_bytes
-    tensors = [Allocation(RUNTIME, 0, footprint.PROCESS_HOST_BYTES),
-               Allocation(FP32_PARAMS, FP32_BYTES * rank, pinned(FP32_BYTES * rank)),
-               Allocation(HOST_GRAD_BUFFER, lp * step.largest_tensor, pin(lp * step.largest_tensor)),
-               Allocation(FP32_GRADS, FP32_BYTES * rank, pin(FP32_BYTES * rank))]
-    if step.micro_steps > 1:
+    tensors = [once(Allocation(RUNTIME, 0, footprint.PROCESS_HOST_BYTES)),
+               once(Allocation(FP32_PARAMS, FP32_BYTES * rank, pinned(FP32_BYTES * rank)),
+                    Allocation(HOST_GRAD_BUFFER, lp * step.largest_tensor, pin(lp * step.largest_tensor)),
+                    Allocation(FP32_GRADS, FP32_BYTES * rank, pin(FP32_BYTES * rank)))]
+    if step.micro_steps > 1:  # layers of the same tensors, one after another, taken together
         dp, edp = step.training.data_parallel, step.training.expert_data_parallel
-        tensors += [Allocation(ACCUMULATED, lp * part, pin(lp * part))
-                    for layer in step.layers for part in layer.partitions(dp, edp)]
-    tensors += [Allocation(RETAINED, 0, footprint.FIRST_STEP_RETAINED_BYTES * rank),
-                Allocation(ADAM_STATE, ADAM_STATE_BYTES * rank, ADAM_STATE_BYTES * rank)]
+        parts = blocks([layer.partitions(dp, edp) for layer in step.layers])
+        tensors += repeated(parts, lambda layer: (Allocation(ACCUMULATED, lp * part, pin(lp * part)) for part in layer))
+    tensors.append(once(Allocation(RETAINED, 0, footprint.FIRST_STEP_RETAINED_BYTES * rank),
+                        Allocation(ADAM_STATE, ADAM_STATE_BYTES * rank, ADAM_STATE_BYTES * rank)))
     if not fp32_h2d(step):
-        tensors.append(Allocation(H2D_TEMPORARY, lp * rank, lp * rank))
+        tensors.append(once(Allocation(H2D_TEMPORARY, lp * rank, lp * rank)))
     return tensors
 
 
