@@ -5,7 +5,7 @@ sub-group size, CXL and NVMe knob and strategy, NVLink or a PCIe fabric), sets e
 batch to ``--micro-steps`` micro-steps per rank, simulates the ``--draws`` drawn (those that fit
 count) and prints the distribution of the engine's events (median, 90th and 99th percentile,
 largest, total) over all of them and by fabric, of the CPU time of each ``simulate`` (ms,
-``time.process_time``), and the costliest draws by CPU.
+``time.process_time``) over all of them and by strategy, and the costliest draws by CPU.
 
     python3 benchmarks/draw_events.py --seed 4 --draws 50000 --micro-steps 60
 """
@@ -57,6 +57,7 @@ def main() -> int:
     by_fabric: dict[str, list[int]] = {"NVLink": [], "PCIe": []}
     costliest: list[tuple[float, int, str]] = []
     cpu_ms: list[float] = []
+    by_strategy: dict[str, list[float]] = {}
     for _ in range(args.draws):
         strategy, overrides = draw(rng)
         gpus = next(int(o.split("=")[1]) for o in overrides if o.startswith("hardware.gpus="))
@@ -68,6 +69,7 @@ def main() -> int:
         if not result.fits:
             continue
         cpu_ms.append(1e3 * (time.process_time() - began))
+        by_strategy.setdefault(strategy, []).append(cpu_ms[-1])
         what = f"{strategy} {' '.join(overrides)}"
         pcie = any(o.startswith(FABRIC) for o in overrides)
         by_fabric["PCIe" if pcie else "NVLink"].append(result.events)
@@ -77,6 +79,8 @@ def main() -> int:
     for fabric, events in by_fabric.items():
         print(f"{fabric}:", summary(events))
     print("CPU per run:", summary(cpu_ms, " ms"))
+    for strategy, times in sorted(by_strategy.items()):
+        print(f"CPU per {strategy} run:", summary(times, " ms"))
     for ms, events, what in costliest:
         print(f"{ms:.1f} ms, {events:,} events: {what}")
     return 0
