@@ -72,6 +72,8 @@ def test_blocks_are_items_repeated_back_to_back() -> None:
     assert blocks([5, 5, 5, 2, 5]) == [((5,), 3), ((2,), 1), ((5,), 1)]
     assert blocks([9, 1, 2, 3, 1, 2, 3, 1, 2, 4]) == [((9,), 1), ((1, 2, 3), 2), ((1,), 1), ((2,), 1), ((4,), 1)]
     assert blocks([]) == []
+    assert blocks([1, 2] * 500 + [3]) == [((1, 2), 500), ((3,), 1)]
+    assert blocks([7] * 1000) == [((7,), 1000)]
 
 
 @given(st.lists(st.integers(0, 3), max_size=30))

@@ -83,26 +83,42 @@ def once(*tensors: Allocation) -> Repeated:
     return Repeated(tensors)
 
 
+LONGEST_BLOCK = 256
+"""Items a block may span (a layer's sub-groups, or its tensors, are fewer)."""
+
+
 def blocks(items: Sequence[T]) -> list[tuple[tuple[T, ...], int]]:
     """``items`` as blocks repeated back to back, in order: (block, how many times). A block
     runs from an item to the next one equal to it where what follows repeats it (the sizes of a
     layer's sub-groups, layer after layer), else it is the item alone."""
-    following: dict[T, int] = {}
-    period = [1] * len(items)
-    for i in range(len(items) - 1, -1, -1):
-        period[i] = following.get(items[i], i + 1) - i
-        following[items[i]] = i
+    whole = tuple(items)
     found = []
     i = 0
-    while i < len(items):
-        block, count = tuple(items[i:i + period[i]]), 1
-        while tuple(items[i + count * len(block):i + (count + 1) * len(block)]) == block:
-            count += 1
-        if count == 1:
-            block = block[:1]
-        found.append((block, count))
-        i += count * len(block)
+    while i < len(whole):
+        try:
+            span = whole.index(whole[i], i + 1, i + 1 + LONGEST_BLOCK) - i
+        except ValueError:
+            span = 1
+        count = _repeats(whole, i, span)
+        span = span if count > 1 else 1
+        found.append((whole[i:i + span], count))
+        i += count * span
     return found
+
+
+def _repeats(items: tuple[T, ...], start: int, span: int) -> int:
+    """How many times ``items[start:start + span]`` follows itself from ``start``: repeats tried
+    in doubling numbers, then the rest in halving ones."""
+    block = items[start:start + span]
+    count, step = 1, 1
+    while items[start + count * span:start + (count + step) * span] == block * step:
+        count += step
+        step *= 2
+    while step > 1:
+        step //= 2
+        if items[start + count * span:start + (count + step) * span] == block * step:
+            count += step
+    return count
 
 
 def repeated(alike: list[tuple[tuple[T, ...], int]], make: Callable[[T], Iterable[Allocation]]) -> list[Repeated]:
