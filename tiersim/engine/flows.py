@@ -256,13 +256,18 @@ class FlowNetwork:
 
     def _share(self, usage: Usage, now: float) -> float:
         """Re-allocate the flows connected to a new flow's links; the earliest finish among
-        them (s), a stale timer taken back (the re-allocation may have slowed its flow)."""
+        them (s), a stale timer taken back (the re-allocation may have slowed its flow), and
+        then the earliest finish of all flows: one within float residue after a withdrawn timer
+        had no timer of its own."""
         component = self._component([link for link, _ in usage])
         self._reallocate(component, now)
         due = min([other.finish_at for other in component])
         armed = self.armed
         if armed and armed[0] * _ARM_SLACK < due:
+            pending = self.timers
             self._withdraw_stale()
+            if self.timers != pending:  # a flow off the component may have ended on a withdrawn timer
+                due = min([flow.finish_at for flow in self.flows])
         return due
 
     def close(self) -> None:
