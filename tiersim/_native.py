@@ -51,6 +51,7 @@ COMPILED = (
     "tiersim.strategies.gpu_kernels",
     "tiersim.strategies.gradients",
     "tiersim.strategies.host",
+    "tiersim.strategies.host_layout",
     "tiersim.strategies.iteration",
     "tiersim.strategies.kinds",
     "tiersim.strategies.memory",

@@ -31,18 +31,15 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal, TypeVar
+from typing import Any, TypeVar
 
 from tiersim.config.hardware import Hardware
+from tiersim.frozen import by_fields
 from tiersim.strategies import footprint
 from tiersim.strategies.kinds import ADAM_STATE_BYTES, FP32_BYTES
 from tiersim.strategies.memory import HostMemory
 from tiersim.workload import TrainingStep
 
-MemoryPolicy = Literal["bind", "preferred", "interleave", "weighted-interleave"]
-"""A rank's numactl memory policy (``-m``, ``-p``, ``-i``, ``-w``)."""
-DRAMPolicy = Literal["bind", "preferred"]
-"""The policies of memory on DRAM nodes alone (an interleave needs CXL nodes)."""
 FILLS = ("bind", "preferred")
 """Policies that fill DRAM first and spill to CXL in allocation order."""
 
@@ -68,6 +65,9 @@ class Allocation:
     allocated: int
     reserved: int
 
+    def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
+        return by_fields(self)
+
 
 @dataclass(frozen=True)
 class Repeated:
@@ -76,6 +76,9 @@ class Repeated:
 
     tensors: tuple[Allocation, ...]
     count: int = 1
+
+    def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
+        return by_fields(self)
 
 
 def once(*tensors: Allocation) -> Repeated:
@@ -135,6 +138,9 @@ class Piece:
     tensors: tuple[Allocation, ...]
     fractions: tuple[float, ...]
     count: int = 1
+
+    def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
+        return by_fields(self)
 
     @property
     def what(self) -> str:
@@ -203,6 +209,10 @@ class HostLayout:
         self._offsets: dict[str, tuple[list[Piece], list[int]]] = {}
         for piece in pieces:
             self._by_label.setdefault(piece.what, []).append(piece)
+
+    def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
+        """Pickled as its hardware, pieces and uniform memory (what it works out, anew)."""
+        return HostLayout, (self.hw, self.pieces, self.uniform)
 
     def labels(self) -> dict[str, list[Piece]]:
         """The pieces of each label, labels in allocation order."""

@@ -1,17 +1,21 @@
 """The options of CPU offload (``strategies.dram``, ``strategies.cxl``): partial offload's
 ``ratio``, the ranks' numactl memory ``policy`` and parameter offload. They live apart from the compiled
-``tiersim.strategies.host`` because the scenario schema reads their ``Literal`` types at run
-time, which mypyc does not keep."""
+``tiersim.strategies.host`` and ``host_layout`` because the scenario schema reads their ``Literal``
+types at run time, which mypyc does not keep."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from tiersim.config.schema import number
 from tiersim.frozen import by_fields
-from tiersim.strategies.host_layout import DRAMPolicy, MemoryPolicy
 from tiersim.strategies.param_options import ParamOffload
+
+MemoryPolicy = Literal["bind", "preferred", "interleave", "weighted-interleave"]
+"""A rank's numactl memory policy (``-m``, ``-p``, ``-i``, ``-w``)."""
+DRAMPolicy = Literal["bind", "preferred"]
+"""The policies of memory on DRAM nodes alone (an interleave needs CXL nodes)."""
 
 RATIO_DOC = ("fraction of the optimizer sub-groups updated on the CPU (DeepSpeed offload_optimizer.ratio, "
              "ZeRO-3 only); the rest stay in HBM and the GPU updates them")
