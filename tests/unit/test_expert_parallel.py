@@ -10,8 +10,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from clirun import refused_in_process
 
-from tiersim import cli
 from tiersim.config.document import load_scenario
 from tiersim.config.scenario import RunConfig
 from tiersim.config.worksize import run_tasks
@@ -127,13 +127,7 @@ def test_the_task_count_is_the_graph_built_with_expert_parallelism() -> None:
 
 
 def refusal(capsys: pytest.CaptureFixture[str], *overrides: str) -> str:
-    args = ["run", str(SEVENTY_B), "--strategy", "dram"]
-    for item in overrides:
-        args += ["--set", item]
-    assert cli.main(args) == 2
-    err = capsys.readouterr().err.strip()
-    assert "\n" not in err
-    return err
+    return refused_in_process(capsys, ["run", str(SEVENTY_B), "--strategy", "dram"], *overrides)
 
 
 @pytest.mark.parametrize("overrides, expected", [

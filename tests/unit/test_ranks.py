@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from clirun import refused_in_process
 
-from tiersim import cli
 from tiersim.config.document import load_scenario
 from tiersim.config.ranks import data_parallel_span
 
@@ -15,13 +15,7 @@ QUICKSTART = Path(__file__).resolve().parents[2] / "scenarios" / "quickstart.yam
 
 
 def refusal(capsys: pytest.CaptureFixture[str], *overrides: str) -> str:
-    args = ["run", str(QUICKSTART)]
-    for item in overrides:
-        args += ["--set", item]
-    assert cli.main(args) == 2
-    err = capsys.readouterr().err.strip()
-    assert "\n" not in err
-    return err
+    return refused_in_process(capsys, ["run", str(QUICKSTART)], *overrides)
 
 
 def test_data_parallel_defaults_to_every_gpu_of_one_node() -> None:

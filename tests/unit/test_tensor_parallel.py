@@ -8,10 +8,10 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from clirun import refused_in_process
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tiersim import cli
 from tiersim.config.document import load_scenario
 from tiersim.config.scenario import RunConfig
 from tiersim.config.worksize import run_tasks
@@ -125,13 +125,7 @@ def test_parameters_per_rank_times_tp_times_dp_cover_the_model(layout: tuple[Mod
 
 
 def refusal(capsys: pytest.CaptureFixture[str], *overrides: str) -> str:
-    args = ["run", str(QUICKSTART)]
-    for item in overrides:
-        args += ["--set", item]
-    assert cli.main(args) == 2
-    err = capsys.readouterr().err.strip()
-    assert "\n" not in err
-    return err
+    return refused_in_process(capsys, ["run", str(QUICKSTART)], *overrides)
 
 
 def test_a_split_that_does_not_divide_the_heads_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
