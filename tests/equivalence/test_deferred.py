@@ -75,10 +75,10 @@ def test_a_deferred_chain_is_latency_plus_bytes_over_bandwidth() -> None:
     assert run.link_busy["pcie"] == pytest.approx(1e8 / 25e9, rel=1e-12)
 
 
-def test_a_deferred_flow_on_a_link_that_could_saturate_is_run_again_without_deferring() -> None:
+def test_a_deferred_flow_on_a_link_that_could_saturate_is_run_again_in_the_event_run() -> None:
     """The writes share their drive with a read the step issues while they still run: the
-    deferred times would be wrong, so ``credit_deferred`` refuses them and the run is simulated again
-    with every task in the event run (here, with no loop to skip, the full simulation's run)."""
+    deferred times would be wrong, so ``credit_deferred`` refuses them, naming their stream, and
+    the run is simulated again with the writes in the event run and the copies still deferred."""
     def schedule(session: Session) -> None:
         copies_behind_compute(20, 1e-3, 3e8, "nvme_shared")(session)
         session.add(Task("early_read", "io2", "backward", "nvme_read", 0.0, 3e9, (("nvme_shared", 1.0),),
@@ -87,10 +87,11 @@ def test_a_deferred_flow_on_a_link_that_could_saturate_is_run_again_without_defe
     schedule(fast_session)
     fast_session.run.extend()
     fast_session.run.clock.run()
-    with pytest.raises(DeferredFlowContended):
+    with pytest.raises(DeferredFlowContended) as refused:
         credit_deferred(fast_session.run, fast_session.deferral)
+    assert refused.value.streams == frozenset({"io"})
     fast, full = _both(schedule)
-    assert fast.complete  # the full simulation's own run
+    assert not fast.complete and fast.events < full.events  # the copies deferred
 
 
 def repeating_layers(layers: int, compute_s: float, copy_bytes: float) -> Callable[[Session], None]:

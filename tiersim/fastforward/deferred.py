@@ -11,11 +11,12 @@ after the run (or mid-run, once the deferred tasks so far have ended) that no li
 flow used could saturate while it ran (every deferred flow on it at its bound plus the event
 run's flows on that link then, each at its own bound), that no fast-forwarded span whose event
 tasks use one of its links overlaps a deferred flow and that none moved before the event run's
-flows were recorded; otherwise ``DeferredFlowContended`` (the caller then runs without
-deferring). It then adds the deferred tasks (and the copies a fast-forward timed without
-building, ``Deferral.timed_copies``) to the run's time integrals: stream busy seconds and bytes
-per phase, link units per phase, and link busy seconds as the union with the event run's own
-flows on each link. Times are s, sizes bytes, rates bytes/s.
+flows were recorded; otherwise ``DeferredFlowContended``, naming the deferred streams that
+contended where it can (the caller then runs again with those in the event run). It then
+adds the deferred tasks (and the copies a fast-forward timed without building,
+``Deferral.timed_copies``) to the run's time integrals: stream busy seconds and bytes per
+phase, link units per phase, and link busy seconds as the union with the event run's own flows
+on each link. Times are s, sizes bytes, rates bytes/s.
 """
 
 from __future__ import annotations
@@ -40,7 +41,11 @@ _RESIDUE = 1e-12
 
 class DeferredFlowContended(Exception):
     """A deferred flow shared a link that could saturate, or a skipped span: its times are not
-    the full simulation's."""
+    the full simulation's. ``streams``: the deferred streams whose flows did (empty: not known)."""
+
+    def __init__(self, message: str, streams: frozenset[str] = frozenset()) -> None:
+        super().__init__(message)
+        self.streams = streams
 
 
 class SkippedSpan:
@@ -144,6 +149,8 @@ class _LinkLoads:
     def __init__(self) -> None:
         self.flows_on: dict[str, list[tuple[Intervals, float]]] = {}
         self.peaks: dict[str, dict[str, float]] = {}
+        self.deferred: dict[str, set[str]] = {}
+        """Per link, the deferred streams with a flow on it."""
 
     def peak(self, link: str, stream: str, load: float) -> None:
         on_link = self.peaks.setdefault(link, {})
@@ -173,7 +180,8 @@ def _credit_group(run: DeferringRun, deferral: Deferral, group: _AlikeTasks, win
         if skip.links.intersection(link for link, _units in usage) and moving.meets(skip.since, skip.until):
             raise DeferredFlowContended(f"a deferred {stream} task overlaps a fast-forwarded span on its links")
     if moving.lo < network.recorded_since:
-        raise DeferredFlowContended(f"a deferred {stream} task moves before the event run's flows were recorded")
+        raise DeferredFlowContended(f"a deferred {stream} task moves before the event run's flows were recorded",
+                                    frozenset({stream}))
     for phase, seconds in moving.per_window(windows, least):
         accounts.add_moved(stream, phase, bound * seconds)
         for link, units in usage:
@@ -181,6 +189,7 @@ def _credit_group(run: DeferringRun, deferral: Deferral, group: _AlikeTasks, win
     for link, units in usage:
         network.moved[link] += total * units
         loads.flows_on.setdefault(link, []).append((moving, bound * units))
+        loads.deferred.setdefault(link, set()).add(stream)
         loads.peak(link, stream, bound * units)
 
 
@@ -192,7 +201,7 @@ def _credit_links(run: DeferringRun, loads: _LinkLoads, windows: list[Window], l
     for link, flows in loads.flows_on.items():
         capacity = network.capacity[link]
         if sum(loads.peaks[link].values(), 0.0) > capacity * (1 + _OVERLOAD):  # a stream runs one flow at a time
-            _check_load(link, flows, ran.get(link, []), capacity)
+            _check_load(link, flows, ran.get(link, []), capacity, frozenset(loads.deferred[link]))
         for phase, seconds in _alone(_on_link(flows), ran.get(link, []), windows, least):
             network.busy[link] += seconds
             accounts.add_busy(link, phase, seconds)
@@ -254,10 +263,10 @@ def _alone(on: Intervals, events: list[tuple[float, float, float]], windows: lis
 
 
 def _check_load(link: str, flows: list[tuple[Intervals, float]], events: list[tuple[float, float, float]],
-                capacity: float) -> None:
+                capacity: float, streams: frozenset[str]) -> None:
     """``DeferredFlowContended`` if at some moment the deferred ``flows`` on ``link`` (intervals and loads,
-    at their own bounds) and the event run's flows then (from, to, load) could take more than
-    its ``capacity`` (units/s)."""
+    at their own bounds, of ``streams``) and the event run's flows then (from, to, load) could
+    take more than its ``capacity`` (units/s)."""
     import numpy as np  # here, not at import: a run that defers nothing (most) needs none
 
     listed = [(a, b, load) for intervals, load in flows for a, b in intervals.listed()]
@@ -272,7 +281,8 @@ def _check_load(link: str, flows: list[tuple[Intervals, float]], events: list[tu
     settled: np.ndarray = np.append(times[1:] != times[:-1], True)  # the last change at each moment
     over = settled & (on > 0) & (load > capacity * (1 + _OVERLOAD))
     if over.any():
-        raise DeferredFlowContended(f"link {link!r} could saturate under a deferred flow at {times[over][0]:.6g} s")
+        raise DeferredFlowContended(f"link {link!r} could saturate under a deferred flow at {times[over][0]:.6g} s",
+                                    streams)
 
 
 def _edges(before: int, count: int, after: int) -> np.ndarray:

@@ -29,7 +29,8 @@ any is skipped with copies of its last iteration's deferred tasks standing for t
 defers, a state credits them first, so their time integrals count in its totals: a loop whose
 deferred tasks all end within each iteration (a micro-step's copies, which the next forward
 waits for) then repeats as one without any. Should a deferred flow have been slowed
-(``DeferredFlowContended``), the caller runs the schedule again without deferring.
+(``DeferredFlowContended``), the caller runs the schedule again with the streams that
+contended in the event run, deferring the others.
 """
 
 from __future__ import annotations
@@ -90,10 +91,12 @@ class FastForwardSession(Session):
     ``deferring``: whether it defers the streams a schedule says carry background copies."""
 
     def __init__(self, capacity_of: Callable[[str], float], max_tasks: int | None = None, geometric: bool = True,
-                 deferring: bool = True) -> None:
+                 deferring: bool = True, kept: frozenset[str] = frozenset()) -> None:
         super().__init__(capacity_of, max_tasks)
         self.geometric = geometric
         self.deferring = deferring
+        self.kept = kept
+        """Streams never deferred (their flows contended in an earlier try)."""
         self.run = DeferringRun(self.graph)
         self.background: frozenset[str] = frozenset()
         """The streams deferring now."""
@@ -102,7 +105,9 @@ class FastForwardSession(Session):
         """Loop iterations fast-forwarded over."""
 
     def background_copies(self, streams: frozenset[str]) -> None:
-        """Defer the tasks of ``streams`` from now on (an empty set ends it), if ``deferring``."""
+        """Defer the tasks of ``streams`` but the ``kept`` from now on (an empty set ends it), if
+        ``deferring``."""
+        streams = streams - self.kept
         if self.deferring:
             self.background = streams
             self.run.defer_from(len(self.graph.tasks), streams)
@@ -402,20 +407,23 @@ def run_schedule(schedule: Callable[[Session], None], capacity_of: Callable[[str
                  fast_forward: bool = True, max_tasks: int | None = None) -> tuple[EngineRun, TaskGraph]:
     """Build and run a schedule; with ``fast_forward``, lazily and skipping repeats: again
     without skips over geometric transients should one not land where it should
-    (``GeometricSkipMissed``), again without deferring should a deferred task not have moved
-    at its own rate (``DeferredFlowContended``: its stream then stays in the event run, whose
-    repeats are still skipped), and whole (``run_whole``, as without fast-forward) should the
-    lazy graph start a task late. ``TaskLimit`` once it builds more than ``max_tasks`` tasks."""
+    (``GeometricSkipMissed``), again should a deferred task not have moved at its own rate
+    (``DeferredFlowContended``: the streams it names then stay in the event run, whose repeats
+    are still skipped, and the others defer; none defers once it names none new), and whole
+    (``run_whole``, as without fast-forward) should the lazy graph start a task late.
+    ``TaskLimit`` once it builds more than ``max_tasks`` tasks."""
     geometric = deferring = fast_forward
+    kept: frozenset[str] = frozenset()
     while fast_forward:
-        session = FastForwardSession(capacity_of, max_tasks, geometric, deferring)
+        session = FastForwardSession(capacity_of, max_tasks, geometric, deferring, kept)
         try:
             schedule(session)
             return session.finish(), session.graph
         except GeometricSkipMissed:  # raised only by a skip over a geometric transient
             geometric = False
-        except DeferredFlowContended:  # raised only by deferred tasks
-            deferring = False
+        except DeferredFlowContended as contended:  # raised only by deferred tasks
+            deferring = bool(contended.streams - kept)
+            kept |= contended.streams
         except LateTask:
             break
     return run_whole(schedule, capacity_of, max_tasks)
