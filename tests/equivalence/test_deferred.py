@@ -94,10 +94,11 @@ def test_a_deferred_flow_on_a_link_that_could_saturate_is_run_again_in_the_event
     assert not fast.complete and fast.events < full.events  # the copies deferred
 
 
-def repeating_layers(layers: int, compute_s: float, copy_bytes: float) -> Callable[[Session], None]:
+def repeating_layers(layers: int, compute_s: float, copy_bytes: float,
+                     reduce_usage: tuple[tuple[str, float], ...] = (("fabric", 1.0),)) -> Callable[[Session], None]:
     """As ``copies_behind_compute``, the layers a ``repeat`` loop whose compute side repeats
     (each layer's compute after the one before; two streams share the fabric as gathers and
-    reduces do) while the deferred copies fall behind."""
+    reduces do, the reduces over ``reduce_usage``) while the deferred copies fall behind."""
     def schedule(session: Session) -> None:
         session.add(Task("begin", "gpu", "forward", "marker"))
         session.background_copies(frozenset({"d2h", "io"}))
@@ -108,7 +109,7 @@ def repeating_layers(layers: int, compute_s: float, copy_bytes: float) -> Callab
                                       deps=after))
             done.append(session.add(Task(f"c{i}", "gpu", "backward", "compute", compute_s, deps=(gather,))))
             reduce = session.add(Task(f"r{i}", "reduce", "backward", "reduce_scatter", 1e-5, 2e8,
-                                      (("fabric", 1.0),), deps=(done[-1],)))
+                                      reduce_usage, deps=(done[-1],)))
             copy = session.add(Task(f"d{i}", "d2h", "backward", "d2h", 1e-5, copy_bytes,
                                     (("pcie", 1.0), ("dram", 1.0)), deps=(reduce,)))
             session.add(Task(f"w{i}", "io", "backward", "nvme_write", 1e-4, copy_bytes,
@@ -141,6 +142,39 @@ def test_the_skipped_layers_copies_are_timed_without_being_built() -> None:
     _full, whole = run_schedule(schedule, CAPACITY.__getitem__, fast_forward=False)
     assert fast.accounts.stream_bytes["io"] == pytest.approx(61 * 6e7, rel=REL)  # 60 writes and the read
     assert len(built.tasks) < len(whole.tasks) / 3
+
+
+@settings(max_examples=40, deadline=None)
+@given(layers=st.integers(1, 60), compute_s=st.floats(1e-4, 3e-2), copy_bytes=st.floats(1e6, 1e9),
+       share=st.sampled_from([0.1, 1.0]))
+def test_copies_on_a_link_the_skipped_reduces_use_give_the_full_run(layers: int, compute_s: float,
+                                                                      copy_bytes: float, share: float) -> None:
+    """The reduces also cross the copies' PCIe link (``share`` of their bytes, as ZeRO's
+    collectives across nodes do): the skipped layers' reduces are checked against the deferred
+    copies as the recorded ones are, and where the link could saturate the copies run in the
+    event run while the writes stay deferred; every counter is the full run's (where the link
+    is overloaded the copies' queue grows in the event run, which then skips nothing)."""
+    _both(repeating_layers(layers, compute_s, copy_bytes, (("fabric", 1.0), ("pcie", share))))
+
+
+def test_copies_that_could_saturate_a_link_with_the_skipped_reduces_stay_in_the_event_run() -> None:
+    """A layer's copy (6 ms at the PCIe link's rate, after its reduce) still runs when the next
+    layer's reduce (2 ms, a tenth of its bytes over PCIe) begins, 8 ms on, which together could
+    saturate the link (6.8 ms of the 8 are used): the copies are refused and run with the
+    compute, the writes (50 ms a layer) stay deferred, the loop is skipped, and 60 layers cost
+    what 30 do."""
+    events = {}
+    for layers in (30, 60):
+        schedule = repeating_layers(layers, 6e-3, 1.5e8, (("fabric", 1.0), ("pcie", 0.1)))
+        session = FastForwardSession(CAPACITY.__getitem__)
+        schedule(session)
+        with pytest.raises(DeferredFlowContended) as refused:
+            session.finish()
+        assert refused.value.streams == frozenset({"d2h"})
+        fast, full = _both(schedule)
+        assert not fast.complete and fast.events < full.events / 3
+        events[layers] = fast.events
+    assert events[30] == events[60]
 
 
 def repeating_steps(steps: int, layers: int, compute_s: float, copy_bytes: float) -> Callable[[Session], None]:

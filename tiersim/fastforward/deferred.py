@@ -9,28 +9,29 @@ known; an event task that waits for one gets a timeout at its end. That is the f
 answer only if each deferred flow really moved at its own bound, so ``credit_deferred`` checks
 after the run (or mid-run, once the deferred tasks so far have ended) that no link a deferred
 flow used could saturate while it ran (every deferred flow on it at its bound plus the event
-run's flows on that link then, each at its own bound), that no fast-forwarded span whose event
-tasks use one of its links overlaps a deferred flow and that none moved before the event run's
-flows were recorded; otherwise ``DeferredFlowContended``, naming the deferred streams that
-contended where it can (the caller then runs again with those in the event run). It then
-adds the deferred tasks (and the copies a fast-forward timed without building,
-``Deferral.timed_copies``) to the run's time integrals: stream busy seconds and bytes per
-phase, link units per phase, and link busy seconds as the union with the event run's own flows
-on each link. Times are s, sizes bytes, rates bytes/s.
+run's flows on that link then, each at its own bound: those it recorded, and over a
+fast-forwarded span the flows of the period it repeats, ``SkippedSpan``) and that none moved
+before the event run's flows were recorded; otherwise ``DeferredFlowContended``, naming the
+deferred streams that contended (the caller then runs again with those in the event run).
+It then adds the deferred tasks (and the copies a fast-forward timed without building,
+``Deferral.timed_copies``) to the run's time integrals: stream busy seconds and bytes
+per phase, link units per phase, and link busy seconds as the union with the event run's own
+flows on each link. Times are s, sizes bytes, rates bytes/s.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from tiersim.engine.graph import Task
-from tiersim.fastforward.spans import Intervals, Spans, Window, merged, union
+from tiersim.fastforward.spans import Intervals, Measure, Spans, Window, merged, union
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
 
-    from tiersim.engine.flows import FlowNetwork
+    from tiersim.engine.flows import FlowNetwork, FlowSpan
     from tiersim.fastforward.deferred_run import DeferringRun
 
 _OVERLOAD = 1e-12
@@ -40,8 +41,8 @@ _RESIDUE = 1e-12
 
 
 class DeferredFlowContended(Exception):
-    """A deferred flow shared a link that could saturate, or a skipped span: its times are not
-    the full simulation's. ``streams``: the deferred streams whose flows did (empty: not known)."""
+    """A deferred flow shared a link that could saturate: its times are not the full
+    simulation's. ``streams``: the deferred streams whose flows did (empty: not known)."""
 
     def __init__(self, message: str, streams: frozenset[str] = frozenset()) -> None:
         super().__init__(message)
@@ -49,15 +50,30 @@ class DeferredFlowContended(Exception):
 
 
 class SkippedSpan:
-    """A stretch a fast-forward jumped over, ``since`` to ``until`` (s), and the links the event
-    tasks skipped there use (a deferred flow on one of them cannot be timed alone)."""
+    """A stretch a fast-forward jumped over: ``times`` periods of ``period`` s, each repeating
+    the event run's ``flows`` recorded over the period before it (``FlowNetwork.recorded``),
+    shifted by one more period; a deferred flow on their links is checked against them."""
 
-    __slots__ = ("links", "since", "until")
+    __slots__ = ("flows", "period", "times")
 
-    def __init__(self, since: float, until: float, links: frozenset[str]) -> None:
-        self.since = since
-        self.until = until
-        self.links = links
+    def __init__(self, flows: list[FlowSpan], period: float, times: int) -> None:
+        self.flows = flows
+        self.period = period
+        self.times = times
+
+    def terms(self, lo: float, hi: float) -> Iterator[tuple[float, float, FlowSpan]]:
+        """The skipped periods' flows (from, to, the flow they repeat, s) that meet ``lo`` to
+        ``hi`` (a period of no time holds no flow that takes any)."""
+        period = self.period
+        if period <= 0.0:
+            return
+        for span in self.flows:
+            first = max(1, math.floor((lo - span.until) / period))
+            last = min(self.times, math.ceil((hi - span.since) / period))
+            for k in range(first, last + 1):
+                since, until = span.since + k * period, span.until + k * period
+                if since < hi and until > max(since, lo):
+                    yield since, until, span
 
 
 class Deferral:
@@ -90,7 +106,7 @@ def credit_deferred(run: DeferringRun, deferral: Deferral, now: float | None = N
     loads = _LinkLoads()
     for group in groups.values():
         _credit_group(run, deferral, group, windows, least, loads)
-    _credit_links(run, loads, windows, least)
+    _credit_links(run, loads, deferral.skipped, windows, least)
     deferral.credited = len(run.graph.tasks)
     deferral.timed_copies = {}
     if now is not None:
@@ -176,9 +192,6 @@ def _credit_group(run: DeferringRun, deferral: Deferral, group: _AlikeTasks, win
         return
     usage, bound = flow.usage, flow.bound
     moving = intervals.later(task.delay)
-    for skip in deferral.skipped:
-        if skip.links.intersection(link for link, _units in usage) and moving.meets(skip.since, skip.until):
-            raise DeferredFlowContended(f"a deferred {stream} task overlaps a fast-forwarded span on its links")
     if moving.lo < network.recorded_since:
         raise DeferredFlowContended(f"a deferred {stream} task moves before the event run's flows were recorded",
                                     frozenset({stream}))
@@ -193,11 +206,12 @@ def _credit_group(run: DeferringRun, deferral: Deferral, group: _AlikeTasks, win
         loads.peak(link, stream, bound * units)
 
 
-def _credit_links(run: DeferringRun, loads: _LinkLoads, windows: list[Window], least: float) -> None:
+def _credit_links(run: DeferringRun, loads: _LinkLoads, skipped: list[SkippedSpan], windows: list[Window],
+                  least: float) -> None:
     """Each link a deferred flow used: ``DeferredFlowContended`` if it could saturate, and its busy
-    seconds while deferred flows and none of the event run's are on it."""
+    seconds while deferred flows and none of the event run's (``skipped`` spans' too) are on it."""
     accounts, network = run.accounts, run.network
-    ran = _event_flows(network, loads)
+    ran = _event_flows(network, loads, skipped)
     for link, flows in loads.flows_on.items():
         capacity = network.capacity[link]
         if sum(loads.peaks[link].values(), 0.0) > capacity * (1 + _OVERLOAD):  # a stream runs one flow at a time
@@ -215,19 +229,30 @@ def _on_link(flows: list[tuple[Intervals, float]]) -> Intervals:
     return union(intervals for intervals, _load in flows)
 
 
-def _event_flows(network: FlowNetwork, loads: _LinkLoads) -> dict[str, list[tuple[float, float, float]]]:
-    """Per link: the event run's recorded flows on it while deferred ones are (from, to, load);
-    their streams' peaks join ``loads``."""
+def _event_flows(network: FlowNetwork, loads: _LinkLoads,
+                 skipped: list[SkippedSpan]) -> dict[str, list[tuple[float, float, float]]]:
+    """Per link: the event run's flows on it while deferred ones are (from, to, load), those it
+    recorded and those of the ``skipped`` spans; their streams' peaks join ``loads``."""
     reach = {link: (min(part.lo for part, _load in flows), max(part.hi for part, _load in flows))
              for link, flows in loads.flows_on.items()}
     ran: dict[str, list[tuple[float, float, float]]] = {}
-    for span in network.recorded or ():
-        since, until = span.since, span.until
+    for since, until, span in _event_spans(network, skipped, reach):
         for link, units in span.usage:
             if link in reach and since < reach[link][1] and until > max(since, reach[link][0]):
                 ran.setdefault(link, []).append((since, until, span.bound * units))
                 loads.peak(link, span.stream, span.bound * units)
     return ran
+
+
+def _event_spans(network: FlowNetwork, skipped: list[SkippedSpan],
+                 reach: dict[str, tuple[float, float]]) -> list[tuple[float, float, FlowSpan]]:
+    """The event run's flows (from, to, the recorded span, s): those it recorded, and those of
+    the ``skipped`` spans within the deferred flows' ``reach`` (per link, from, to)."""
+    spans = [(span.since, span.until, span) for span in network.recorded or ()]
+    if skipped and reach:
+        lo, hi = min(a for a, _b in reach.values()), max(b for _a, b in reach.values())
+        spans += [term for skip in skipped for term in skip.terms(lo, hi)]
+    return spans
 
 
 def _group(groups: dict[tuple[str, int, float, float], _AlikeTasks], task: Task, p: int) -> _AlikeTasks:
@@ -249,14 +274,15 @@ def _alone(on: Intervals, events: list[tuple[float, float, float]], windows: lis
         return []
     lo, hi = on.lo, on.hi
     covered = merged([(a, b) for a, b, _load in events if a < hi and b > lo])
+    measure = Measure(on.listed()) if covered else None
     out = []
     for begin, end, phase in windows:
         if begin >= hi or end <= lo:
             continue
         seconds = on.covered(begin, end)
         for a, b in covered:
-            if a < end and b > begin:
-                seconds -= on.covered(max(a, begin), min(b, end))
+            if measure is not None and a < end and b > begin:
+                seconds -= measure.between(max(a, begin), min(b, end))
         if seconds > least:
             out.append((phase, seconds))
     return out

@@ -38,6 +38,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Callable, Hashable, Iterator, Sequence
 
+from tiersim.engine.flows import FlowSpan
 from tiersim.engine.graph import TaskGraph
 from tiersim.engine.runner import EngineRun, LateTask
 from tiersim.engine.schedule import Block, Runs, Session, blocks_of, run_whole
@@ -177,8 +178,9 @@ class FastForwardSession(Session):
 
     def _skip_from(self, loop: LoopProgress, alike: _AlikeBlocks, block: int, state: BoundaryState) -> int:
         """Skip the rest of the run if ``state`` repeats the one before (returns the run's
-        count), or all but its last block if the last four settle geometrically (returns the
-        last block); -1 if neither."""
+        count), or all but its last block if the last four settle geometrically and no deferred
+        flow is yet to be checked (a settling span's flows are not shifted copies of a period's,
+        ``SkippedSpan``; returns the last block); -1 if neither."""
         history, left = alike.history, alike.count - block
         # deferred tasks in the loop not yet in the counters
         holds = self.run.last_deferred >= max(loop.first[0], self.deferral.credited)
@@ -187,7 +189,7 @@ class FastForwardSession(Session):
             if not holds or references is not None:
                 self._skip(loop, [history[-1], state], left, alike.width, references, 0.0)
                 return alike.count
-        elif len(history) >= 3 and left >= 2 and not holds and self.geometric:
+        elif len(history) >= 3 and left >= 2 and not holds and self.geometric and self.run.network.recorded is None:
             states = [*history[-3:], state]
             ratio = self._trend(states)
             expected = self._settled(states, left, ratio) if ratio is not None else None
@@ -383,7 +385,8 @@ class FastForwardSession(Session):
             raise ModelError("a fast-forward from a state without its counters")
         advance_counters(run.accounts, run.network, earlier.totals, before.totals, state.totals, times, ratio)
         seconds = advanced(earlier.now, before.now, state.now, times, ratio, True)
-        self.deferral.skipped.append(SkippedSpan(state.now, state.now + seconds, self._skipped_links(loop)))
+        if run.network.recorded is not None:  # a deferred flow may meet the skipped periods' flows
+            self.deferral.skipped.append(SkippedSpan(self._last_period(before.now), state.now - before.now, times))
         shift_run(run, seconds, loop.first[0], self.deferral.credited)
         if ratio:
             retime(run, extrapolated(states, times, ratio))
@@ -393,14 +396,14 @@ class FastForwardSession(Session):
         loop.index[:] = [i + times * width for i in loop.index]
         self.skipped += times * width
 
-    def _skipped_links(self, loop: LoopProgress) -> frozenset[str]:
-        """The links the loop's event tasks with a flow use, while flows are recorded (only a
-        span after deferring began can meet a deferred flow)."""
-        graph = self.graph
-        if self.run.network.recorded is None:
-            return frozenset()
-        return frozenset(link for p in range(loop.first[0], len(graph.tasks)) if not self.run.deferred[p]
-                         for link, _units in (graph.tasks[p].usage if graph.flows[p] is not None else ()))
+    def _last_period(self, since: float) -> list[FlowSpan]:
+        """The event run's flows recorded from ``since`` (s), the last state's but one: a period
+        that repeats, as each state flushes the network's flows into its record."""
+        recorded = self.run.network.recorded or []
+        i = len(recorded)
+        while i > 0 and recorded[i - 1].until >= since:
+            i -= 1
+        return [span for span in recorded[i:] if span.since >= since]
 
 
 def run_schedule(schedule: Callable[[Session], None], capacity_of: Callable[[str], float],

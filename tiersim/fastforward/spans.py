@@ -12,6 +12,7 @@ computed from the progressions' terms, so their cost does not grow with the iter
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 
 _TOUCH = 1e-12
@@ -111,12 +112,6 @@ class Intervals:
         return Intervals([(start + seconds, end) for start, end in self.singles],
                          [Spans(s.first + seconds, s.step, s.length - seconds, s.times) for s in self.spans])
 
-    def meets(self, lo: float, hi: float) -> bool:
-        """Whether an interval overlaps the open interval ``(lo, hi)``."""
-        if any(start < hi and end > lo for start, end in self.singles):
-            return True
-        return any(k0 <= k1 for k0, k1 in (span._meeting(lo, hi) for span in self.spans))
-
     def covered(self, lo: float, hi: float) -> float:
         """Seconds of the intervals inside ``[lo, hi]``."""
         seconds = sum((min(e, hi) - max(s, lo) for s, e in self.singles if s < hi and e > lo), 0.0)
@@ -137,6 +132,32 @@ class Intervals:
     def listed(self) -> list[tuple[float, float]]:
         """Every interval as (start, end) (s)."""
         return self.singles + [interval for span in self.spans for interval in span.listed()]
+
+
+class Measure:
+    """Disjoint intervals (start, end, s, in any order) measured fast: ``upto(x)`` is the
+    seconds of them before ``x``, by bisection over their running total."""
+
+    __slots__ = ("ends", "starts", "totals")
+
+    def __init__(self, intervals: list[tuple[float, float]]) -> None:
+        ordered = sorted(intervals)
+        self.starts = [start for start, _end in ordered]
+        self.ends = [end for _start, end in ordered]
+        self.totals = [0.0]
+        for start, end in ordered:
+            self.totals.append(self.totals[-1] + (end - start))
+
+    def upto(self, x: float) -> float:
+        """Seconds of the intervals before ``x``."""
+        i = bisect_right(self.starts, x) - 1
+        if i < 0:
+            return 0.0
+        return self.totals[i] + min(x, self.ends[i]) - self.starts[i]
+
+    def between(self, lo: float, hi: float) -> float:
+        """Seconds of the intervals inside ``[lo, hi]``."""
+        return self.upto(hi) - self.upto(lo)
 
 
 def union(parts: Iterable[Intervals]) -> Intervals:
