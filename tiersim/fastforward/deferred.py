@@ -61,13 +61,19 @@ class SkippedSpan:
         self.period = period
         self.times = times
 
-    def terms(self, lo: float, hi: float) -> Iterator[tuple[float, float, FlowSpan]]:
-        """The skipped periods' flows (from, to, the flow they repeat, s) that meet ``lo`` to
-        ``hi`` (a period of no time holds no flow that takes any)."""
+    def terms(self, reach: dict[str, tuple[float, float]]) -> Iterator[tuple[float, float, FlowSpan]]:
+        """The skipped periods' flows (from, to, the flow they repeat, s) that meet, on one of
+        their links, its ``reach`` (from, to; a flow on no link there yields no term, so the
+        terms do not grow with the periods unless a deferred flow shares a link with them; a
+        period of no time holds no flow that takes any)."""
         period = self.period
         if period <= 0.0:
             return
         for span in self.flows:
+            met = [reach[link] for link, _units in span.usage if link in reach]
+            if not met:
+                continue
+            lo, hi = min(a for a, _b in met), max(b for _a, b in met)
             first = max(1, math.floor((lo - span.until) / period))
             last = min(self.times, math.ceil((hi - span.since) / period))
             for k in range(first, last + 1):
@@ -249,9 +255,7 @@ def _event_spans(network: FlowNetwork, skipped: list[SkippedSpan],
     """The event run's flows (from, to, the recorded span, s): those it recorded, and those of
     the ``skipped`` spans within the deferred flows' ``reach`` (per link, from, to)."""
     spans = [(span.since, span.until, span) for span in network.recorded or ()]
-    if skipped and reach:
-        lo, hi = min(a for a, _b in reach.values()), max(b for _a, b in reach.values())
-        spans += [term for skip in skipped for term in skip.terms(lo, hi)]
+    spans += [term for skip in skipped for term in skip.terms(reach)]
     return spans
 
 
