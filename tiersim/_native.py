@@ -34,6 +34,7 @@ COMPILED = (
     "tiersim.engine.runner",
     "tiersim.engine.schedule",
     "tiersim.fastforward.counters",
+    "tiersim.fastforward.cycles",
     "tiersim.fastforward.deferred",
     "tiersim.fastforward.deferred_copies",
     "tiersim.fastforward.deferred_run",

@@ -26,6 +26,8 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from tiersim.engine.graph import Task
+from tiersim.fastforward import cycles
+from tiersim.fastforward.cycles import Load
 from tiersim.fastforward.spans import Intervals, Measure, Spans, Window, merged, union
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -61,25 +63,15 @@ class SkippedSpan:
         self.period = period
         self.times = times
 
-    def terms(self, reach: dict[str, tuple[float, float]]) -> Iterator[tuple[float, float, FlowSpan]]:
-        """The skipped periods' flows (from, to, the flow they repeat, s) that meet, on one of
-        their links, its ``reach`` (from, to; a flow on no link there yields no term, so the
-        terms do not grow with the periods unless a deferred flow shares a link with them; a
-        period of no time holds no flow that takes any)."""
+    def progressions(self) -> Iterator[tuple[FlowSpan, Spans]]:
+        """Each recorded flow that takes time and its copies in the skipped periods, one step of
+        ``period`` apart (none over a period of no time)."""
         period = self.period
         if period <= 0.0:
             return
-        for span in self.flows:
-            met = [reach[link] for link, _units in span.usage if link in reach]
-            if not met:
-                continue
-            lo, hi = min(a for a, _b in met), max(b for _a, b in met)
-            first = max(1, math.floor((lo - span.until) / period))
-            last = min(self.times, math.ceil((hi - span.since) / period))
-            for k in range(first, last + 1):
-                since, until = span.since + k * period, span.until + k * period
-                if since < hi and until > max(since, lo):
-                    yield since, until, span
+        for flow in self.flows:
+            if flow.until > flow.since:
+                yield flow, Spans(flow.since + period, period, flow.until - flow.since, self.times)
 
 
 class Deferral:
@@ -220,11 +212,21 @@ def _credit_links(run: DeferringRun, loads: _LinkLoads, skipped: list[SkippedSpa
     ran = _event_flows(network, loads, skipped)
     for link, flows in loads.flows_on.items():
         capacity = network.capacity[link]
-        if sum(loads.peaks[link].values(), 0.0) > capacity * (1 + _OVERLOAD):  # a stream runs one flow at a time
-            _check_load(link, flows, ran.get(link, []), capacity, frozenset(loads.deferred[link]))
-        for phase, seconds in _alone(_on_link(flows), ran.get(link, []), windows, least):
-            network.busy[link] += seconds
-            accounts.add_busy(link, phase, seconds)
+        # a stream runs one flow at a time: below the capacity, its peaks cannot saturate it
+        check = capacity if sum(loads.peaks[link].values(), 0.0) > capacity * (1 + _OVERLOAD) else None
+        streams = frozenset(loads.deferred[link])
+        events, repeats = ran.get(link, ([], []))
+        if repeats:
+            seconds = _by_cycles(link, flows, events, repeats, windows, check, streams)
+        else:
+            if check is not None:
+                listed = [(a, b, load) for intervals, load in flows for a, b in intervals.listed()]
+                _check_load(link, listed, events, check, streams)
+            seconds = _alone(_on_link(flows), events, windows)
+        for (_begin, _end, phase), alone in zip(windows, seconds):
+            if alone > least:
+                network.busy[link] += alone
+                accounts.add_busy(link, phase, alone)
 
 
 def _on_link(flows: list[tuple[Intervals, float]]) -> Intervals:
@@ -236,27 +238,73 @@ def _on_link(flows: list[tuple[Intervals, float]]) -> Intervals:
 
 
 def _event_flows(network: FlowNetwork, loads: _LinkLoads,
-                 skipped: list[SkippedSpan]) -> dict[str, list[tuple[float, float, float]]]:
-    """Per link: the event run's flows on it while deferred ones are (from, to, load), those it
-    recorded and those of the ``skipped`` spans; their streams' peaks join ``loads``."""
+                 skipped: list[SkippedSpan]) -> dict[str, tuple[list[Load], list[tuple[Spans, float]]]]:
+    """Per link, the event run's flows on it while deferred ones are: those it recorded (from,
+    to, load) and the progressions of the ``skipped`` spans' copies of them (with their loads);
+    their streams' peaks join ``loads``."""
     reach = {link: (min(part.lo for part, _load in flows), max(part.hi for part, _load in flows))
              for link, flows in loads.flows_on.items()}
-    ran: dict[str, list[tuple[float, float, float]]] = {}
-    for since, until, span in _event_spans(network, skipped, reach):
+    ran: dict[str, tuple[list[Load], list[tuple[Spans, float]]]] = {}
+    for span in network.recorded or ():
+        since, until = span.since, span.until
         for link, units in span.usage:
             if link in reach and since < reach[link][1] and until > max(since, reach[link][0]):
-                ran.setdefault(link, []).append((since, until, span.bound * units))
+                ran.setdefault(link, ([], []))[0].append((since, until, span.bound * units))
                 loads.peak(link, span.stream, span.bound * units)
+    for skip in skipped:
+        for flow, copies in skip.progressions():
+            for link, units in flow.usage:
+                if link in reach:
+                    k0, k1 = copies.meeting(*reach[link])
+                    if k0 <= k1:
+                        met = Spans(copies.first + k0 * copies.step, copies.step, copies.length, k1 - k0 + 1)
+                        ran.setdefault(link, ([], []))[1].append((met, flow.bound * units))
+                        loads.peak(link, flow.stream, flow.bound * units)
     return ran
 
 
-def _event_spans(network: FlowNetwork, skipped: list[SkippedSpan],
-                 reach: dict[str, tuple[float, float]]) -> list[tuple[float, float, FlowSpan]]:
-    """The event run's flows (from, to, the recorded span, s): those it recorded, and those of
-    the ``skipped`` spans within the deferred flows' ``reach`` (per link, from, to)."""
-    spans = [(span.since, span.until, span) for span in network.recorded or ()]
-    spans += [term for skip in skipped for term in skip.terms(reach)]
-    return spans
+def _by_cycles(link: str, flows: list[tuple[Intervals, float]], events: list[Load], repeats: list[tuple[Spans, float]],
+               windows: list[Window], check: float | None, streams: frozenset[str]) -> list[float]:
+    """What ``_credit_links`` finds of a link with copies of skipped flows on it (``repeats``),
+    by cycles of their step (``tiersim.fastforward.cycles``; a progression at another step is
+    listed): ``DeferredFlowContended`` if it could saturate (with ``check``, its capacity), and
+    per window the seconds the deferred ``flows`` are on it alone."""
+    pattern = max(repeats, key=lambda repeat: repeat[0].times)[0]
+    step = pattern.step
+    ours, ours_spans = _at_step([(intervals.singles, intervals.spans, load) for intervals, load in flows], step)
+    theirs, theirs_spans = _at_step([([], [span], load) for span, load in repeats], step)
+    theirs += events
+    lo, hi = min(intervals.lo for intervals, _load in flows), max(intervals.hi for intervals, _load in flows)
+    cut = cycles.pieces(lo, hi, step, pattern.first, _edges_of(ours + theirs, windows, lo, hi),
+                        [span for span, _load in ours_spans + theirs_spans])
+    on, off = cycles.clipped(cut, ours, ours_spans), cycles.clipped(cut, theirs, theirs_spans)
+    if check is not None:
+        _check_load(link, [flow for piece in on for flow in piece], [flow for piece in off for flow in piece], check,
+                    streams)
+    return cycles.alone(cut, on, off, [(begin, end) for begin, end, _phase in windows])
+
+
+def _edges_of(singles: list[Load], windows: list[Window], lo: float, hi: float) -> list[float]:
+    """Where the ``singles`` start and end, and the bounds of the ``windows`` between ``lo`` and
+    ``hi`` (s)."""
+    edges = [time for a, b, _load in singles for time in (a, b)]
+    return edges + [time for begin, end, _phase in windows for time in (begin, end) if lo < time < hi]
+
+
+def _at_step(parts: list[tuple[list[tuple[float, float]], list[Spans], float]],
+             step: float) -> tuple[list[Load], list[tuple[Spans, float]]]:
+    """Of intervals with loads (singles, progressions, load), the progressions at ``step`` and
+    the rest listed (from, to, load)."""
+    singles: list[Load] = []
+    spans: list[tuple[Spans, float]] = []
+    for listed, progressions, load in parts:
+        singles += [(a, b, load) for a, b in listed]
+        for span in progressions:
+            if span.step == step:
+                spans.append((span, load))
+            else:
+                singles += [(a, b, load) for a, b in span.listed()]
+    return singles, spans
 
 
 def _group(groups: dict[tuple[str, int, float, float], _AlikeTasks], task: Task, p: int) -> _AlikeTasks:
@@ -269,45 +317,39 @@ def _group(groups: dict[tuple[str, int, float, float], _AlikeTasks], task: Task,
     return found
 
 
-def _alone(on: Intervals, events: list[tuple[float, float, float]], windows: list[Window],
-           least: float) -> list[tuple[str, float]]:
-    """Seconds per phase window in which the disjoint intervals ``on`` (deferred flows on a
-    link) are on it and none of the event run's flows (``events``: from, to, load) is (those
-    over ``least`` s: what an event flow covers, to float residue, is not alone)."""
+def _alone(on: Intervals, events: list[Load], windows: list[Window]) -> list[float]:
+    """Per phase window, the seconds in which the disjoint intervals ``on`` (deferred flows on a
+    link) are on it and none of the event run's flows (``events``: from, to, load) is."""
+    seconds = [0.0] * len(windows)
     if not on.singles and not on.spans:
-        return []
+        return seconds
     lo, hi = on.lo, on.hi
     covered = merged([(a, b) for a, b, _load in events if a < hi and b > lo])
     measure = Measure(on.listed()) if covered else None
-    out = []
-    for begin, end, phase in windows:
+    for i, (begin, end, _phase) in enumerate(windows):
         if begin >= hi or end <= lo:
             continue
-        seconds = on.covered(begin, end)
+        seconds[i] = on.covered(begin, end)
         for a, b in covered:
             if measure is not None and a < end and b > begin:
-                seconds -= measure.between(max(a, begin), min(b, end))
-        if seconds > least:
-            out.append((phase, seconds))
-    return out
+                seconds[i] -= measure.between(max(a, begin), min(b, end))
+    return seconds
 
 
-def _check_load(link: str, flows: list[tuple[Intervals, float]], events: list[tuple[float, float, float]],
-                capacity: float, streams: frozenset[str]) -> None:
-    """``DeferredFlowContended`` if at some moment the deferred ``flows`` on ``link`` (intervals and loads,
-    at their own bounds, of ``streams``) and the event run's flows then (from, to, load) could
-    take more than its ``capacity`` (units/s)."""
+def _check_load(link: str, ours: list[Load], theirs: list[Load], capacity: float, streams: frozenset[str]) -> None:
+    """``DeferredFlowContended`` if at some moment the deferred flows on ``link`` (``ours``, of
+    ``streams``: from, to, load at their own bounds) and the event run's flows then (``theirs``)
+    could take more than its ``capacity`` (units/s)."""
     import numpy as np  # here, not at import: a run that defers nothing (most) needs none
 
-    listed = [(a, b, load) for intervals, load in flows for a, b in intervals.listed()]
-    ours = np.array(listed, dtype=float).reshape(-1, 3).T
-    theirs = np.array(events, dtype=float).reshape(-1, 3).T
-    count, others = ours.shape[1], theirs.shape[1]
-    times = np.concatenate([ours[0], ours[1], theirs[0], theirs[1]])
+    mine = np.array(ours, dtype=float).reshape(-1, 3).T
+    others = np.array(theirs, dtype=float).reshape(-1, 3).T
+    count, other = mine.shape[1], others.shape[1]
+    times = np.concatenate([mine[0], mine[1], others[0], others[1]])
     order = np.argsort(times, kind="stable")
     times = times[order]
-    on = np.cumsum(_edges(0, count, 2 * others)[order])  # deferred flows on the link
-    load = np.cumsum(np.concatenate([ours[2], -ours[2], theirs[2], -theirs[2]])[order])
+    on = np.cumsum(_edges(0, count, 2 * other)[order])  # deferred flows on the link
+    load = np.cumsum(np.concatenate([mine[2], -mine[2], others[2], -others[2]])[order])
     settled: np.ndarray = np.append(times[1:] != times[:-1], True)  # the last change at each moment
     over = settled & (on > 0) & (load > capacity * (1 + _OVERLOAD))
     if over.any():

@@ -5,8 +5,8 @@ step`` (s). The copies of a deferred task that a fast-forward times over many sk
 iterations (a stream that keeps pace with the compute, or one whose queue grows by the same
 amount every iteration) are one progression; ``Intervals`` holds such progressions beside
 single intervals (the deferred tasks that ran). The measures ``settle`` needs (seconds inside
-each phase window, whether any interval meets a span, the union of what is on a link) are
-computed from the progressions' terms, so their cost does not grow with the iterations skipped.
+each phase window, the union of what is on a link) are computed from the progressions' terms,
+so their cost does not grow with the iterations skipped.
 """
 
 from __future__ import annotations
@@ -43,13 +43,13 @@ class Spans:
     def covered(self, lo: float, hi: float) -> float:
         """Seconds of the intervals inside ``[lo, hi]``."""
         first, step, length = self.first, self.step, self.length
-        k0, k1 = self._meeting(lo, hi)
+        k0, k1 = self.meeting(lo, hi)
         if k0 > k1 or length <= 0:
             return 0.0
         start0, start1 = first + k0 * step, first + k1 * step
         return (k1 - k0 + 1) * length - max(0.0, lo - start0) - max(0.0, start1 + length - hi)
 
-    def _meeting(self, lo: float, hi: float) -> tuple[int, int]:
+    def meeting(self, lo: float, hi: float) -> tuple[int, int]:
         """The first and last k whose interval overlaps ``(lo, hi)`` (k0 > k1: none)."""
         first, step, length, count = self.first, self.step, self.length, self.times
         if hi <= first or lo >= self.last:
@@ -71,7 +71,7 @@ class Spans:
     def minus(self, lo: float, hi: float) -> tuple[list[Spans], list[tuple[float, float]]]:
         """What of the intervals lies outside ``[lo, hi]``: the progressions of those before and
         after it, and the parts (start, end, s) of the two it cuts."""
-        k0, k1 = self._meeting(lo, hi)
+        k0, k1 = self.meeting(lo, hi)
         if k0 > k1:
             return [self], []
         first, step, length, times = self.first, self.step, self.length, self.times
