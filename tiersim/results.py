@@ -18,7 +18,7 @@ from tiersim.config.scenario import RunConfig
 from tiersim.engine import TaskGraph
 from tiersim.engine.runner import EngineRun, TaskRecord
 from tiersim.strategies.estimator import zero3_estimate
-from tiersim.strategies.placement import Unfit
+from tiersim.strategies.placement import Placement, Unfit
 
 if TYPE_CHECKING:  # pandas is imported where a DataFrame is first built: a run that prints needs none
     import pandas as pd
@@ -87,10 +87,7 @@ class Result:
     def reserved_bytes(self) -> dict[str, int]:
         """Bytes each tier holds for this run (allocator rounding and caching, retained
         temporaries, runtime, the CUDA context): what decides whether it fits."""
-        sums = {tier: 0 for tier in self.peak_bytes}
-        for tier, _what, _allocated, held in self.placement_items:
-            sums[tier] += held
-        return sums
+        return Placement(self.placement_items).reserved()  # compiled: a sweep's row reads it
 
     @cached_property
     def trace(self) -> pd.DataFrame:
@@ -112,16 +109,14 @@ class Result:
 
     def bottleneck(self) -> str | None:
         """The busiest resource (stream or link) during the optimizer step, or None."""
-        if "_utilisation" in self.__dict__ or self.engine is None or self.phases is None:
-            rows = self._utilisation
-        else:  # only the step's rows
-            rows = utilisation_rows(self.engine, self.phases, only="optimizer_step")
-        step = [row for row in rows if row["phase"] == "optimizer_step"]
+        if self.engine is None or self.phases is None:
+            return None
+        step = usage_table(self.engine, self.phases, only="optimizer_step")
         if not step:
             return None
         # Resources tied to float residue (a stream and the link it saturates) go by table order.
-        top = max(row["utilisation"] for row in step)
-        return str(next(row["resource"] for row in step if row["utilisation"] >= top * (1 - 1e-9)))
+        top = max(row[4] for row in step)
+        return next(row[0] for row in step if row[4] >= top * (1 - 1e-9))
 
     def summary(self) -> dict[str, Any]:
         """The JSON-friendly summary the CLI prints (times in s, sizes in bytes)."""
@@ -169,56 +164,60 @@ def phase_windows(run: EngineRun) -> list[tuple[str, float, float]]:
 
 
 
+UsageRow = tuple[str, str, str, float, float, float]
+"""One row of the utilisation table, in the order of ``UTILISATION_COLUMNS``."""
+
+
 def utilisation_rows(run: EngineRun, spans: dict[str, float], only: str | None = None) -> list[dict[str, Any]]:
     """Per stream and per link, over the iteration and per phase (or for phase ``only``):
     busy seconds, utilisation and units moved (bytes; link units for a link), from the run's
     time integrals (``tiersim.engine.accounts``), which need no trace. A link's utilisation is
     the units its flows used over capacity x time."""
+    return [dict(zip(UTILISATION_COLUMNS, row)) for row in usage_table(run, spans, only)]
+
+
+def usage_table(run: EngineRun, spans: dict[str, float], only: str | None = None) -> list[UsageRow]:
+    """``utilisation_rows`` as tuples (what ``Result.bottleneck`` reads, cheaply)."""
     phases = [p for p in PHASES if only is None or p == only]
     return _stream_rows(run, spans, phases, only) + _link_rows(run, spans, phases, only)
 
 
-def _stream_rows(run: EngineRun, spans: dict[str, float], phases: list[str], only: str | None) -> list[dict[str, Any]]:
-    """``utilisation_rows`` of the streams: busy over the span's length; bytes moved."""
+def _stream_rows(run: EngineRun, spans: dict[str, float], phases: list[str], only: str | None) -> list[UsageRow]:
+    """``usage_table`` of the streams: busy over the span's length; bytes moved."""
     acc = run.accounts
-    busy, moved = acc.busy, acc.moved
-    streams = sorted(acc.stream_busy if only is None else (s for s in acc.stream_busy if (s, only) in busy))
-    rows: list[dict[str, Any]] = []
+    busy_in, moved_in = acc.busy_in, acc.moved_in
+    streams = sorted(acc.stream_busy if only is None else acc.stream_busy.keys() & busy_in.get(only, {}).keys())
+    rows: list[UsageRow] = []
     for stream in streams:
         if only is None:
             seconds = acc.stream_busy[stream]
-            rows.append(_usage(stream, "stream", "iteration", seconds, _ratio(seconds, run.makespan),
-                               acc.stream_bytes[stream]))
+            rows.append((stream, "stream", "iteration", seconds, _ratio(seconds, run.makespan),
+                         acc.stream_bytes[stream]))
         for phase in phases:
-            if (stream, phase) in busy:
-                seconds = busy[(stream, phase)]
-                rows.append(_usage(stream, "stream", phase, seconds, _ratio(seconds, spans[phase]),
-                                   moved.get((stream, phase), 0.0)))
+            busy = busy_in.get(phase)
+            if busy is not None and stream in busy:
+                seconds = busy[stream]
+                rows.append((stream, "stream", phase, seconds, _ratio(seconds, spans[phase]),
+                             moved_in.get(phase, {}).get(stream, 0.0)))
     return rows
 
 
-def _link_rows(run: EngineRun, spans: dict[str, float], phases: list[str], only: str | None) -> list[dict[str, Any]]:
-    """``utilisation_rows`` of the links: units used over capacity x the span's length."""
-    busy, moved = run.accounts.busy, run.accounts.moved
-    rows: list[dict[str, Any]] = []
+def _link_rows(run: EngineRun, spans: dict[str, float], phases: list[str], only: str | None) -> list[UsageRow]:
+    """``usage_table`` of the links: units used over capacity x the span's length."""
+    busy_in, moved_in = run.accounts.busy_in, run.accounts.moved_in
+    rows: list[UsageRow] = []
     for link, capacity in run.link_capacity.items():
         if only is None:
             units_moved = run.link_units_moved[link]
-            rows.append(_usage(link, "link", "iteration", run.link_busy[link],
-                               _ratio(units_moved, capacity * run.makespan), units_moved))
+            rows.append((link, "link", "iteration", run.link_busy[link],
+                         _ratio(units_moved, capacity * run.makespan), units_moved))
         for phase in phases:
-            if (link, phase) in busy:
-                units_used = moved.get((link, phase), 0.0)
-                rows.append(_usage(link, "link", phase, busy[(link, phase)],
-                                   _ratio(units_used, capacity * spans[phase]), units_used))
+            busy = busy_in.get(phase)
+            if busy is not None and link in busy:
+                units_used = moved_in.get(phase, {}).get(link, 0.0)
+                rows.append((link, "link", phase, busy[link], _ratio(units_used, capacity * spans[phase]),
+                             units_used))
     return rows
-
-
-def _usage(resource: str, kind: str, phase: str, busy_s: float, utilisation: float,
-           units_moved: float) -> dict[str, Any]:
-    """One row of ``utilisation_rows`` (``UTILISATION_COLUMNS``)."""
-    return {"resource": resource, "kind": kind, "phase": phase, "busy_s": busy_s, "utilisation": utilisation,
-            "units_moved": units_moved}
 
 
 def _ratio(part: float, whole: float) -> float:

@@ -149,19 +149,18 @@ def results_table(results: Sequence[Result]) -> str:
 def flat_row(scenario: str, result: Result) -> dict[str, Any]:
     """A result as one flat record (CSV/Parquet): seconds and bytes, None where it does not fit."""
     phases = result.phases or {}
-    row: dict[str, Any] = {
-        "scenario": scenario,
-        "strategy": result.strategy,
-        "fits": result.fits,
-        "iteration_time_s": result.iteration_time_s,
-        **{f"{p}_s": phases.get(p) for p in PHASES},
-        "exposed_transfer_s": result.exposed_transfer_s,
-        **{f"peak_{t}_bytes": result.peak_bytes[t] for t in TIERS},
-        **{f"reserved_{t}_bytes": result.reserved_bytes[t] for t in TIERS},
-        **{f"capacity_{t}_bytes": result.capacity_bytes[t] for t in TIERS},
-        "bottleneck": result.bottleneck() if result.fits else None,
-        "reason": result.reason,
-    }
+    row: dict[str, Any] = {"scenario": scenario, "strategy": result.strategy, "fits": result.fits,
+                           "iteration_time_s": result.iteration_time_s}
+    for phase in PHASES:
+        row[f"{phase}_s"] = phases.get(phase)
+    row["exposed_transfer_s"] = result.exposed_transfer_s
+    # one loop per column group (the columns' order), each mapping read once
+    for prefix, by_tier in (("peak", result.peak_bytes), ("reserved", result.reserved_bytes),
+                            ("capacity", result.capacity_bytes)):
+        for tier in TIERS:
+            row[f"{prefix}_{tier}_bytes"] = by_tier[tier]
+    row["bottleneck"] = result.bottleneck() if result.fits else None
+    row["reason"] = result.reason
     return row
 
 
