@@ -123,3 +123,21 @@ def test_plot_report_path_seconds_agree_with_the_phase_table(tmp_path: Path) -> 
         for phase in PHASES:
             seconds = float(re.search(rf"{phase} \(([\d.e+-]+) s on the path\)", block).group(1))  # type: ignore[union-attr]
             assert math.isclose(seconds, result.phases[phase], rel_tol=5e-4), (result.strategy, phase)
+
+
+def test_placement_sums_every_tier_in_order_and_refuses_an_unknown_one() -> None:
+    """``Placement.totals`` and ``reserved`` list every tier of ``TIERS`` in its order, sum
+    each tier's items (allocated, held), and name a tier that is not one."""
+    from tiersim.config.hardware import TIERS
+    from tiersim.strategies.placement import Placement
+
+    placement = Placement()
+    placement.put("nvme", "a", 3, 5)
+    placement.put("hbm", "b", 2**40, 2**41)
+    placement.put("nvme", "c", 7)
+    assert list(placement.totals()) == list(placement.reserved()) == list(TIERS)
+    assert placement.totals() == {"hbm": 2**40, "dram": 0, "cxl": 0, "nvme": 10}
+    assert placement.reserved() == {"hbm": 2**41, "dram": 0, "cxl": 0, "nvme": 12}
+    placement.put("tape", "d", 1)
+    with pytest.raises(KeyError, match="tape"):
+        placement.totals()

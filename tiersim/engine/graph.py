@@ -98,22 +98,19 @@ class FlowSpec:
 class TaskGraph:
     """Links plus tasks in program order; ``add`` checks names, dependencies and links (declared
     with ``link``, or on first use by ``capacity_of``) as it goes and indexes them for the
-    engine. Per task, by position: how many distinct tasks it depends on, the positions of the
-    tasks that depend on it, the positions of the tasks it depends on, the previous and next
-    task on its stream (-1 for none) and its flow (a ``FlowSpec``, None without one); and the
-    position of each stream's first task."""
+    engine. Per task, by position: the positions of the tasks that depend on it, the positions
+    of the tasks it depends on, the previous and next task on its stream (-1 for none) and its
+    flow (a ``FlowSpec``, None without one)."""
 
     links: dict[str, Link] = field(default_factory=dict)
     tasks: list[Task] = field(default_factory=list)
     capacity_of: Callable[[str], float] | None = field(default=None, repr=False)
     """Gives the capacity of a link a task uses before it is declared (it is then declared);
     without it, such a task is an error."""
-    dep_count: list[int] = field(default_factory=list, repr=False)
     dependents: list[list[int]] = field(default_factory=list, repr=False)
     deps: list[list[int]] = field(default_factory=list, repr=False)
     stream_prev: list[int] = field(default_factory=list, repr=False)
     stream_next: list[int] = field(default_factory=list, repr=False)
-    stream_heads: list[int] = field(default_factory=list, repr=False)
     flows: list[FlowSpec | None] = field(default_factory=list, repr=False)
     _positions: dict[str, int] = field(default_factory=dict, repr=False)
     _bounds: dict[int, tuple[Usage, float, float]] = field(default_factory=dict, repr=False)
@@ -132,9 +129,6 @@ class TaskGraph:
     def add(self, task: Task) -> str:
         """Append a task; its dependencies must already be in the graph (so it is acyclic), and
         its links declared, each named once in its usage."""
-        positions = self._positions
-        if task.name in positions:
-            raise ModelError(f"duplicate task name {task.name!r}")
         if not (task.delay >= 0 and task.size >= 0 and task.rate_cap > 0):
             raise ModelError(f"task {task.name!r}: delay and size must be >= 0 and rate_cap positive")
         here = len(self.tasks)
@@ -142,9 +136,10 @@ class TaskGraph:
         bound = self._bound(task)
         if task.size > 0 and (math.isinf(bound) or math.isnan(bound)):
             raise ModelError(f"task {task.name!r}: a flow needs a link it uses or a finite rate cap")
-        positions[task.name] = here
+        positions = self._positions
+        if positions.setdefault(task.name, here) != here:  # one lookup for the check and the entry
+            raise ModelError(f"duplicate task name {task.name!r}")
         self.tasks.append(task)
-        self.dep_count.append(len(deps))
         self.deps.append(deps)
         dependents = self.dependents
         for at in deps:
@@ -173,6 +168,8 @@ class TaskGraph:
     def _bound(self, task: Task) -> float:
         """``task``'s flow's own bound (bytes/s), kept per usage and cap (``_own_bound``)."""
         usage = task.usage
+        if not usage:  # no link: its cap (a compute task or a marker, most of a schedule)
+            return task.rate_cap
         known = self._bounds.get(id(usage))
         if known is not None and known[0] is usage and known[1] == task.rate_cap:
             return known[2]
@@ -186,8 +183,6 @@ class TaskGraph:
         self.stream_next.append(-1)
         if previous >= 0:
             self.stream_next[previous] = here
-        else:
-            self.stream_heads.append(here)
         tails[stream] = here
 
     def _own_bound(self, task: Task) -> float:
