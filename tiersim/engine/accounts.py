@@ -5,16 +5,18 @@ seconds; per stream, the seconds one of its tasks runs and the bytes its flows m
 link, the seconds a flow is on it and the link units its flows use; over the whole run, each
 stream's busy seconds and bytes and the seconds in which no compute task runs (time is s,
 sizes bytes). A flow's bytes count in the phase in which they move: at a phase change every
-active flow is brought to that moment (``flush``). Every total is a plain number in a dict,
-so a fast-forward over ``m`` identical periods can add ``m`` times one period's increase
-(``totals`` copies them). Busy seconds and units moved are kept per phase, by resource (``busy_in``,
-``moved_in``); ``busy`` and ``moved`` give them by (resource, phase).
+active flow is brought to that moment (``flush``). Every total is a plain number in a dict
+whose keys are only ever added (``counters`` lists those dicts), so a fast-forward over ``m``
+identical periods can add ``m`` times one period's increase, reading each dict's values at
+the period's ends as lists. Busy seconds and units moved are kept per phase, by resource
+(``busy_in``, ``moved_in``, with the same phases in the same order); ``busy`` and ``moved``
+give them by (resource, phase).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
     from tiersim.engine.flows import Flow
@@ -22,9 +24,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 COMPUTE_CATEGORIES = ("compute", "adam")
 """Task categories that compute (GPU kernels, CPU Adam); the rest move data or mark phases."""
-
-Totals = dict[str, Any]
-"""A copy of every accumulator (see ``Accounts.totals``)."""
 
 
 class Accounts:
@@ -68,13 +67,22 @@ class Accounts:
 
     def add_busy(self, resource: str, phase: str, seconds: float) -> None:
         """Count ``seconds`` of ``resource`` busy in ``phase``."""
-        values = self.busy_in.setdefault(phase, {})
+        values = self._phase_counters(phase)[0]
         values[resource] = values.get(resource, 0.0) + seconds
 
     def add_moved(self, resource: str, phase: str, amount: float) -> None:
         """Count ``amount`` bytes (stream) or link units (link) moved in ``phase``."""
-        values = self.moved_in.setdefault(phase, {})
+        values = self._phase_counters(phase)[1]
         values[resource] = values.get(resource, 0.0) + amount
+
+    def _phase_counters(self, phase: str) -> tuple[dict[str, float], dict[str, float]]:
+        """``phase``'s busy seconds and units moved, by resource (added to both together, so
+        that ``busy_in`` and ``moved_in`` hold the same phases in the same order)."""
+        busy = self.busy_in.get(phase)
+        if busy is None:
+            busy = self.busy_in[phase] = {}
+            self.moved_in[phase] = {}
+        return busy, self.moved_in[phase]
 
     def task_started(self, stream: str, category: str, now: float) -> None:
         """A task of ``category`` began on ``stream`` at ``now`` (s)."""
@@ -139,19 +147,27 @@ class Accounts:
         """A phase marker finished at ``now``: what ran so far counts in the phase before."""
         self.flush(now, flows)
         self.phase = phase
-        self._busy_now = self.busy_in.setdefault(phase, {})
-        self._moved_now = self.moved_in.setdefault(phase, {})
+        self._busy_now, self._moved_now = self._phase_counters(phase)
         self.changes.append((now, phase))
 
-    def totals(self) -> Totals:
-        """A copy of every accumulator (after ``flush``)."""
-        return {"spans": dict(self.spans), "busy_in": {phase: dict(v) for phase, v in self.busy_in.items()},
-                "moved_in": {phase: dict(v) for phase, v in self.moved_in.items()},
-                "stream_busy": dict(self.stream_busy), "stream_bytes": dict(self.stream_bytes),
-                "exposed": self.exposed}
+    def counters(self) -> list[dict[str, float]]:
+        """Every running total but ``exposed``, as dicts in a fixed order: seconds per phase,
+        each stream's busy seconds and bytes, then each phase's busy seconds and units moved.
+        Dicts and keys are only ever added (dicts and keys alike after those there before), so
+        the values of each, read as lists at one moment, line up with the same dicts and keys
+        later (a fast-forward's snapshots)."""
+        out = [self.spans, self.stream_busy, self.stream_bytes]
+        moved_in = self.moved_in
+        for phase, busy in self.busy_in.items():
+            out.append(busy)
+            out.append(moved_in[phase])
+        return out
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Accounts) and self.totals() == other.totals()
+        return isinstance(other, Accounts) and self._compared() == other._compared()
+
+    def _compared(self) -> tuple[object, ...]:
+        return self.exposed, self.spans, self.busy_in, self.moved_in, self.stream_busy, self.stream_bytes
 
     __hash__ = None  # type: ignore[assignment]
 

@@ -287,11 +287,6 @@ class FlowNetwork:
                 self.recorded.append(FlowSpan(flow.began, now, flow.usage, flow.bound, flow.stream))
                 flow.began = now
 
-    def totals(self) -> dict[str, dict[str, float]]:
-        """Copies of the counters a fast-forward scales (after ``flush_busy``): busy seconds
-        and units moved per link."""
-        return {"busy": dict(self.busy), "moved": dict(self.moved)}
-
     def _component(self, links: list[str] | set[str]) -> list[Flow]:
         """The active flows that share a link with ``links``, transitively."""
         seen = set(links)

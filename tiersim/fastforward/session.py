@@ -43,7 +43,7 @@ from tiersim.engine.graph import TaskGraph
 from tiersim.engine.runner import EngineRun, LateTask
 from tiersim.engine.schedule import Block, Runs, Session, blocks_of, run_whole
 from tiersim.errors import ModelError
-from tiersim.fastforward.counters import advance_counters
+from tiersim.fastforward.counters import advance_counters, snapshot
 from tiersim.fastforward.deferred import Deferral, DeferredFlowContended, SkippedSpan, credit_deferred
 from tiersim.fastforward.deferred_copies import SkippedStretch, add_skipped_copies, copy_references
 from tiersim.fastforward.deferred_run import DeferringRun
@@ -53,7 +53,6 @@ from tiersim.fastforward.state import (
     REL_TOL,
     TIME_TOL,
     BoundaryState,
-    CounterTotals,
     Delaying,
     Doing,
     Flowing,
@@ -339,8 +338,7 @@ class FastForwardSession(Session):
                 doing.append(Flowing(flow.rate, left, flow.finish_at - now, now - start[p]))
             else:
                 doing.append(Delaying(start[p] + delay[p] - now))
-        totals = CounterTotals(accounts.totals(), network.totals())
-        return BoundaryState(now, who, doing, loop.timers, accounts.phase, totals)
+        return BoundaryState(now, who, doing, loop.timers, accounts.phase, snapshot(accounts, network))
 
     def _roles(self, loop: LoopProgress) -> list[Hashable]:
         """Each pending task's role, in ``run.pending`` order: what decides its part in what

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable
 
-from tiersim.engine.accounts import Totals
+from tiersim.fastforward.counters import CounterTotals
 from tiersim.fastforward.transient import advanced
 
 TIME_TOL = 1e-11
@@ -62,17 +62,6 @@ class Flowing:
 
 Doing = Waiting | Delaying | Flowing
 """What a pending task does at a boundary."""
-
-
-class CounterTotals:
-    """Copies of the run's time integrals at a boundary: its ``Accounts`` and its network's
-    busy seconds and units moved per link."""
-
-    __slots__ = ("accounts", "network")
-
-    def __init__(self, accounts: Totals, network: dict[str, dict[str, float]]) -> None:
-        self.accounts = accounts
-        self.network = network
 
 
 class BoundaryState:
