@@ -5,12 +5,11 @@ seconds; per stream, the seconds one of its tasks runs and the bytes its flows m
 link, the seconds a flow is on it and the link units its flows use; over the whole run, each
 stream's busy seconds and bytes and the seconds in which no compute task runs (time is s,
 sizes bytes). A flow's bytes count in the phase in which they move: at a phase change every
-active flow is brought to that moment (``flush``). Every total is a plain number in a dict
-whose keys are only ever added (``counters`` lists those dicts), so a fast-forward over ``m``
-identical periods can add ``m`` times one period's increase, reading each dict's values at
-the period's ends as lists. Busy seconds and units moved are kept per phase, by resource
-(``busy_in``, ``moved_in``, with the same phases in the same order); ``busy`` and ``moved``
-give them by (resource, phase).
+active flow is brought to that moment (``flush``). Every total but the exposed seconds is a
+plain number in one list, ``values``, at a slot given to it when it is first counted and
+only ever appended to: a copy of the list at one moment lines up with the list later, so a
+fast-forward over ``m`` identical periods can add ``m`` times one period's increase to each.
+``spans``, ``busy``, ``moved``, ``stream_busy`` and ``stream_bytes`` read them by name.
 """
 
 from __future__ import annotations
@@ -25,6 +24,9 @@ if TYPE_CHECKING:  # pragma: no cover
 COMPUTE_CATEGORIES = ("compute", "adam")
 """Task categories that compute (GPU kernels, CPU Adam); the rest move data or mark phases."""
 
+Slots = dict[str, int]
+"""Name -> slot in ``Accounts.values``."""
+
 
 class Accounts:
     """Time integrals of one run, updated at each start, end and phase change."""
@@ -33,18 +35,17 @@ class Accounts:
         self.compute_categories = frozenset(compute_categories)
         self.phase: str | None = None
         self.phase_since = 0.0
-        self.spans: dict[str, float] = {}
-        """Seconds per phase."""
-        self.busy_in: dict[str, dict[str, float]] = {"": {}}
-        """Phase -> stream or link -> busy seconds (the phase before the first marker: "")."""
-        self.moved_in: dict[str, dict[str, float]] = {"": {}}
-        """Phase -> stream or link -> bytes (stream) or link units (link) moved."""
-        self._busy_now = self.busy_in[""]
-        self._moved_now = self.moved_in[""]
-        self.stream_busy: dict[str, float] = {}
-        """Stream -> seconds its tasks ran, over the run."""
-        self.stream_bytes: dict[str, float] = {}
-        """Stream -> bytes its tasks moved, over the run."""
+        self.values: list[float] = []
+        """Every running total but ``exposed``, by slot (slots are only appended)."""
+        self._spans: Slots = {}
+        """Phase -> slot of its seconds."""
+        self._busy_in: dict[str, Slots] = {}
+        """Phase -> stream or link -> slot of its busy seconds (before the first marker: "")."""
+        self._moved_in: dict[str, Slots] = {}
+        """Phase -> stream or link -> slot of the bytes (stream) or link units (link) moved."""
+        self._busy_now, self._moved_now = self._phase_slots("")
+        self._streams: Slots = {}
+        """Stream -> slot of the seconds its tasks ran over the run; the next slot: their bytes."""
         self.exposed = 0.0
         """Seconds in which no compute task ran."""
         self.computing = 0
@@ -56,33 +57,71 @@ class Accounts:
         are not here: a skipped span ends in the phase it began in)."""
 
     @property
+    def spans(self) -> dict[str, float]:
+        """Phase -> seconds."""
+        values = self.values
+        return {phase: values[slot] for phase, slot in self._spans.items()}
+
+    @property
     def busy(self) -> dict[tuple[str, str], float]:
         """(stream or link, phase) -> busy seconds."""
-        return _by_key(self.busy_in)
+        return self._by_key(self._busy_in)
 
     @property
     def moved(self) -> dict[tuple[str, str], float]:
         """(stream or link, phase) -> bytes (stream) or link units (link) moved."""
-        return _by_key(self.moved_in)
+        return self._by_key(self._moved_in)
+
+    @property
+    def stream_busy(self) -> dict[str, float]:
+        """Stream -> seconds its tasks ran, over the run."""
+        values = self.values
+        return {stream: values[slot] for stream, slot in self._streams.items()}
+
+    @property
+    def stream_bytes(self) -> dict[str, float]:
+        """Stream -> bytes its tasks moved, over the run."""
+        values = self.values
+        return {stream: values[slot + 1] for stream, slot in self._streams.items()}
+
+    def _by_key(self, by_phase: dict[str, Slots]) -> dict[tuple[str, str], float]:
+        """Phase -> resource -> slot as (resource, phase) -> value."""
+        values = self.values
+        return {(resource, phase): values[slot] for phase, slots in by_phase.items()
+                for resource, slot in slots.items()}
+
+    def _slot(self, slots: Slots, name: str, width: int = 1) -> int:
+        """``name``'s slot in ``slots``, given the next ``width`` ones (at 0) if it has none."""
+        slot = slots.get(name)
+        if slot is None:
+            slot = slots[name] = len(self.values)
+            self.values.extend([0.0] * width)
+        return slot
+
+    def _phase_slots(self, phase: str) -> tuple[Slots, Slots]:
+        """``phase``'s slots of busy seconds and of units moved, by resource."""
+        busy = self._busy_in.get(phase)
+        if busy is None:
+            busy = self._busy_in[phase] = {}
+            self._moved_in[phase] = {}
+        return busy, self._moved_in[phase]
 
     def add_busy(self, resource: str, phase: str, seconds: float) -> None:
         """Count ``seconds`` of ``resource`` busy in ``phase``."""
-        values = self._phase_counters(phase)[0]
-        values[resource] = values.get(resource, 0.0) + seconds
+        slot = self._slot(self._phase_slots(phase)[0], resource)
+        self.values[slot] = self.values[slot] + seconds
 
     def add_moved(self, resource: str, phase: str, amount: float) -> None:
         """Count ``amount`` bytes (stream) or link units (link) moved in ``phase``."""
-        values = self._phase_counters(phase)[1]
-        values[resource] = values.get(resource, 0.0) + amount
+        slot = self._slot(self._phase_slots(phase)[1], resource)
+        self.values[slot] = self.values[slot] + amount
 
-    def _phase_counters(self, phase: str) -> tuple[dict[str, float], dict[str, float]]:
-        """``phase``'s busy seconds and units moved, by resource (added to both together, so
-        that ``busy_in`` and ``moved_in`` hold the same phases in the same order)."""
-        busy = self.busy_in.get(phase)
-        if busy is None:
-            busy = self.busy_in[phase] = {}
-            self.moved_in[phase] = {}
-        return busy, self.moved_in[phase]
+    def add_stream(self, stream: str, seconds: float, size: float) -> None:
+        """Count ``seconds`` of ``stream``'s tasks running and ``size`` bytes moved, over the run."""
+        values = self.values
+        slot = self._slot(self._streams, stream, 2)
+        values[slot] = values[slot] + seconds
+        values[slot + 1] = values[slot + 1] + size
 
     def task_started(self, stream: str, category: str, now: float) -> None:
         """A task of ``category`` began on ``stream`` at ``now`` (s)."""
@@ -95,10 +134,12 @@ class Accounts:
     def task_ended(self, stream: str, category: str, began: float, size: float, now: float) -> None:
         """A task that began at ``began`` ended at ``now`` (s), having moved ``size`` bytes
         (phase markers are not tasks here: they end in ``phase_begins``)."""
-        busy = self._busy_now
-        busy[stream] = busy.get(stream, 0.0) + now - self.since.pop(stream)
-        self.stream_busy[stream] = self.stream_busy.get(stream, 0.0) + now - began
-        self.stream_bytes[stream] = self.stream_bytes.get(stream, 0.0) + size
+        values = self.values
+        slot = self._slot(self._busy_now, stream)
+        values[slot] = values[slot] + now - self.since.pop(stream)
+        slot = self._slot(self._streams, stream, 2)
+        values[slot] = values[slot] + now - began
+        values[slot + 1] = values[slot + 1] + size
         if category in self.compute_categories:
             self.computing -= 1
             if not self.computing:
@@ -110,29 +151,33 @@ class Accounts:
 
     def link_idle(self, link: str, now: float) -> None:
         """The last flow left ``link`` at ``now``."""
-        busy = self._busy_now
-        busy[link] = busy.get(link, 0.0) + now - self.since.pop(link)
+        values = self.values
+        slot = self._slot(self._busy_now, link)
+        values[slot] = values[slot] + now - self.since.pop(link)
 
     def flow_ended(self, flow: Flow) -> None:
         """A flow moved its last byte: the bytes not yet counted count in this phase."""
         self._credit(flow, flow.size - flow.attributed)
 
     def _credit(self, flow: Flow, num_bytes: float) -> None:
-        moved = self._moved_now
-        stream = flow.stream
-        moved[stream] = moved.get(stream, 0.0) + num_bytes
+        moved, values = self._moved_now, self.values
+        slot = self._slot(moved, flow.stream)
+        values[slot] = values[slot] + num_bytes
         for link, units in flow.usage:
-            moved[link] = moved.get(link, 0.0) + num_bytes * units
+            slot = self._slot(moved, link)
+            values[slot] = values[slot] + num_bytes * units
 
     def flush(self, now: float, flows: Iterable[Flow]) -> None:
         """Count everything in progress up to ``now`` in the current phase."""
-        busy, since = self._busy_now, self.since
+        busy, since, values = self._busy_now, self.since, self.values
         for resource, began in since.items():
             if now > began:
-                busy[resource] = busy.get(resource, 0.0) + now - began
+                slot = self._slot(busy, resource)
+                values[slot] = values[slot] + now - began
                 since[resource] = now
         if self.phase is not None:
-            self.spans[self.phase] = self.spans.get(self.phase, 0.0) + now - self.phase_since
+            slot = self._slot(self._spans, self.phase)
+            values[slot] = values[slot] + now - self.phase_since
         self.phase_since = now
         if not self.computing:
             self.exposed += now - self.idle_since
@@ -147,31 +192,13 @@ class Accounts:
         """A phase marker finished at ``now``: what ran so far counts in the phase before."""
         self.flush(now, flows)
         self.phase = phase
-        self._busy_now, self._moved_now = self._phase_counters(phase)
+        self._busy_now, self._moved_now = self._phase_slots(phase)
         self.changes.append((now, phase))
-
-    def counters(self) -> list[dict[str, float]]:
-        """Every running total but ``exposed``, as dicts in a fixed order: seconds per phase,
-        each stream's busy seconds and bytes, then each phase's busy seconds and units moved.
-        Dicts and keys are only ever added (dicts and keys alike after those there before), so
-        the values of each, read as lists at one moment, line up with the same dicts and keys
-        later (a fast-forward's snapshots)."""
-        out = [self.spans, self.stream_busy, self.stream_bytes]
-        moved_in = self.moved_in
-        for phase, busy in self.busy_in.items():
-            out.append(busy)
-            out.append(moved_in[phase])
-        return out
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Accounts) and self._compared() == other._compared()
 
     def _compared(self) -> tuple[object, ...]:
-        return self.exposed, self.spans, self.busy_in, self.moved_in, self.stream_busy, self.stream_bytes
+        return self.exposed, self.spans, self.busy, self.moved, self.stream_busy, self.stream_bytes
 
     __hash__ = None  # type: ignore[assignment]
-
-
-def _by_key(by_phase: dict[str, dict[str, float]]) -> dict[tuple[str, str], float]:
-    """Phase -> resource -> value as (resource, phase) -> value."""
-    return {(resource, phase): value for phase, values in by_phase.items() for resource, value in values.items()}

@@ -183,9 +183,8 @@ def _credit_group(run: DeferringRun, deferral: Deferral, group: _AlikeTasks, win
     stream = task.stream
     for phase, seconds in intervals.per_window(windows, least):
         accounts.add_busy(stream, phase, seconds)
-    accounts.stream_busy[stream] = accounts.stream_busy.get(stream, 0.0) + intervals.total
     total = math.fsum(group.sizes)
-    accounts.stream_bytes[stream] = accounts.stream_bytes.get(stream, 0.0) + total
+    accounts.add_stream(stream, intervals.total, total)
     if flow is None:
         return
     usage, bound = flow.usage, flow.bound
