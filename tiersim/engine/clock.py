@@ -12,9 +12,10 @@ stepping, it takes a stale timer back out of the queue and moves or resets every
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable
-from heapq import heapify, heappop, heappush
-from typing import Any, TypeAlias
+from heapq import heapify
+from typing import Any, Final, TypeAlias
 
 import simpy
 from simpy.events import Timeout
@@ -22,6 +23,9 @@ from simpy.events import Timeout
 Environment: TypeAlias = simpy.Environment
 SimPyEvent: TypeAlias = simpy.Event
 """An event of a caller's SimPy environment (``SimPyClock.event``)."""
+
+_heappush: Final = heapq.heappush  # compiled, a Final name is a C static: no lookup per call
+_heappop: Final = heapq.heappop
 
 
 class Event:
@@ -51,7 +55,7 @@ class Clock:
     def call_after(self, delay: float, callback: Callable[[Event], None], value: object = None) -> None:
         """Call ``callback`` with an event carrying ``value`` ``delay`` seconds from now."""
         self.order += 1
-        heappush(self.queue, (self.time + delay, self.order, Event(callback, value)))
+        _heappush(self.queue, (self.time + delay, self.order, Event(callback, value)))
 
     def pending(self) -> bool:
         """Whether any callback is queued."""
@@ -59,7 +63,7 @@ class Clock:
 
     def step(self) -> None:
         """Process the next queued event."""
-        at, _order, event = heappop(self.queue)
+        at, _order, event = _heappop(self.queue)
         self.time = at
         event.callback(event)
 
@@ -67,7 +71,7 @@ class Clock:
         """Process queued events until none is left."""
         queue = self.queue
         while queue:
-            at, _order, event = heappop(queue)
+            at, _order, event = _heappop(queue)
             self.time = at
             event.callback(event)
 

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from tiersim.errors import ModelError
-from tiersim.frozen import by_fields
 
 Usage = tuple[tuple[str, float], ...]
 """(link name, link units one byte of a flow consumes) pairs."""
@@ -26,19 +25,32 @@ _NONE: Final[list[int]] = []
 """The dependents of a task nothing depends on (shared, never appended to)."""
 
 
-@dataclass(frozen=True)
 class Link:
-    """A shared-bandwidth resource: ``capacity`` link units per second, shared max-min fairly."""
+    """A shared-bandwidth resource: ``capacity`` link units per second, shared max-min fairly.
 
-    name: str
-    capacity: float
+    A plain class, as ``Task`` is (a frozen dataclass's ``__init__`` runs in Python even
+    compiled, and a run declares its links anew): nothing changes a link once made. Two links
+    are equal when name and capacity are."""
+
+    __slots__ = ("capacity", "name")
+
+    def __init__(self, name: str, capacity: float) -> None:
+        if not capacity > 0 or not math.isfinite(capacity):
+            raise ModelError(f"link {name!r}: capacity must be positive and finite, got {capacity}")
+        self.name = name
+        self.capacity = capacity
 
     def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
-        return by_fields(self)
+        return Link, (self.name, self.capacity)
 
-    def __post_init__(self) -> None:
-        if not self.capacity > 0 or not math.isfinite(self.capacity):
-            raise ModelError(f"link {self.name!r}: capacity must be positive and finite, got {self.capacity}")
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Link) and (self.name, self.capacity) == (other.name, other.capacity)
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.capacity))
+
+    def __repr__(self) -> str:
+        return f"Link(name={self.name!r}, capacity={self.capacity!r})"
 
 
 class Task:
