@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 from tiersim.config.hardware import Hardware
 from tiersim.engine.schedule import Session, iterations_back
 from tiersim.strategies.builder import StepBuilder
-from tiersim.strategies.kinds import pcie_kind
+from tiersim.strategies.gradients import PARTITION_STREAM
+from tiersim.strategies.kinds import PCIE_LINKS, pcie_kind
 from tiersim.strategies.memory import HostMemory
 from tiersim.strategies.param_offload import ParamFetch
 from tiersim.workload import LayerWork, TrainingStep
@@ -66,6 +67,23 @@ def _first_alike(strategy: Strategy, builder: StepBuilder, fetch: ParamFetch | N
     links = strategy.accumulation_links(builder)
     others = {link for link, _units in builder.collective_usage()} | (fetch.links(builder) if fetch else set())
     return links is not None and links.isdisjoint(others)
+
+
+def _fixed_rate(builder: StepBuilder, micro: int, streams: frozenset[str]) -> frozenset[str]:
+    """``streams`` (copies in the background of micro-step ``micro``'s backward) but the host
+    copies of ``PARTITION_STREAM`` where the micro-step's ZeRO collectives (a reduce-scatter each
+    layer from ZeRO-2 on, an all-reduce at the boundary below it, all-gathers under ZeRO-3) run
+    over a GPU fabric through the host bridges: each of their bytes crosses the GPU's PCIe link
+    both ways, as the copies do, so the copies move at the rate the collectives leave them, not
+    in the background at a fixed one (``ScheduleHints``). A node's NIC bytes, a share of a
+    collective's, are left to the session's check."""
+    step = builder.step
+    per_node, _nodes = builder.dp_span
+    collectives = per_node > 1 and (step.training.zero_stage >= 2 or micro == step.micro_steps - 1)
+    if PARTITION_STREAM in streams and collectives and not PCIE_LINKS.isdisjoint(
+            link for link, _units in builder.fabric_usage(1.0)):
+        return streams - {PARTITION_STREAM}
+    return streams
 
 
 def _gather(builder: StepBuilder, fetch: ParamFetch | None, name: str, phase: str, index: int,
@@ -127,7 +145,7 @@ def backward_pass(strategy: Strategy, builder: StepBuilder, fetch: ParamFetch | 
     the streams whose copies run in the background of this micro-step's backward
     (``Strategy.background_streams``) are said so for its span."""
     begin = builder.marker(f"m{micro}.backward.begin", "backward", after)
-    background = strategy.background_streams(builder, micro)
+    background = _fixed_rate(builder, micro, strategy.background_streams(builder, micro))
     if background:
         builder.session.background_copies(background)
     computed: list[str] = []

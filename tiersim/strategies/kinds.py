@@ -18,6 +18,8 @@ ADAM_WRITE_BYTES = 12
 """Adam writes fp32 param, exp_avg, exp_avg_sq per element (bytes)."""
 ADAM_STATE_BYTES = 8
 """Adam's fp32 exp_avg and exp_avg_sq per element (bytes)."""
+PCIE_LINKS = frozenset({"pcie_d2h", "pcie_h2d"})
+"""The GPU's PCIe link, each way: what a host<->GPU copy crosses besides host memory (``pcie_kind``)."""
 
 
 def adam_kind(builder: StepBuilder, memory: HostMemory, writes: HostMemory | None = None) -> TaskKind:
