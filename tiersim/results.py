@@ -177,44 +177,52 @@ def utilisation_rows(run: EngineRun, spans: dict[str, float], only: str | None =
 
 
 def usage_table(run: EngineRun, spans: dict[str, float], only: str | None = None) -> list[UsageRow]:
-    """``utilisation_rows`` as tuples (what ``Result.bottleneck`` reads, cheaply)."""
-    phases = [p for p in PHASES if only is None or p == only]
-    return _stream_rows(run, spans, phases, only) + _link_rows(run, spans, phases, only)
-
-
-def _stream_rows(run: EngineRun, spans: dict[str, float], phases: list[str], only: str | None) -> list[UsageRow]:
-    """``usage_table`` of the streams: busy over the span's length; bytes moved."""
+    """``utilisation_rows`` as tuples (what ``Result.bottleneck`` reads, cheaply). The accounts'
+    mappings are built when read: each is read once, and only for the phases asked for."""
     acc = run.accounts
-    busy_in, moved_in = acc.busy_in, acc.moved_in
-    streams = sorted(acc.stream_busy if only is None else acc.stream_busy.keys() & busy_in.get(only, {}).keys())
+    phases = [(p, *acc.in_phase(p)) for p in PHASES if only is None or p == only]
+    stream_busy = acc.stream_busy
+    whole: dict[str, tuple[float, float]] = {}
+    if only is None:
+        stream_bytes = acc.stream_bytes
+        whole = {stream: (seconds, stream_bytes[stream]) for stream, seconds in stream_busy.items()}
+        streams = sorted(stream_busy)
+    else:
+        streams = sorted(stream_busy.keys() & (phases[0][1].keys() if phases else set()))
+    return _stream_rows(run, spans, phases, streams, whole) + _link_rows(run, spans, phases, only is None)
+
+
+PhaseTotals = tuple[str, dict[str, float], dict[str, float]]
+"""A phase, its busy seconds and its units moved, by resource."""
+
+
+def _stream_rows(run: EngineRun, spans: dict[str, float], phases: list[PhaseTotals], streams: list[str],
+                 whole: dict[str, tuple[float, float]]) -> list[UsageRow]:
+    """``usage_table`` of the ``streams``: busy over the span's length; bytes moved (over the
+    iteration: ``whole``, seconds and bytes by stream, where the table has the iteration)."""
     rows: list[UsageRow] = []
     for stream in streams:
-        if only is None:
-            seconds = acc.stream_busy[stream]
-            rows.append((stream, "stream", "iteration", seconds, _ratio(seconds, run.makespan),
-                         acc.stream_bytes[stream]))
-        for phase in phases:
-            busy = busy_in.get(phase)
-            if busy is not None and stream in busy:
+        if stream in whole:
+            seconds, bytes_moved = whole[stream]
+            rows.append((stream, "stream", "iteration", seconds, _ratio(seconds, run.makespan), bytes_moved))
+        for phase, busy, moved in phases:
+            if stream in busy:
                 seconds = busy[stream]
-                rows.append((stream, "stream", phase, seconds, _ratio(seconds, spans[phase]),
-                             moved_in.get(phase, {}).get(stream, 0.0)))
+                rows.append((stream, "stream", phase, seconds, _ratio(seconds, spans[phase]), moved.get(stream, 0.0)))
     return rows
 
 
-def _link_rows(run: EngineRun, spans: dict[str, float], phases: list[str], only: str | None) -> list[UsageRow]:
+def _link_rows(run: EngineRun, spans: dict[str, float], phases: list[PhaseTotals], iteration: bool) -> list[UsageRow]:
     """``usage_table`` of the links: units used over capacity x the span's length."""
-    busy_in, moved_in = run.accounts.busy_in, run.accounts.moved_in
     rows: list[UsageRow] = []
     for link, capacity in run.link_capacity.items():
-        if only is None:
+        if iteration:
             units_moved = run.link_units_moved[link]
             rows.append((link, "link", "iteration", run.link_busy[link],
                          _ratio(units_moved, capacity * run.makespan), units_moved))
-        for phase in phases:
-            busy = busy_in.get(phase)
-            if busy is not None and link in busy:
-                units_used = moved_in.get(phase, {}).get(link, 0.0)
+        for phase, busy, moved in phases:
+            if link in busy:
+                units_used = moved.get(link, 0.0)
                 rows.append((link, "link", phase, busy[link], _ratio(units_used, capacity * spans[phase]),
                              units_used))
     return rows

@@ -72,15 +72,12 @@ class Accounts:
         """(stream or link, phase) -> bytes (stream) or link units (link) moved."""
         return self._by_key(self._moved_in)
 
-    @property
-    def busy_in(self) -> dict[str, dict[str, float]]:
-        """Phase -> stream or link -> busy seconds (the phase before the first marker: "")."""
-        return self._in_phase(self._busy_in)
-
-    @property
-    def moved_in(self) -> dict[str, dict[str, float]]:
-        """Phase -> stream or link -> bytes (stream) or link units (link) moved."""
-        return self._in_phase(self._moved_in)
+    def in_phase(self, phase: str) -> tuple[dict[str, float], dict[str, float]]:
+        """``phase``'s busy seconds and its bytes (stream) or link units (link) moved, by stream
+        or link (empty for a phase with none; the phase before the first marker: "")."""
+        values = self.values
+        return ({name: values[slot] for name, slot in self._busy_in.get(phase, {}).items()},
+                {name: values[slot] for name, slot in self._moved_in.get(phase, {}).items()})
 
     @property
     def stream_busy(self) -> dict[str, float]:
@@ -99,12 +96,6 @@ class Accounts:
         values = self.values
         return {(resource, phase): values[slot] for phase, slots in by_phase.items()
                 for resource, slot in slots.items()}
-
-    def _in_phase(self, by_phase: dict[str, Slots]) -> dict[str, dict[str, float]]:
-        """Phase -> resource -> slot as phase -> resource -> value."""
-        values = self.values
-        return {phase: {resource: values[slot] for resource, slot in slots.items()}
-                for phase, slots in by_phase.items()}
 
     def _slot(self, slots: Slots, name: str, width: int = 1) -> int:
         """``name``'s slot in ``slots``, given the next ``width`` ones (at 0) if it has none."""
