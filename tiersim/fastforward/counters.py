@@ -44,11 +44,13 @@ def advance_counters(accounts: Accounts, network: FlowNetwork, earlier: CounterT
     snapshots."""
     accounts.exposed += advanced(earlier.exposed, before.exposed, after.exposed, times, ratio, True)
     advance_each(accounts.values, earlier.accounts, before.accounts, after.accounts, times, ratio)
-    for k, target in enumerate((network.busy, network.moved)):
+    for k in range(2):
+        target = network.moved if k else network.busy
         values = list(target.values())
         advance_each(values, earlier.network[k], before.network[k], after.network[k], times, ratio)
-        for key, value in zip(list(target), values):
-            target[key] = value
+        keys = list(target)
+        for j in range(len(keys)):
+            target[keys[j]] = values[j]
 
 
 def advance_each(target: list[float], earlier: list[float], before: list[float], after: list[float], times: int,

@@ -10,12 +10,10 @@ the skip moved there. Times are s, sizes bytes, rates bytes/s.
 
 from __future__ import annotations
 
-from bisect import bisect_right
-
 from tiersim.engine.graph import Task, TaskGraph
 from tiersim.fastforward.deferred import Deferral
 from tiersim.fastforward.deferred_run import DeferringRun
-from tiersim.fastforward.loops import LoopProgress
+from tiersim.fastforward.loops import LoopProgress, iteration_of
 from tiersim.fastforward.spans import Spans
 from tiersim.fastforward.state import TIME_TOL
 
@@ -112,7 +110,7 @@ def _references(run: DeferringRun, loop: LoopProgress) -> dict[int, int] | None:
         if deferred[p] and (p >= first[last] or p not in run.deferred_end):  # a copy's template, or waiting
             for d in graph.deps[p]:
                 if d >= first[0] and not deferred[d]:
-                    it = bisect_right(first, d) - 1
+                    it = iteration_of(first, d)
                     if keys[it] != keys[last]:
                         return None
                     wanted.add(d - first[it])
@@ -163,7 +161,7 @@ def _release_waiting(run: DeferringRun, first: list[int], stretch: SkippedStretc
     for p in waiting:
         for d in graph.deps[p]:
             if d >= first[0] and not run.deferred[d] and run.end[d] < 0:
-                it = bisect_right(first, d) - 1
+                it = iteration_of(first, d)
                 run.unmet[p] -= 1
                 run.ready[p] = max(run.ready[p], stretch.ended(it, d - first[it]))
                 graph.dependents[d].remove(p)
@@ -199,7 +197,7 @@ def _inputs(run: DeferringRun, first: list[int], q: int) -> list[CopyInput]:
         elif run.deferred[d]:
             out.append(CopyInput(SAME_ITERATION, d, 0))
         else:
-            it = bisect_right(first, d) - 1
+            it = iteration_of(first, d)
             out.append(CopyInput(COMPUTE_SIDE, d - first[it], it))
     return out
 

@@ -47,6 +47,20 @@ def _repeats(keys: tuple[Hashable, ...], start: int, width: int) -> int:
     return count
 
 
+def iteration_of(first: list[int], p: int) -> int:
+    """The iteration holding task ``p``: the last whose first task (``first``, ascending
+    positions) is at or before ``p`` (-1 if none is). A binary search in native ints
+    (``bisect_right`` compiled is a call through Python)."""
+    lo, hi = 0, len(first)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if p < first[mid]:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo - 1
+
+
 Signature = tuple[int, int, int, str | None]
 """A state's cheap signature: tasks pending, the oldest of them (its position, or its distance
 from the iteration's first task), timers armed and the phase."""

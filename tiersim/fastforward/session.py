@@ -35,7 +35,6 @@ contended in the event run, deferring the others.
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections.abc import Callable, Hashable, Iterator, Sequence
 
 from tiersim.engine.flows import FlowSpan
@@ -47,7 +46,7 @@ from tiersim.fastforward.counters import advance_counters, snapshot
 from tiersim.fastforward.deferred import Deferral, DeferredFlowContended, SkippedSpan, credit_deferred
 from tiersim.fastforward.deferred_copies import SkippedStretch, add_skipped_copies, copy_references
 from tiersim.fastforward.deferred_run import DeferringRun
-from tiersim.fastforward.loops import LoopProgress, runs_of
+from tiersim.fastforward.loops import LoopProgress, iteration_of, runs_of
 from tiersim.fastforward.shift import retime, shift_run
 from tiersim.fastforward.state import (
     REL_TOL,
@@ -326,7 +325,7 @@ class FastForwardSession(Session):
         start, unmet, at_head, delay = run.start, run.unmet, run.at_head, run.delay
         for p in run.pending:
             if first and p >= first[0]:
-                it = bisect_right(first, p) - 1
+                it = iteration_of(first, p)
                 who.append((index[it] - current, p - first[it], keys[it]))
             else:
                 who.append(("before", p))
@@ -366,7 +365,7 @@ class FastForwardSession(Session):
             return (0, len(self.graph.tasks) - p)
         if p < first[0]:
             return ("before", p)
-        it = bisect_right(first, p) - 1
+        it = iteration_of(first, p)
         end = first[it + 1] if it + 1 < len(first) else len(self.graph.tasks)
         return (loop.index[it] - loop.index[-1], end - p)
 

@@ -28,10 +28,11 @@ def shift_run(run: DeferringRun, seconds: float, first: int, credited: int) -> N
     _shift_accounts(run.accounts, seconds)
     start, end = run.start, run.end
     for p in range(first, len(start)):
-        if start[p] >= 0:
-            start[p] += seconds
-        if end[p] >= 0:
-            end[p] += seconds
+        began, ended = start[p], end[p]  # read once: ``+=`` on a list item is a generic call compiled
+        if began >= 0:
+            start[p] = began + seconds
+        if ended >= 0:
+            end[p] = ended + seconds
     for p in range(first, credited):  # credited deferred tasks move with their iterations
         if p in run.deferred_end:
             run.deferred_start[p] += seconds
