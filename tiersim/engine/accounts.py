@@ -101,9 +101,19 @@ class Accounts:
         """``name``'s slot in ``slots``, given the next ``width`` ones (at 0) if it has none."""
         slot = slots.get(name)
         if slot is None:
-            slot = slots[name] = len(self.values)
-            self.values.extend([0.0] * width)
+            values = self.values
+            slot = slots[name] = len(values)
+            for _ in range(width):
+                values.append(0.0)
         return slot
+
+    def _ended(self, resource: str) -> float:
+        """When ``resource``'s busy stretch in this phase began (s), which ends now (``pop``
+        compiled is a method call through Python)."""
+        since = self.since
+        began = since[resource]
+        del since[resource]
+        return began
 
     def _phase_slots(self, phase: str) -> tuple[Slots, Slots]:
         """``phase``'s slots of busy seconds and of units moved, by resource."""
@@ -143,7 +153,7 @@ class Accounts:
         (phase markers are not tasks here: they end in ``phase_begins``)."""
         values = self.values
         slot = self._slot(self._busy_now, stream)
-        values[slot] = values[slot] + now - self.since.pop(stream)
+        values[slot] = values[slot] + now - self._ended(stream)
         slot = self._slot(self._streams, stream, 2)
         values[slot] = values[slot] + now - began
         values[slot + 1] = values[slot + 1] + size
@@ -160,7 +170,7 @@ class Accounts:
         """The last flow left ``link`` at ``now``."""
         values = self.values
         slot = self._slot(self._busy_now, link)
-        values[slot] = values[slot] + now - self.since.pop(link)
+        values[slot] = values[slot] + now - self._ended(link)
 
     def flow_ended(self, flow: Flow) -> None:
         """A flow moved its last byte: the bytes not yet counted count in this phase."""
