@@ -240,7 +240,7 @@ def _time_until_steady(run: DeferringRun, steps: list[CopyStep], stretch: Skippe
         began_at, terms, tails = _timed_copy(run, steps, stretch, m, tails)
         timed.append((began_at, terms))
         if m >= 3 and all(item.iteration + m - 2 > references[item.at] for item in compute_side) and _steady(
-                timed[-3:], last - m, TIME_TOL * max(1.0, max(began_at))):
+                timed[-3:], last - m, TIME_TOL * max(1.0, began_at[_latest(began_at)])):
             return timed, True, tails
     return timed, False, tails
 
@@ -283,7 +283,7 @@ def _timed_copy(run: DeferringRun, steps: list[CopyStep], stretch: SkippedStretc
                 values.append(ends[item.at])
             else:
                 values.append(stretch.ended(item.iteration + m, item.at))
-        began = max(values)
+        began = values[_latest(values)]  # max of a list compiled is a call through Python
         ends[step.task] = after[step.stream] = began + step.delay + step.moving
         began_at.append(began)
         terms.append(values)
