@@ -10,35 +10,46 @@ over DRAM and CXL nodes (``tiersim.strategies.host_layout``) gives each tensor i
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from tiersim.config.hardware import Hardware
 from tiersim.engine.graph import Usage
 from tiersim.errors import ModelError
-from tiersim.frozen import by_fields
 
 
-@dataclass(frozen=True)
 class HostMemory:
-    """Fractions of host allocations in DRAM and in CXL memory (they sum to 1)."""
+    """Fractions of host allocations in DRAM and in CXL memory (they sum to 1).
 
-    dram_fraction: float
-    cxl_fraction: float
-    cxl_read_cost: float = 0.0
-    cxl_write_cost: float = 0.0
+    A plain class with its hash worked out once (a schedule's task kinds are looked up by keys
+    holding one, dozens of times a run; a frozen dataclass hashes its fields each time and is
+    made in Python even compiled): nothing changes one once made. Two are equal when every
+    field is."""
+
+    __slots__ = ("_hash", "cxl_fraction", "cxl_read_cost", "cxl_write_cost", "dram_fraction")
+
+    def __init__(self, dram_fraction: float, cxl_fraction: float, cxl_read_cost: float = 0.0,
+                 cxl_write_cost: float = 0.0) -> None:
+        self.dram_fraction = dram_fraction
+        self.cxl_fraction = cxl_fraction
+        self.cxl_read_cost = cxl_read_cost
+        self.cxl_write_cost = cxl_write_cost
+        self._hash = hash(self._fields())
 
     def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
-        return by_fields(self)
+        return HostMemory, self._fields()
 
     def _fields(self) -> tuple[float, float, float, float]:
         return self.dram_fraction, self.cxl_fraction, self.cxl_read_cost, self.cxl_write_cost
 
-    def __hash__(self) -> int:  # compiled, unlike the dataclass's (a kind's key holds one)
-        return hash(self._fields())
+    def __hash__(self) -> int:
+        return self._hash
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, HostMemory) and self._fields() == other._fields()
+        return isinstance(other, HostMemory) and (self is other or self._fields() == other._fields())
+
+    def __repr__(self) -> str:
+        return ("HostMemory(dram_fraction={!r}, cxl_fraction={!r}, cxl_read_cost={!r}, cxl_write_cost={!r})"
+                .format(*self._fields()))
 
     @classmethod
     def dram_only(cls) -> HostMemory:
