@@ -119,9 +119,10 @@ class Run:
         start now. A task whose dependencies and stream were all done before now is
         ``LateTask``: it should have started then."""
         graph, network = self.graph, self.network
-        for name, link in graph.links.items():
-            if name not in network.capacity:
-                network.add_link(name, link.capacity)
+        if len(graph.links) > len(network.capacity):  # links are only added: a new one joins
+            for name, link in graph.links.items():
+                if name not in network.capacity:
+                    network.add_link(name, link.capacity)
         now = self.clock.now()
         for p in range(len(self.unmet), len(graph.tasks)):
             self.join(p, now)
