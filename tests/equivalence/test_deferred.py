@@ -1,5 +1,5 @@
 """Deferred tasks (tiersim.fastforward.deferred): timed by recursion, they give the full simulation's
-results, and a run whose deferred flows could have been slowed is run again without deferring."""
+results, and a run whose deferred flows could have been slowed is run again with them in the event run."""
 
 from __future__ import annotations
 
@@ -175,6 +175,21 @@ def test_copies_that_could_saturate_a_link_with_the_skipped_reduces_stay_in_the_
         assert not fast.complete and fast.events < full.events / 3
         events[layers] = fast.events
     assert events[30] == events[60]
+
+
+def test_a_refusal_the_recorded_flows_show_comes_before_the_skip() -> None:
+    """Each layer's reduce (all its bytes over PCIe) meets the copy of the layer before on the
+    link, which together could saturate it, before the loop repeats: the refusal comes at a
+    state before the first skip (``refuse_early``), with four layers of 30 built, not at the
+    end, and the run again with the copies in the event run gives the full run."""
+    schedule = repeating_layers(30, 6e-3, 5e7, (("fabric", 1.0), ("pcie", 1.0)))
+    session = FastForwardSession(CAPACITY.__getitem__)
+    with pytest.raises(DeferredFlowContended) as refused:
+        schedule(session)
+    assert refused.value.streams == frozenset({"d2h"})
+    assert sum(task.name.startswith("c") for task in session.graph.tasks) <= 4
+    fast, full = _both(schedule)
+    assert fast.events < full.events
 
 
 def repeating_steps(steps: int, layers: int, compute_s: float, copy_bytes: float) -> Callable[[Session], None]:

@@ -74,15 +74,22 @@ def clipped(cut: list[Piece], singles: Sequence[Load], spans: Sequence[tuple[Spa
 
 def alone(cut: list[Piece], ours: list[list[Load]], theirs: list[list[Load]],
           bounds: Sequence[tuple[float, float]]) -> list[float]:
-    """Per window of ``bounds`` (from, to), the seconds in which one of ``ours`` is on and none
-    of ``theirs`` is (both clipped to the pieces of ``cut``), each piece counted as the cycles
-    it stands for."""
+    """Per window of ``bounds`` (from, to: consecutive, in order), the seconds in which one of
+    ``ours`` is on and none of ``theirs`` is (both clipped to the pieces of ``cut``), each piece
+    counted as the cycles it stands for."""
     seconds = [0.0] * len(bounds)
-    for (lo, hi, count), on, off in zip(cut, ours, theirs):
-        free = _minus(merged([(a, b) for a, b, _load in on]), merged([(a, b) for a, b, _load in off]))
-        for i, (begin, end) in enumerate(bounds):
-            if begin < hi and end > lo:
-                seconds[i] += count * sum((min(b, end) - max(a, begin) for a, b in free if a < end and b > begin), 0.0)
+    begins: list[float] = [begin for begin, _end in bounds]
+    ends: list[float] = [end for _begin, end in bounds]
+    last = len(bounds)
+    for (_lo, _hi, count), on, off in zip(cut, ours, theirs):
+        i = 0
+        for a, b in _minus(merged([(a, b) for a, b, _load in on]), merged([(a, b) for a, b, _load in off])):
+            while i < last and ends[i] <= a:
+                i += 1
+            j = i
+            while j < last and begins[j] < b:
+                seconds[j] += count * (min(b, ends[j]) - max(a, begins[j]))
+                j += 1
     return seconds
 
 

@@ -12,7 +12,9 @@ flow used could saturate while it ran (every deferred flow on it at its bound pl
 run's flows on that link then, each at its own bound: those it recorded, and over a
 fast-forwarded span the flows of the period it repeats, ``SkippedSpan``) and that none moved
 before the event run's flows were recorded; otherwise ``DeferredFlowContended``, naming the
-deferred streams that contended (the caller then runs again with those in the event run).
+deferred streams that contended (the caller then runs again with those in the event run);
+``refuse_early`` makes the same check at a state, of the deferred flows timed so far against
+the flows recorded so far, so that a refusal spares simulating the rest of the run.
 It then adds the deferred tasks (and the copies a fast-forward timed without building,
 ``Deferral.timed_copies``) to the run's time integrals: stream busy seconds and bytes
 per phase, link units per phase, and link busy seconds as the union with the event run's own
@@ -28,11 +30,9 @@ from typing import TYPE_CHECKING
 from tiersim.engine.graph import Task
 from tiersim.fastforward import cycles
 from tiersim.fastforward.cycles import Load
-from tiersim.fastforward.spans import Intervals, Measure, Spans, Window, merged, union
+from tiersim.fastforward.spans import Intervals, Spans, Window, union
 
 if TYPE_CHECKING:  # pragma: no cover
-    import numpy as np
-
     from tiersim.engine.flows import FlowNetwork, FlowSpan
     from tiersim.fastforward.deferred_run import DeferringRun
 
@@ -109,6 +109,34 @@ def credit_deferred(run: DeferringRun, deferral: Deferral, now: float | None = N
     deferral.timed_copies = {}
     if now is not None:
         run.network.recorded, run.network.recorded_since = None, math.inf
+
+
+def refuse_early(run: DeferringRun, deferral: Deferral) -> None:
+    """``DeferredFlowContended`` now where ``credit_deferred`` would refuse later: should a
+    deferred task timed so far (and not credited) have moved before the event run's flows were
+    recorded, or its flow, the other deferred flows timed so far and the event run's flows
+    recorded so far, each at its own bound, be able to saturate a link (the credit checks the
+    same with more flows, which only add load)."""
+    network, tasks, graph_flows = run.network, run.graph.tasks, run.graph.flows
+    loads = _LinkLoads()
+    for p, end in run.deferred_end.items():
+        flow = graph_flows[p]
+        if p < deferral.credited or flow is None:
+            continue
+        stream, start = tasks[p].stream, run.deferred_start[p] + tasks[p].delay
+        if start < network.recorded_since:
+            raise DeferredFlowContended(f"a deferred {stream} task moves before the event run's flows were recorded",
+                                        frozenset({stream}))
+        for link, units in flow.usage:
+            loads.flows_on.setdefault(link, []).append((Intervals([(start, end)]), flow.bound * units))
+            loads.deferred.setdefault(link, set()).add(stream)
+            loads.peak(link, stream, flow.bound * units)
+    ran = _event_flows(network, loads, [])
+    for link, flows in loads.flows_on.items():
+        capacity = network.capacity[link]
+        if sum(loads.peaks[link].values(), 0.0) > capacity * (1 + _OVERLOAD):
+            listed = [(a, b, load) for intervals, load in flows for a, b in intervals.singles]
+            _check_load(link, listed, ran.get(link, ([], []))[0], capacity, frozenset(loads.deferred[link]))
 
 
 def _to_credit(run: DeferringRun, deferral: Deferral, now: float | None) -> list[int] | None:
@@ -215,13 +243,16 @@ def _credit_links(run: DeferringRun, loads: _LinkLoads, skipped: list[SkippedSpa
         check = capacity if sum(loads.peaks[link].values(), 0.0) > capacity * (1 + _OVERLOAD) else None
         streams = frozenset(loads.deferred[link])
         events, repeats = ran.get(link, ([], []))
-        if repeats:
-            seconds = _by_cycles(link, flows, events, repeats, windows, check, streams)
+        step = _one_step(flows, repeats)
+        if step is not None:
+            seconds = _by_cycles(link, flows, events, repeats, step, windows, check, streams)
         else:
             if check is not None:
                 listed = [(a, b, load) for intervals, load in flows for a, b in intervals.listed()]
-                _check_load(link, listed, events, check, streams)
-            seconds = _alone(_on_link(flows), events, windows)
+                _check_load(link, listed, events + [(a, b, load) for span, load in repeats for a, b in span.listed()],
+                            check, streams)
+            off = union([Intervals([(a, b) for a, b, _load in events], [span for span, _load in repeats])])
+            seconds = _alone(_on_link(flows), off, windows)
         for (_begin, _end, phase), alone in zip(windows, seconds):
             if alone > least:
                 network.busy[link] += alone
@@ -262,21 +293,26 @@ def _event_flows(network: FlowNetwork, loads: _LinkLoads,
     return ran
 
 
+def _one_step(flows: list[tuple[Intervals, float]], repeats: list[tuple[Spans, float]]) -> float | None:
+    """The step of the copies of skipped flows on a link (``repeats``) if they and the deferred
+    ``flows``' progressions share one, else None (none, or two that drift apart)."""
+    steps = {span.step for span, _load in repeats}
+    steps.update(span.step for intervals, _load in flows for span in intervals.spans)
+    return steps.pop() if repeats and len(steps) == 1 else None
+
+
 def _by_cycles(link: str, flows: list[tuple[Intervals, float]], events: list[Load], repeats: list[tuple[Spans, float]],
-               windows: list[Window], check: float | None, streams: frozenset[str]) -> list[float]:
-    """What ``_credit_links`` finds of a link with copies of skipped flows on it (``repeats``),
-    by cycles of their step (``tiersim.fastforward.cycles``; a progression at another step is
-    listed): ``DeferredFlowContended`` if it could saturate (with ``check``, its capacity), and
-    per window the seconds the deferred ``flows`` are on it alone."""
-    pattern = max(repeats, key=lambda repeat: repeat[0].times)[0]
-    step = pattern.step
-    ours, ours_spans = _at_step([(intervals.singles, intervals.spans, load) for intervals, load in flows], step)
-    theirs, theirs_spans = _at_step([([], [span], load) for span, load in repeats], step)
-    theirs += events
+               step: float, windows: list[Window], check: float | None, streams: frozenset[str]) -> list[float]:
+    """What ``_credit_links`` finds of a link with copies of skipped flows on it (``repeats``)
+    whose progressions share one ``step``, by cycles of it (``tiersim.fastforward.cycles``):
+    ``DeferredFlowContended`` if it could saturate (with ``check``, its capacity), and per
+    window the seconds the deferred ``flows`` are on it alone."""
+    ours = [(a, b, load) for intervals, load in flows for a, b in intervals.singles]
+    ours_spans = [(span, load) for intervals, load in flows for span in intervals.spans]
     lo, hi = min(intervals.lo for intervals, _load in flows), max(intervals.hi for intervals, _load in flows)
-    cut = cycles.pieces(lo, hi, step, pattern.first, _edges_of(ours + theirs, windows, lo, hi),
-                        [span for span, _load in ours_spans + theirs_spans])
-    on, off = cycles.clipped(cut, ours, ours_spans), cycles.clipped(cut, theirs, theirs_spans)
+    cut = cycles.pieces(lo, hi, step, repeats[0][0].first, _edges_of(ours + events, windows, lo, hi),
+                        [span for span, _load in ours_spans + repeats])
+    on, off = cycles.clipped(cut, ours, ours_spans), cycles.clipped(cut, events, repeats)
     if check is not None:
         _check_load(link, [flow for piece in on for flow in piece], [flow for piece in off for flow in piece], check,
                     streams)
@@ -290,22 +326,6 @@ def _edges_of(singles: list[Load], windows: list[Window], lo: float, hi: float) 
     return edges + [time for begin, end, _phase in windows for time in (begin, end) if lo < time < hi]
 
 
-def _at_step(parts: list[tuple[list[tuple[float, float]], list[Spans], float]],
-             step: float) -> tuple[list[Load], list[tuple[Spans, float]]]:
-    """Of intervals with loads (singles, progressions, load), the progressions at ``step`` and
-    the rest listed (from, to, load)."""
-    singles: list[Load] = []
-    spans: list[tuple[Spans, float]] = []
-    for listed, progressions, load in parts:
-        singles += [(a, b, load) for a, b in listed]
-        for span in progressions:
-            if span.step == step:
-                spans.append((span, load))
-            else:
-                singles += [(a, b, load) for a, b in span.listed()]
-    return singles, spans
-
-
 def _group(groups: dict[tuple[str, int, float, float], _AlikeTasks], task: Task, p: int) -> _AlikeTasks:
     """The group of ``task`` (at position ``p``): tasks alike but for their size (stream, usage,
     rate cap and delay; usages are shared by kind, so told apart by identity)."""
@@ -316,52 +336,63 @@ def _group(groups: dict[tuple[str, int, float, float], _AlikeTasks], task: Task,
     return found
 
 
-def _alone(on: Intervals, events: list[Load], windows: list[Window]) -> list[float]:
+def _alone(on: Intervals, off: Intervals, windows: list[Window]) -> list[float]:
     """Per phase window, the seconds in which the disjoint intervals ``on`` (deferred flows on a
-    link) are on it and none of the event run's flows (``events``: from, to, load) is."""
+    link) are on it and none of the disjoint ``off`` (the event run's flows there) is: each of
+    ``on``'s intervals, in order, but what ``off`` covers of it (its single intervals met in
+    order too, its progressions in closed form)."""
+    if not off.singles and not off.spans:
+        return [on.covered(begin, end) if begin < on.hi and end > on.lo else 0.0 for begin, end, _phase in windows]
+    return _less_covered(sorted(on.listed()), off, windows)
+
+
+def _less_covered(on: list[tuple[float, float]], off: Intervals, windows: list[Window]) -> list[float]:
+    """Per phase window, the seconds of the disjoint, ordered intervals ``on`` that ``off``
+    does not cover."""
     seconds = [0.0] * len(windows)
-    if not on.singles and not on.spans:
-        return seconds
-    lo, hi = on.lo, on.hi
-    covered = merged([(a, b) for a, b, _load in events if a < hi and b > lo])
-    measure = Measure(on.listed()) if covered else None
-    for i, (begin, end, _phase) in enumerate(windows):
-        if begin >= hi or end <= lo:
-            continue
-        seconds[i] = on.covered(begin, end)
-        for a, b in covered:
-            if measure is not None and a < end and b > begin:
-                seconds[i] -= measure.between(max(a, begin), min(b, end))
+    begins: list[float] = [begin for begin, _end, _phase in windows]
+    ends: list[float] = [end for _begin, end, _phase in windows]
+    singles = sorted(off.singles)
+    i = j = 0
+    for a, b in on:
+        while i < len(ends) - 1 and ends[i] <= a:
+            i += 1
+        while j < len(singles) and singles[j][1] <= a:
+            j += 1
+        k = i
+        while k < len(begins) and begins[k] < b:
+            lo, hi = max(a, begins[k]), min(b, ends[k])
+            if hi > lo:
+                seconds[k] += (hi - lo) - _covered_from(singles, j, lo, hi, off.spans)
+            k += 1
+    return seconds
+
+
+def _covered_from(singles: list[tuple[float, float]], j: int, lo: float, hi: float, spans: list[Spans]) -> float:
+    """Seconds inside ``[lo, hi]`` of the disjoint, ordered ``singles`` from the ``j``-th on and
+    of the progressions ``spans`` (all disjoint)."""
+    seconds = sum((span.covered(lo, hi) for span in spans), 0.0)
+    while j < len(singles) and singles[j][0] < hi:
+        start, end = singles[j]
+        if end > lo:
+            seconds += min(end, hi) - max(start, lo)
+        j += 1
     return seconds
 
 
 def _check_load(link: str, ours: list[Load], theirs: list[Load], capacity: float, streams: frozenset[str]) -> None:
     """``DeferredFlowContended`` if at some moment the deferred flows on ``link`` (``ours``, of
     ``streams``: from, to, load at their own bounds) and the event run's flows then (``theirs``)
-    could take more than its ``capacity`` (units/s)."""
-    import numpy as np  # here, not at import: a run that defers nothing (most) needs none
-
-    mine = np.array(ours, dtype=float).reshape(-1, 3).T
-    others = np.array(theirs, dtype=float).reshape(-1, 3).T
-    count, other = mine.shape[1], others.shape[1]
-    times = np.concatenate([mine[0], mine[1], others[0], others[1]])
-    order = np.argsort(times, kind="stable")
-    times = times[order]
-    on = np.cumsum(_edges(0, count, 2 * other)[order])  # deferred flows on the link
-    load = np.cumsum(np.concatenate([mine[2], -mine[2], others[2], -others[2]])[order])
-    settled: np.ndarray = np.append(times[1:] != times[:-1], True)  # the last change at each moment
-    over = settled & (on > 0) & (load > capacity * (1 + _OVERLOAD))
-    if over.any():
-        raise DeferredFlowContended(f"link {link!r} could saturate under a deferred flow at {times[over][0]:.6g} s",
-                                    streams)
-
-
-def _edges(before: int, count: int, after: int) -> np.ndarray:
-    """+1 for ``count`` starts then -1 for their ends, ``before`` zeros ahead and ``after`` behind."""
-    import numpy as np
-
-    return np.concatenate([np.zeros(before, dtype=np.int64), np.ones(count, dtype=np.int64),
-                           np.full(count, -1, dtype=np.int64), np.zeros(after, dtype=np.int64)])
+    could take more than its ``capacity`` (units/s): a sweep over their starts and ends, each
+    moment judged once all its changes are in."""
+    changes = sorted([(a, 1, load) for a, _b, load in ours] + [(b, -1, -load) for _a, b, load in ours]
+                     + [(a, 0, load) for a, _b, load in theirs] + [(b, 0, -load) for _a, b, load in theirs])
+    limit, on, load, last = capacity * (1 + _OVERLOAD), 0, 0.0, len(changes) - 1
+    for k, (time, count, change) in enumerate(changes):
+        on += count
+        load += change
+        if on > 0 and load > limit and (k == last or changes[k + 1][0] != time):
+            raise DeferredFlowContended(f"link {link!r} could saturate under a deferred flow at {time:.6g} s", streams)
 
 
 def _phase_windows(changes: list[tuple[float, str]], until: float) -> list[Window]:

@@ -29,8 +29,9 @@ any is skipped with copies of its last iteration's deferred tasks standing for t
 defers, a state credits them first, so their time integrals count in its totals: a loop whose
 deferred tasks all end within each iteration (a micro-step's copies, which the next forward
 waits for) then repeats as one without any. Should a deferred flow have been slowed
-(``DeferredFlowContended``), the caller runs the schedule again with the streams that
-contended in the event run, deferring the others.
+(``DeferredFlowContended``: checked at each state until the first skip of flows that may meet
+them, ``refuse_early``, and when they are credited), the caller runs the schedule again with
+the streams that contended in the event run, deferring the others.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from tiersim.engine.runner import EngineRun, LateTask
 from tiersim.engine.schedule import Block, Runs, Session, blocks_of, run_whole
 from tiersim.errors import ModelError
 from tiersim.fastforward.counters import advance_counters, snapshot
-from tiersim.fastforward.deferred import Deferral, DeferredFlowContended, SkippedSpan, credit_deferred
+from tiersim.fastforward.deferred import Deferral, DeferredFlowContended, SkippedSpan, credit_deferred, refuse_early
 from tiersim.fastforward.deferred_copies import SkippedStretch, add_skipped_copies, copy_references
 from tiersim.fastforward.deferred_run import DeferringRun
 from tiersim.fastforward.loops import LoopProgress, iteration_of, runs_of
@@ -317,6 +318,8 @@ class FastForwardSession(Session):
         network.flush_busy(now)
         if not self.background:  # deferred tasks that have ended count in the totals
             credit_deferred(run, self.deferral, now)
+        elif network.recorded is not None and not self.deferral.skipped:  # a refusal now spares the rest
+            refuse_early(run, self.deferral)
         flows = {flow.key: flow for flow in network.flows}
         first, index, keys = loop.first, loop.index, loop.key
         current = index[-1] if index else 0

@@ -12,7 +12,6 @@ so their cost does not grow with the iterations skipped.
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 
 _TOUCH = 1e-12
@@ -132,32 +131,6 @@ class Intervals:
     def listed(self) -> list[tuple[float, float]]:
         """Every interval as (start, end) (s)."""
         return self.singles + [interval for span in self.spans for interval in span.listed()]
-
-
-class Measure:
-    """Disjoint intervals (start, end, s, in any order) measured fast: ``upto(x)`` is the
-    seconds of them before ``x``, by bisection over their running total."""
-
-    __slots__ = ("ends", "starts", "totals")
-
-    def __init__(self, intervals: list[tuple[float, float]]) -> None:
-        ordered = sorted(intervals)
-        self.starts = [start for start, _end in ordered]
-        self.ends = [end for _start, end in ordered]
-        self.totals = [0.0]
-        for start, end in ordered:
-            self.totals.append(self.totals[-1] + (end - start))
-
-    def upto(self, x: float) -> float:
-        """Seconds of the intervals before ``x``."""
-        i = bisect_right(self.starts, x) - 1
-        if i < 0:
-            return 0.0
-        return self.totals[i] + min(x, self.ends[i]) - self.starts[i]
-
-    def between(self, lo: float, hi: float) -> float:
-        """Seconds of the intervals inside ``[lo, hi]``."""
-        return self.upto(hi) - self.upto(lo)
 
 
 def union(parts: Iterable[Intervals]) -> Intervals:
