@@ -62,8 +62,8 @@ def advance_each(target: list[float], earlier: list[float], before: list[float],
         for j in range(len(after)):
             value, was = after[j], before[j] if j < len(before) else 0.0
             if value != was:
-                target[j] += times * (value - was)
+                target[j] = target[j] + times * (value - was)  # ``+=`` on a list item compiles to a generic call
         return
     for j in range(len(after)):
         was = before[j] if j < len(before) else 0.0
-        target[j] += advanced(earlier[j] if j < len(earlier) else 0.0, was, after[j], times, ratio, True)
+        target[j] = target[j] + advanced(earlier[j] if j < len(earlier) else 0.0, was, after[j], times, ratio, True)

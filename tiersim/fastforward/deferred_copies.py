@@ -10,6 +10,8 @@ the skip moved there. Times are s, sizes bytes, rates bytes/s.
 
 from __future__ import annotations
 
+from typing import Final
+
 from tiersim.engine.graph import Task, TaskGraph
 from tiersim.fastforward.deferred import Deferral
 from tiersim.fastforward.deferred_run import DeferringRun
@@ -17,7 +19,9 @@ from tiersim.fastforward.loops import LoopProgress, iteration_of
 from tiersim.fastforward.spans import Spans
 from tiersim.fastforward.state import TIME_TOL
 
-BEFORE_LOOP, SAME_ITERATION, COMPUTE_SIDE = 0, 1, 2
+BEFORE_LOOP: Final = 0
+SAME_ITERATION: Final = 1
+COMPUTE_SIDE: Final = 2
 """What a copy's dependency is (``CopyInput.source``)."""
 
 

@@ -6,14 +6,14 @@ from __future__ import annotations
 import functools
 from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from tiersim.engine.schedule import Block
 
 if TYPE_CHECKING:  # pragma: no cover
     from tiersim.fastforward.state import BoundaryState
 
-MAX_PERIOD = 8
+MAX_PERIOD: Final = 8
 """Longest block of iterations ``runs_of`` looks for a repeating pattern in."""
 
 

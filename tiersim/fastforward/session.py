@@ -37,6 +37,7 @@ the streams that contended in the event run, deferring the others.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterator, Sequence
+from typing import Final
 
 from tiersim.engine.flows import FlowSpan
 from tiersim.engine.graph import TaskGraph
@@ -62,12 +63,12 @@ from tiersim.fastforward.state import (
 )
 from tiersim.fastforward.transient import GeometricSkipMissed, advanced, common_ratio
 
-STATE_BUDGET = 64
+STATE_BUDGET: Final = 64
 """Pending tasks a loop's states may read per task it has built (plus ``STATE_BUDGET_BASE``):
 a loop whose large states keep failing to repeat (a queue that grows) then simulates on
 without taking them, so its cost stays linear in its tasks."""
-STATE_BUDGET_BASE = 4096
-SPECULATIVE_PENDING = 32
+STATE_BUDGET_BASE: Final = 4096
+SPECULATIVE_PENDING: Final = 32
 """A state of at most this many pending tasks is taken at a boundary even when it cannot
 repeat the one before (its signature differs): the next one may repeat it, a loop then skips
 an iteration sooner, and reading it costs less than simulating that iteration. Larger ones

@@ -14,18 +14,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable
+from typing import Final
 
 from tiersim.fastforward.counters import CounterTotals
 from tiersim.fastforward.transient import advanced
 
-TIME_TOL = 1e-11
+TIME_TOL: Final = 1e-11
 """Seconds of float residue per second of simulated time two states may differ by."""
-REL_TOL = 1e-9
+REL_TOL: Final = 1e-9
 """Relative difference two rates or byte counts may differ by (a transient that settles
 geometrically reaches it within a few iterations; the skipped remainder of it moves the
 results by far less than that, relative to the run)."""
 
-NOT_ALIKE, ALIKE, REPEATS = 0, 1, 2
+NOT_ALIKE: Final = 0
+ALIKE: Final = 1
+REPEATS: Final = 2
 """How a state compares with one before (``BoundaryState.compare``)."""
 
 

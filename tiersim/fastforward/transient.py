@@ -15,11 +15,13 @@ gives. ``FastForwardSession`` checks the result on the period it simulates after
 
 from __future__ import annotations
 
-RATIO_MAX = 0.9
+from typing import Final
+
+RATIO_MAX: Final = 0.9
 """Largest ratio taken: a slower transient magnifies an error in the ratio by 1/(1-r)^2."""
-RATIO_TOL = 1e-6
+RATIO_TOL: Final = 1e-6
 """How closely (relative) each successive difference must be the ratio times the one before."""
-NOISE = 1e-13
+NOISE: Final = 1e-13
 """Float residue of a value, relative to its magnitude (at least 1): differences below a
 million times it show no trend."""
 
