@@ -60,6 +60,7 @@ from tiersim.fastforward.state import (
     Waiting,
     close,
     extrapolated,
+    first_pending,
 )
 from tiersim.fastforward.transient import GeometricSkipMissed, advanced, common_ratio
 
@@ -280,7 +281,7 @@ class FastForwardSession(Session):
             return None
         if run.proxies_pending:
             return None  # timeouts a state does not describe
-        oldest = next(iter(run.pending), -1)  # a task from before the loop is named by position
+        oldest = first_pending(run.pending)  # a task from before the loop is named by position
         head = oldest if oldest < loop.first[0] else oldest - loop.first[-1]
         now = clock.now()
         signature = (len(run.pending), head, len(run.network.armed), run.accounts.phase)

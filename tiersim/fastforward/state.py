@@ -180,6 +180,14 @@ def extrapolated(states: list[BoundaryState], periods: int, ratio: float) -> Bou
     return BoundaryState(now, state.who, doing, timers, state.phase, None, state.roles)
 
 
+def first_pending(pending: dict[int, None]) -> int:
+    """The first of a run's pending tasks (they join in order: the oldest), or -1 if none
+    (``next`` compiled is a call through Python)."""
+    for p in pending:
+        return p
+    return -1
+
+
 def close(times: list[float], other: list[float], tol: float) -> bool:
     """Whether two equally long lists of seconds agree to ``tol`` each."""
     return all(abs(a - b) <= tol for a, b in zip(times, other))
