@@ -132,6 +132,8 @@ class StepBuilder:
         self.background: set[str] = set()
         """Streams whose backward work may run on into the optimizer step (the step does not
         wait for them to begin; the strategy waits where it needs them)."""
+        self._figures: dict[str, float] = {}
+        """The rank's figures ``figure`` has read from ``hw``, by name."""
 
     def add(self, task: Task) -> str:
         """Add a task and return its name (the graph declares the rank's links on first use)."""
@@ -166,6 +168,15 @@ class StepBuilder:
     def gpu(self) -> GPUProfile:
         """The rank's GPU (every schedule but a host-only optimizer step has one)."""
         return self.hw.rank_gpu
+
+    def figure(self, name: str) -> float:
+        """``hw``'s figure ``name`` (``rank_cores``, ``pageable_bandwidth``: physical cores,
+        bytes/s), read once per schedule: a ``Hardware`` property runs in Python, and a step asks
+        for these per sub-group."""
+        known = self._figures.get(name)
+        if known is None:
+            known = self._figures[name] = float(getattr(self.hw, name))
+        return known
 
     @property
     def dp(self) -> int:
@@ -229,8 +240,10 @@ class StepBuilder:
         if kind is None:
             kind = self.kinds[("collective", stream, phase)] = TaskKind(
                 stream, phase, stream, self.collective_latency(), self.collective_usage())
-        edp = self.step.training.expert_data_parallel
-        ring = num_bytes * (self.dp - 1) / self.dp + (expert_bytes * (edp - 1) / edp if expert_bytes else 0.0)
+        ring = num_bytes * (self.dp - 1) / self.dp
+        if expert_bytes:
+            edp = self.step.training.expert_data_parallel
+            ring += expert_bytes * (edp - 1) / edp
         return self.add(kind.task(name, ring, deps))
 
     @property

@@ -64,8 +64,8 @@ def params_to_gpu(builder: StepBuilder, memory: HostMemory, group: SubGroup, aft
     if not builder.hw.has_gpu:
         return after
     lp = builder.step.lp_bytes
-    convert = host_copy_kind(builder, "optimizer_step", "convert", memory, FP32_BYTES, lp, builder.hw.rank_cores,
+    convert = host_copy_kind(builder, "optimizer_step", "convert", memory, FP32_BYTES, lp, builder.figure("rank_cores"),
                              temporary)
     converted = builder.add(convert.task(f"step.{group.index}.convert", group.numel, (after,)))
-    h2d = pcie_kind(builder, "h2d", "optimizer_step", temporary or memory, builder.hw.pageable_bandwidth)
+    h2d = pcie_kind(builder, "h2d", "optimizer_step", temporary or memory, builder.figure("pageable_bandwidth"))
     return builder.add(h2d.task(f"step.{group.index}.h2d", group.numel * lp, (converted,)))

@@ -329,7 +329,8 @@ def _converted_on_host(builder: StepBuilder, staged_in: HostMemory, fp32: HostMe
     Returns the conversion."""
     micro, numel = builder.step.micro_steps - 1, builder.step.rank_partitions[index]
     lp = builder.step.grad_accum_bytes
-    d2h = pcie_kind(builder, "d2h", "backward", staged_in, builder.hw.pageable_bandwidth, stream=PARTITION_STREAM)
+    pageable = builder.figure("pageable_bandwidth")
+    d2h = pcie_kind(builder, "d2h", "backward", staged_in, pageable, stream=PARTITION_STREAM)
     copied = builder.add(d2h.task(f"m{micro}.bwd.{index}.grad_d2h_pageable", numel * lp, (kept,)))
     convert = host_copy_kind(builder, "backward", "grad_convert", staged_in, lp, FP32_BYTES, GRADIENT_HOOK_THREADS,
                              fp32)

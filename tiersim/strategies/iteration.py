@@ -133,7 +133,8 @@ def _checkpoint_copy(builder: StepBuilder, direction: str, prefix: str, layer: L
     if not (layer.checkpointed and builder.step.training.cpu_checkpointing):
         return
     phase = "forward" if direction == "d2h" else "backward"
-    kind = pcie_kind(builder, direction, phase, HostMemory.dram_only(), builder.hw.pageable_bandwidth, stream="gpu")
+    pageable = builder.figure("pageable_bandwidth")
+    kind = pcie_kind(builder, direction, phase, HostMemory.dram_only(), pageable, stream="gpu")
     builder.add(kind.task(f"{prefix}.checkpoint_{direction}", layer.activation_bytes, deps))
 
 

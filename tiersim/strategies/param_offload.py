@@ -217,13 +217,13 @@ class ParamFetch:
         lp = builder.step.lp_bytes
         source = source or HostMemory.dram_only()
         if fp32_on_gpu:
-            d2h = pcie_kind(builder, "d2h", "optimizer_step", source, builder.hw.pageable_bandwidth)
+            d2h = pcie_kind(builder, "d2h", "optimizer_step", source, builder.figure("pageable_bandwidth"))
             after = builder.add(d2h.task(f"step.{group.index}.param_d2h", group.numel * FP32_BYTES, (after,)))
         on_nvme = self.layout.nvme_groups[group.index]
         write = aio_kind(builder, self.swap, "param_write", "optimizer_step", True) if on_nvme else None
         previous = builder.graph.stream_tails().get(write.stream) if write is not None else None
         convert = host_copy_kind(builder, "optimizer_step", "convert", source, FP32_BYTES, lp,
-                                 builder.hw.rank_cores, self.memory)
+                                 builder.figure("rank_cores"), self.memory)
         converted = builder.add(convert.task(f"step.{group.index}.convert", group.numel,
                                              (after, previous) if previous else (after,)))
         if write is not None:

@@ -185,7 +185,8 @@ def unscale(builder: StepBuilder, layout: HostLayout, begin: str) -> str:
     the rank's cores reading and writing 4 B per element."""
     step = builder.step
     grads = layout.memory(FP32_GRADS, 0, FP32_BYTES * step.rank_params)
-    kind = host_copy_kind(builder, "optimizer_step", "unscale", grads, FP32_BYTES, FP32_BYTES, builder.hw.rank_cores)
+    cores = builder.figure("rank_cores")
+    kind = host_copy_kind(builder, "optimizer_step", "unscale", grads, FP32_BYTES, FP32_BYTES, cores)
     return builder.add(kind.task("step.unscale", step.rank_params, (begin,)))
 
 
