@@ -33,6 +33,7 @@ COMPILED = (
     "tiersim.engine.graph",
     "tiersim.engine.runner",
     "tiersim.engine.schedule",
+    "tiersim.engine.usage",
     "tiersim.fastforward.counters",
     "tiersim.fastforward.cycles",
     "tiersim.fastforward.deferred",

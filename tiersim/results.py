@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from tiersim.config.scenario import RunConfig
 from tiersim.engine import TaskGraph
 from tiersim.engine.runner import EngineRun, TaskRecord
+from tiersim.engine.usage import UsageRow, usage_table
 from tiersim.strategies.estimator import zero3_estimate
 from tiersim.strategies.placement import Placement, Unfit
 
@@ -111,7 +112,7 @@ class Result:
         """The busiest resource (stream or link) during the optimizer step, or None."""
         if self.engine is None or self.phases is None:
             return None
-        step = usage_table(self.engine, self.phases, only="optimizer_step")
+        step = _usage(self.engine, self.phases, "optimizer_step")
         if not step:
             return None
         # Resources tied to float residue (a stream and the link it saturates) go by table order.
@@ -164,72 +165,17 @@ def phase_windows(run: EngineRun) -> list[tuple[str, float, float]]:
 
 
 
-UsageRow = tuple[str, str, str, float, float, float]
-"""One row of the utilisation table, in the order of ``UTILISATION_COLUMNS``."""
-
-
 def utilisation_rows(run: EngineRun, spans: dict[str, float], only: str | None = None) -> list[dict[str, Any]]:
     """Per stream and per link, over the iteration and per phase (or for phase ``only``):
     busy seconds, utilisation and units moved (bytes; link units for a link), from the run's
-    time integrals (``tiersim.engine.accounts``), which need no trace. A link's utilisation is
+    time integrals (``tiersim.engine.usage``), which need no trace. A link's utilisation is
     the units its flows used over capacity x time."""
-    return [dict(zip(UTILISATION_COLUMNS, row)) for row in usage_table(run, spans, only)]
+    return [dict(zip(UTILISATION_COLUMNS, row)) for row in _usage(run, spans, only)]
 
 
-def usage_table(run: EngineRun, spans: dict[str, float], only: str | None = None) -> list[UsageRow]:
-    """``utilisation_rows`` as tuples (what ``Result.bottleneck`` reads, cheaply). The accounts'
-    mappings are built when read: each is read once, and only for the phases asked for."""
-    acc = run.accounts
-    phases = [(p, *acc.in_phase(p)) for p in PHASES if only is None or p == only]
-    stream_busy = acc.stream_busy
-    whole: dict[str, tuple[float, float]] = {}
-    if only is None:
-        stream_bytes = acc.stream_bytes
-        whole = {stream: (seconds, stream_bytes[stream]) for stream, seconds in stream_busy.items()}
-        streams = sorted(stream_busy)
-    else:
-        streams = sorted(stream_busy.keys() & (phases[0][1].keys() if phases else set()))
-    return _stream_rows(run, spans, phases, streams, whole) + _link_rows(run, spans, phases, only is None)
-
-
-PhaseTotals = tuple[str, dict[str, float], dict[str, float]]
-"""A phase, its busy seconds and its units moved, by resource."""
-
-
-def _stream_rows(run: EngineRun, spans: dict[str, float], phases: list[PhaseTotals], streams: list[str],
-                 whole: dict[str, tuple[float, float]]) -> list[UsageRow]:
-    """``usage_table`` of the ``streams``: busy over the span's length; bytes moved (over the
-    iteration: ``whole``, seconds and bytes by stream, where the table has the iteration)."""
-    rows: list[UsageRow] = []
-    for stream in streams:
-        if stream in whole:
-            seconds, bytes_moved = whole[stream]
-            rows.append((stream, "stream", "iteration", seconds, _ratio(seconds, run.makespan), bytes_moved))
-        for phase, busy, moved in phases:
-            if stream in busy:
-                seconds = busy[stream]
-                rows.append((stream, "stream", phase, seconds, _ratio(seconds, spans[phase]), moved.get(stream, 0.0)))
-    return rows
-
-
-def _link_rows(run: EngineRun, spans: dict[str, float], phases: list[PhaseTotals], iteration: bool) -> list[UsageRow]:
-    """``usage_table`` of the links: units used over capacity x the span's length."""
-    rows: list[UsageRow] = []
-    for link, capacity in run.link_capacity.items():
-        if iteration:
-            units_moved = run.link_units_moved[link]
-            rows.append((link, "link", "iteration", run.link_busy[link],
-                         _ratio(units_moved, capacity * run.makespan), units_moved))
-        for phase, busy, moved in phases:
-            if link in busy:
-                units_used = moved.get(link, 0.0)
-                rows.append((link, "link", phase, busy[link], _ratio(units_used, capacity * spans[phase]),
-                             units_used))
-    return rows
-
-
-def _ratio(part: float, whole: float) -> float:
-    return part / whole if whole > 0 else 0.0
+def _usage(run: EngineRun, spans: dict[str, float], only: str | None) -> list[UsageRow]:
+    """``utilisation_rows`` as the engine's tuples (what ``Result.bottleneck`` reads, cheaply)."""
+    return usage_table(run, spans, [p for p in PHASES if only is None or p == only], only is None)
 
 
 def _param_device(options: object) -> str | None:
