@@ -119,6 +119,7 @@ def refuse_early(run: DeferringRun, deferral: Deferral) -> None:
     same with more flows, which only add load)."""
     network, tasks, graph_flows = run.network, run.graph.tasks, run.graph.flows
     loads = _LinkLoads()
+    ours: dict[str, list[Load]] = {}
     for p, end in run.deferred_end.items():
         flow = graph_flows[p]
         if p < deferral.credited or flow is None:
@@ -128,15 +129,19 @@ def refuse_early(run: DeferringRun, deferral: Deferral) -> None:
             raise DeferredFlowContended(f"a deferred {stream} task moves before the event run's flows were recorded",
                                         frozenset({stream}))
         for link, units in flow.usage:
-            loads.flows_on.setdefault(link, []).append((Intervals([(start, end)]), flow.bound * units))
+            ours.setdefault(link, []).append((start, end, flow.bound * units))
             loads.deferred.setdefault(link, set()).add(stream)
             loads.peak(link, stream, flow.bound * units)
-    ran = _event_flows(network, loads, [])
-    for link, flows in loads.flows_on.items():
+    theirs: dict[str, list[Load]] = {}
+    for span in network.recorded or ():
+        for link, units in span.usage:
+            if link in ours:
+                theirs.setdefault(link, []).append((span.since, span.until, span.bound * units))
+                loads.peak(link, span.stream, span.bound * units)
+    for link, flows in ours.items():
         capacity = network.capacity[link]
         if sum(loads.peaks[link].values(), 0.0) > capacity * (1 + _OVERLOAD):
-            listed = [(a, b, load) for intervals, load in flows for a, b in intervals.singles]
-            _check_load(link, listed, ran.get(link, ([], []))[0], capacity, frozenset(loads.deferred[link]))
+            _check_load(link, flows, theirs.get(link, []), capacity, frozenset(loads.deferred[link]))
 
 
 def _to_credit(run: DeferringRun, deferral: Deferral, now: float | None) -> list[int] | None:
@@ -343,16 +348,20 @@ def _alone(on: Intervals, off: Intervals, windows: list[Window]) -> list[float]:
     order too, its progressions in closed form)."""
     if not off.singles and not off.spans:
         return [on.covered(begin, end) if begin < on.hi and end > on.lo else 0.0 for begin, end, _phase in windows]
-    return _less_covered(sorted(on.listed()), off, windows)
-
-
-def _less_covered(on: list[tuple[float, float]], off: Intervals, windows: list[Window]) -> list[float]:
-    """Per phase window, the seconds of the disjoint, ordered intervals ``on`` that ``off``
-    does not cover."""
     seconds = [0.0] * len(windows)
-    begins: list[float] = [begin for begin, _end, _phase in windows]
-    ends: list[float] = [end for _begin, end, _phase in windows]
+    bounds = ([begin for begin, _end, _phase in windows], [end for _begin, end, _phase in windows])
     singles = sorted(off.singles)
+    for part in [sorted(on.singles), *(span.listed() for span in on.spans)]:  # each in order
+        _less_covered(part, singles, off.spans, bounds, seconds)
+    return seconds
+
+
+def _less_covered(on: list[tuple[float, float]], singles: list[tuple[float, float]], spans: list[Spans],
+                  bounds: tuple[list[float], list[float]], seconds: list[float]) -> None:
+    """Add to ``seconds`` (per phase window, whose starts and ends are ``bounds``) the seconds
+    of the disjoint, ordered intervals ``on`` that the disjoint ``singles`` (in order) and
+    ``spans`` do not cover."""
+    begins, ends = bounds
     i = j = 0
     for a, b in on:
         while i < len(ends) - 1 and ends[i] <= a:
@@ -363,9 +372,8 @@ def _less_covered(on: list[tuple[float, float]], off: Intervals, windows: list[W
         while k < len(begins) and begins[k] < b:
             lo, hi = max(a, begins[k]), min(b, ends[k])
             if hi > lo:
-                seconds[k] += (hi - lo) - _covered_from(singles, j, lo, hi, off.spans)
+                seconds[k] += (hi - lo) - _covered_from(singles, j, lo, hi, spans)
             k += 1
-    return seconds
 
 
 def _covered_from(singles: list[tuple[float, float]], j: int, lo: float, hi: float, spans: list[Spans]) -> float:
