@@ -398,6 +398,30 @@ def test_a_pipelined_nvme_step_settles_in_closed_form() -> None:
     assert_same(fast, simulate(config, fast_forward=False))
 
 
+def test_a_pipelined_nvme_step_that_repeats_every_two_sub_groups_is_skipped() -> None:
+    """A pipelined NVMe step (16 layers on 4 GPUs, 6 drives at queue depth 8, 8 swap buffers, 15
+    sub-groups) whose reads and writes share the drives settles into a period of two sub-groups,
+    each unlike the one before: its states are compared two sub-groups apart (``REPEAT_LAGS``)
+    and whole periods skipped, with fewer events than a session comparing only consecutive
+    states, and the full simulation's results."""
+    overrides = ["model.layers=16", "hardware.gpus=4", "hardware.sockets=2", "training.global_batch=8",
+                 "training.zero_stage=3", "training.sub_group_size=1e8", "training.activation_checkpointing=false",
+                 "hardware.nvme.count=6", "strategies.nvme.buffer_count=8", "strategies.nvme.pipeline_read=true",
+                 "strategies.nvme.pipeline_write=true", "strategies.nvme.queue_depth=8"]
+    config = load_scenario(SEVENTY_B, overrides, ["nvme"], force=True)[0]
+    plan = STRATEGIES[config.strategy](config.options).plan(build_step(config.model, config.training),
+                                                            config.hardware)
+    assert plan.schedule is not None and plan.capacity_of is not None
+    events = {}
+    for lags in ((), (2,)):
+        session = FastForwardSession(plan.capacity_of, lags=lags)
+        plan.schedule(session)
+        events[lags] = session.finish().events
+    fast = simulate(config)
+    assert events[(2,)] == fast.events < events[()]
+    assert_same(fast, simulate(config, fast_forward=False))
+
+
 def test_runs_of_finds_runs_and_repeating_patterns() -> None:
     """Equal keys in a row are one run; a pattern of a few keys repeated three times or more is
     one run of blocks."""

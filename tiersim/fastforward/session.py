@@ -22,6 +22,11 @@ skipped in closed form, and the last block, simulated, must land where the close
 repeats or settles, every iteration is simulated; where the lazily built graph would start a
 task late (``LateTask``), the caller builds the graph whole.
 
+A state equal to the one 2 or 4 blocks before (``REPEAT_LAGS``), though not to the one before,
+shows a period of that many blocks (a pipelined NVMe step's reads and writes sharing the drives
+can settle so): the run is skipped by whole periods, as above, and the blocks left over are
+simulated.
+
 Streams a schedule says carry copies in the background (``background_copies``) are deferred
 (``tiersim.fastforward.deferred``): they leave the event run and its states; a loop holding
 any is skipped with copies of its last iteration's deferred tasks standing for the skipped ones
@@ -69,6 +74,10 @@ STATE_BUDGET: Final = 64
 a loop whose large states keep failing to repeat (a queue that grows) then simulates on
 without taking them, so its cost stays linear in its tasks."""
 STATE_BUDGET_BASE: Final = 4096
+REPEAT_LAGS: Final = (2, 4)
+"""Blocks apart, besides consecutive ones, that a run's states are compared at for a repeat:
+a pipelined NVMe step's reads and writes sharing the drives can settle into a period of 2 or 4
+sub-groups, each unlike the one before."""
 SPECULATIVE_PENDING: Final = 32
 """A state of at most this many pending tasks is taken at a boundary even when it cannot
 repeat the one before (its signature differs): the next one may repeat it, a loop then skips
@@ -78,24 +87,37 @@ an iteration sooner, and reading it costs less than simulating that iteration. L
 
 class _AlikeBlocks:
     """One run of a loop's alike blocks as the session goes through it: ``count`` blocks of
-    ``width`` iterations, and the states at its last boundaries (consecutive, the latest last)."""
+    ``width`` iterations, and the states at its last boundaries (consecutive, the latest last;
+    at most ``depth`` of them)."""
 
-    def __init__(self, count: int, width: int, self_contained: bool) -> None:
+    def __init__(self, count: int, width: int, self_contained: bool, depth: int) -> None:
         self.count = count
         self.width = width
         self.self_contained = self_contained
+        self.depth = depth
         self.history: list[BoundaryState] = []
+
+    def remember(self, state: BoundaryState | None) -> None:
+        """Add the state at the latest boundary (None: a boundary without one, which no later
+        state can be compared across, so the history starts again)."""
+        self.history = [*self.history[1 - self.depth:], state] if state is not None else []
 
 
 class FastForwardSession(Session):
     """A task graph under construction and its run in progress, skipping what repeats.
     ``geometric``: whether it may skip over transients that settle geometrically;
-    ``deferring``: whether it defers the streams a schedule says carry background copies."""
+    ``deferring``: whether it defers the streams a schedule says carry background copies;
+    ``lags``: the blocks apart, besides consecutive ones, that states are compared at."""
 
     def __init__(self, capacity_of: Callable[[str], float], max_tasks: int | None = None, geometric: bool = True,
-                 deferring: bool = True, kept: frozenset[str] = frozenset()) -> None:
+                 deferring: bool = True, kept: frozenset[str] = frozenset(),
+                 lags: tuple[int, ...] = REPEAT_LAGS) -> None:
         super().__init__(capacity_of, max_tasks)
         self.geometric = geometric
+        self.lags = lags
+        self.depth = max((3, *lags))
+        """States a run of alike blocks keeps: three before the latest for a geometric transient,
+        and as many as the longest lag."""
         self.deferring = deferring
         self.kept = kept
         """Streams never deferred (their flows contended in an earlier try)."""
@@ -135,7 +157,7 @@ class FastForwardSession(Session):
         loop = LoopProgress()
         index = 0
         for key, count, width in blocks:
-            alike = _AlikeBlocks(count, width, self_contained)
+            alike = _AlikeBlocks(count, width, self_contained, self.depth)
             block = 0
             while block < count:
                 if loop.first:  # a state at each block's start, relative to the block before
@@ -171,17 +193,18 @@ class FastForwardSession(Session):
             after = self._skip_from(loop, alike, block, state)
             if after == alike.count:
                 return after
-            if after >= 0:  # a skip over a settling transient: the last block checks it
-                alike.history = []
+            if after >= 0:  # blocks left after a skip: simulated, the first checks a settling transient
+                alike.remember(None)
                 return after
-        alike.history = [*alike.history[-2:], state] if state is not None else []
+        alike.remember(state)
         return block
 
     def _skip_from(self, loop: LoopProgress, alike: _AlikeBlocks, block: int, state: BoundaryState) -> int:
-        """Skip the rest of the run if ``state`` repeats the one before (returns the run's
-        count), or all but its last block if the last four settle geometrically and no deferred
-        flow is yet to be checked (a settling span's flows are not shifted copies of a period's,
-        ``SkippedSpan``; returns the last block); -1 if neither."""
+        """Skip from ``state``, before ``block``: the rest of the run if it repeats the one
+        before (returns the run's count); else, with no deferred task of the loop yet to be
+        credited, whole periods if it repeats one a few blocks before (``_skip_lagged``), or
+        all but the run's last block if the last four settle geometrically (``_skip_settling``);
+        returns the block to build next, or -1 if none of these."""
         history, left = alike.history, alike.count - block
         # deferred tasks in the loop not yet in the counters
         holds = self.run.last_deferred >= max(loop.first[0], self.deferral.credited)
@@ -190,7 +213,31 @@ class FastForwardSession(Session):
             if not holds or references is not None:
                 self._skip(loop, [history[-1], state], left, alike.width, references, 0.0)
                 return alike.count
-        elif len(history) >= 3 and left >= 2 and not holds and self.geometric and self.run.network.recorded is None:
+            return -1
+        if holds:
+            return -1
+        after = self._skip_lagged(loop, alike, block, state)
+        return after if after >= 0 else self._skip_settling(loop, alike, block, state)
+
+    def _skip_lagged(self, loop: LoopProgress, alike: _AlikeBlocks, block: int, state: BoundaryState) -> int:
+        """Skip whole periods of ``lag`` blocks (the first of ``lags`` for which ``state``
+        repeats the state ``lag`` blocks before: a period of that many blocks, each unlike the
+        one before) as far as the run's end; returns the first block left, or -1 if no lag
+        shows a repeat."""
+        history, left = alike.history, alike.count - block
+        for lag in self.lags:
+            if lag <= min(len(history), left) and state.repeats(history[-lag]):
+                periods = left // lag
+                self._skip(loop, [history[-lag], state], periods, alike.width * lag, None, 0.0)
+                return block + periods * lag
+        return -1
+
+    def _skip_settling(self, loop: LoopProgress, alike: _AlikeBlocks, block: int, state: BoundaryState) -> int:
+        """Skip all but the run's last block if the last four states settle geometrically and
+        no deferred flow is yet to be checked (a settling span's flows are not shifted copies of
+        a period's, ``SkippedSpan``); returns the last block, or -1 if they do not."""
+        history, left = alike.history, alike.count - block
+        if len(history) >= 3 and left >= 2 and self.geometric and self.run.network.recorded is None:
             states = [*history[-3:], state]
             ratio = self._trend(states)
             expected = self._settled(states, left, ratio) if ratio is not None else None
