@@ -1,8 +1,8 @@
 """How busy a run kept its streams and links, over the run and per phase, from its time
 integrals (``tiersim.engine.accounts``): no trace needed. Seconds, bytes and link units.
 
-Compiled with the engine: a sweep reads the optimizer step's rows of every run (its
-bottleneck), which in Python cost as much as planning the run.
+Compiled with the engine: a sweep reads one phase's rows of every run (its busiest resource),
+which in Python cost as much as planning the run.
 """
 
 from __future__ import annotations
