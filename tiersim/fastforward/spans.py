@@ -13,10 +13,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from operator import itemgetter
 
 _TOUCH = 1e-12
 """Relative float residue by which consecutive intervals may miss touching and still be one
 stretch (a stream whose queue never empties)."""
+
+_START = itemgetter(0)
+"""An interval's start (s), the key ``merged`` sorts by."""
 
 Window = tuple[float, float, str]
 """A phase window: from, to (s) and the phase."""
@@ -74,10 +78,16 @@ class Spans:
         if k0 > k1:
             return [self], []
         first, step, length, times = self.first, self.step, self.length, self.times
-        kept = [span for span in (Spans(first, step, length, k0),
-                                  Spans(first + (k1 + 1) * step, step, length, times - k1 - 1)) if span.times]
-        cut = first + k0 * step, first + k1 * step + length
-        parts = [part for part in ((cut[0], lo), (hi, cut[1])) if part[1] > part[0]]
+        kept, parts = [], []
+        if k0:
+            kept.append(Spans(first, step, length, k0))
+        if k1 + 1 < times:
+            kept.append(Spans(first + (k1 + 1) * step, step, length, times - k1 - 1))
+        start, end = first + k0 * step, first + k1 * step + length
+        if lo > start:
+            parts.append((start, lo))
+        if end > hi:
+            parts.append((hi, end))
         return kept, parts
 
     def listed(self) -> list[tuple[float, float]]:
@@ -198,8 +208,10 @@ def _outside_singles(pieces: list[Spans], lo: float, hi: float, tol: float, sing
                      listed: list[tuple[float, float]]) -> list[Spans]:
     """A block's progressions (from ``lo`` to ``hi``, s) without what a single interval covers
     (that is its own): the parts it cuts join ``listed``."""
-    for start, end in singles:
-        if start < hi - tol and end > lo + tol:
+    for start, end in singles:  # in order
+        if start >= hi - tol:
+            break
+        if end > lo + tol:
             left: list[Spans] = []
             for piece in pieces:
                 kept, cut = piece.minus(start, end)
@@ -224,10 +236,16 @@ def _alike(periodic: list[Spans]) -> list[list[Spans]]:
 def merged(intervals: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
     """Intervals (s) joined where they overlap or touch, in order."""
     out: list[tuple[float, float]] = []
-    for lo, hi in sorted(intervals):
-        if out and lo <= out[-1][1]:
-            if hi > out[-1][1]:
-                out[-1] = (out[-1][0], hi)
-        else:
+    if not intervals:
+        return out
+    ordered = sorted(intervals, key=_START)  # ties in either order merge alike
+    lo, hi = ordered[0]
+    for k in range(1, len(ordered)):
+        start, end = ordered[k]
+        if start > hi:
             out.append((lo, hi))
+            lo, hi = start, end
+        elif end > hi:
+            hi = end
+    out.append((lo, hi))
     return out
