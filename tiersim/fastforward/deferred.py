@@ -176,14 +176,15 @@ def _groups(run: DeferringRun, deferral: Deferral,
     """The deferred tasks and timed copies to credit, grouped (``_group``); each task's start and
     end join the run's."""
     groups: dict[tuple[str, int, float, float], _AlikeTasks] = {}
+    last: dict[str, _AlikeTasks] = {}
     start, end, tasks = run.start, run.end, run.graph.tasks
     for p in deferred:
         start[p], end[p] = run.deferred_start[p], run.deferred_end[p]
-        group = _group(groups, tasks[p], p)
+        group = _group(groups, last, tasks, p)
         group.singles.append((start[p], end[p]))
         group.sizes.append(tasks[p].size)
     for q, copies in deferral.timed_copies.items():
-        group = _group(groups, tasks[q], q)
+        group = _group(groups, last, tasks, q)
         group.spans += copies
         group.sizes += [tasks[q].size * span.times for span in copies]
     return groups
@@ -256,7 +257,8 @@ def _credit_links(run: DeferringRun, loads: _LinkLoads, skipped: list[SkippedSpa
                 listed = [(a, b, load) for intervals, load in flows for a, b in intervals.listed()]
                 _check_load(link, listed, events + [(a, b, load) for span, load in repeats for a, b in span.listed()],
                             check, streams)
-            off = union([Intervals([(a, b) for a, b, _load in events], [span for span, _load in repeats])])
+            off = (union([Intervals([(a, b) for a, b, _load in events], [span for span, _load in repeats])])
+                   if events or repeats else Intervals([]))
             seconds = _alone(_on_link(flows), off, windows)
         for (_begin, _end, phase), alone in zip(windows, seconds):
             if alone > least:
@@ -331,13 +333,22 @@ def _edges_of(singles: list[Load], windows: list[Window], lo: float, hi: float) 
     return edges + [time for begin, end, _phase in windows for time in (begin, end) if lo < time < hi]
 
 
-def _group(groups: dict[tuple[str, int, float, float], _AlikeTasks], task: Task, p: int) -> _AlikeTasks:
-    """The group of ``task`` (at position ``p``): tasks alike but for their size (stream, usage,
-    rate cap and delay; usages are shared by kind, so told apart by identity)."""
+def _group(groups: dict[tuple[str, int, float, float], _AlikeTasks], last: dict[str, _AlikeTasks], tasks: list[Task],
+           p: int) -> _AlikeTasks:
+    """The group of the task at position ``p``: tasks alike but for their size (stream, usage,
+    rate cap and delay; usages are shared by kind, so told apart by identity). ``last``: per
+    stream, the group its last task joined, tried first (no key to build and hash)."""
+    task = tasks[p]
+    found = last.get(task.stream)
+    if found is not None:
+        alike = tasks[found.task]
+        if alike.usage is task.usage and alike.rate_cap == task.rate_cap and alike.delay == task.delay:
+            return found
     key = (task.stream, id(task.usage), task.rate_cap, task.delay)
     found = groups.get(key)
     if found is None:
         found = groups[key] = _AlikeTasks(p)
+    last[task.stream] = found
     return found
 
 
