@@ -1,6 +1,6 @@
 """Which streams a schedule says carry copies in the background (``Session.background_copies``):
-the host copies of ``PARTITION_STREAM`` only where the micro-step's collectives do not run over a
-GPU fabric through the host bridges (the PCIe links the copies cross)."""
+the host copies of ``PARTITION_STREAM`` only where the micro-step's collectives do not cross the
+PCIe links the copies cross (a GPU fabric through the host bridges, or a NIC across nodes)."""
 
 from __future__ import annotations
 
@@ -55,6 +55,8 @@ def test_nvme_writes_stay_background_where_collectives_cross_pcie() -> None:
     assert _said("nvme", []) == {frozenset({PARTITION_STREAM}), frozenset({PARTITION_STREAM, "aio_write"})}
 
 
-def test_host_copies_stay_background_beside_a_nodes_nic_bytes() -> None:
-    """Over several nodes a collective's NIC share crosses PCIe too; the session's check judges it."""
-    assert _said("dram", ["hardware.nodes=2", "training.global_batch=12", NIC]) == {frozenset({PARTITION_STREAM})}
+def test_host_copies_are_not_background_beside_a_nodes_nic_bytes() -> None:
+    """Over several nodes a collective's NIC share crosses PCIe too; the NVMe writes stay."""
+    nodes = ["hardware.nodes=2", "training.global_batch=12", NIC]
+    assert _said("dram", nodes) == set()
+    assert _said("nvme", nodes) == {frozenset({"aio_write"})}

@@ -72,16 +72,17 @@ def _first_alike(strategy: Strategy, builder: StepBuilder, fetch: ParamFetch | N
 def _fixed_rate(builder: StepBuilder, micro: int, streams: frozenset[str]) -> frozenset[str]:
     """``streams`` (copies in the background of micro-step ``micro``'s backward) but the host
     copies of ``PARTITION_STREAM`` where the micro-step's ZeRO collectives (a reduce-scatter each
-    layer from ZeRO-2 on, an all-reduce at the boundary below it, all-gathers under ZeRO-3) run
-    over a GPU fabric through the host bridges: each of their bytes crosses the GPU's PCIe link
-    both ways, as the copies do, so the copies move at the rate the collectives leave them, not
-    in the background at a fixed one (``ScheduleHints``). A node's NIC bytes, a share of a
-    collective's, are left to the session's check."""
+    layer from ZeRO-2 on, an all-reduce at the boundary below it, all-gathers under ZeRO-3)
+    cross the GPU's PCIe link (``collective_usage``): a GPU fabric through the host bridges, or
+    across nodes a NIC's share (GPUDirect RDMA, or a pinned host buffer). The copies' bound is
+    the link itself, so beside any share of a collective they move at the rate it leaves them,
+    not in the background at a fixed one (``ScheduleHints``). Deferred, they were kept only
+    where no collective ran while they did, which the session's check learns only after a
+    loop's states, and otherwise refused and the schedule run again."""
     step = builder.step
-    per_node, _nodes = builder.dp_span
-    collectives = per_node > 1 and (step.training.zero_stage >= 2 or micro == step.micro_steps - 1)
+    collectives = builder.dp > 1 and (step.training.zero_stage >= 2 or micro == step.micro_steps - 1)
     if PARTITION_STREAM in streams and collectives and not PCIE_LINKS.isdisjoint(
-            link for link, _units in builder.fabric_usage(1.0)):
+            link for link, _units in builder.collective_usage()):
         return streams - {PARTITION_STREAM}
     return streams
 
