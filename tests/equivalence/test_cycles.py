@@ -12,6 +12,8 @@ from tiersim.fastforward.cycles import Load
 from tiersim.fastforward.spans import Spans, merged
 
 STEP = 0.5
+Drawn = tuple[list[Load], list[Load], list[tuple[float, float]], float, list[float]]
+"""What ``by_cycles`` returns."""
 
 
 @st.composite
@@ -59,7 +61,7 @@ def free(ours: list[Load], theirs: list[Load], lo: float, hi: float) -> float:
 
 def by_cycles(ours: list[tuple[Spans, float]], our_singles: list[tuple[float, float, float]],
               theirs: list[tuple[Spans, float]], their_singles: list[tuple[float, float, float]],
-              bounds: list[float]) -> tuple[list[Load], list[Load], list[tuple[float, float]], float, list[float]]:
+              bounds: list[float]) -> Drawn:
     """The flows listed (ours, theirs), the windows ``bounds`` cut the stretch of ours into, and
     the peak and per window seconds alone found by cycles."""
     mine, others = listed(ours, our_singles), listed(theirs, their_singles)
@@ -74,29 +76,27 @@ def by_cycles(ours: list[tuple[Spans, float]], our_singles: list[tuple[float, fl
     return mine, others, windows, found, cycles.alone(cut, on, off, windows)
 
 
+@st.composite
+def drawn_by_cycles(draw: st.DrawFn, grid: bool) -> Drawn:
+    """``by_cycles`` of up to three progressions and five single flows each side and up to three
+    window bounds, on ``grid`` at sixteenths of a second (else anywhere)."""
+    bounds = st.integers(0, 1100).map(lambda n: n / 16) if grid else st.floats(0.0, 70.0)
+    return by_cycles(draw(st.lists(progressions(grid), min_size=1, max_size=3)), draw(singles(grid)),
+                     draw(st.lists(progressions(grid), max_size=3)), draw(singles(grid)),
+                     draw(st.lists(bounds, max_size=3)))
+
+
 @settings(max_examples=300, deadline=None)
-@given(ours=st.lists(progressions(True), min_size=1, max_size=3), our_singles=singles(True),
-       theirs=st.lists(progressions(True), max_size=3), their_singles=singles(True),
-       bounds=st.lists(st.integers(0, 1100).map(lambda n: n / 16), max_size=3))
-def test_cycles_peak_as_the_listed_intervals(ours: list[tuple[Spans, float]],
-                                             our_singles: list[tuple[float, float, float]],
-                                             theirs: list[tuple[Spans, float]],
-                                             their_singles: list[tuple[float, float, float]],
-                                             bounds: list[float]) -> None:
-    mine, others, _windows, found, _seconds = by_cycles(ours, our_singles, theirs, their_singles, bounds)
+@given(drawn=drawn_by_cycles(True))
+def test_cycles_peak_as_the_listed_intervals(drawn: Drawn) -> None:
+    mine, others, _windows, found, _seconds = drawn
     assert found == pytest.approx(peak(mine, others), abs=1e-9)
 
 
 @settings(max_examples=300, deadline=None)
-@given(ours=st.lists(progressions(False), min_size=1, max_size=3), our_singles=singles(False),
-       theirs=st.lists(progressions(False), max_size=3), their_singles=singles(False),
-       bounds=st.lists(st.floats(0.0, 70.0), max_size=3))
-def test_cycles_measure_as_the_listed_intervals(ours: list[tuple[Spans, float]],
-                                                our_singles: list[tuple[float, float, float]],
-                                                theirs: list[tuple[Spans, float]],
-                                                their_singles: list[tuple[float, float, float]],
-                                                bounds: list[float]) -> None:
-    mine, others, windows, _found, seconds = by_cycles(ours, our_singles, theirs, their_singles, bounds)
+@given(drawn=drawn_by_cycles(False))
+def test_cycles_measure_as_the_listed_intervals(drawn: Drawn) -> None:
+    mine, others, windows, _found, seconds = drawn
     for (begin, end), alone in zip(windows, seconds):
         assert alone == pytest.approx(free(mine, others, begin, end), abs=1e-7)
 
