@@ -107,6 +107,17 @@ class Accounts:
                 values.append(0.0)
         return slot
 
+    def _add(self, slots: Slots, name: str, amount: float) -> None:
+        """Add ``amount`` to ``name``'s total in ``slots`` (a slot given it if it has none)."""
+        slot = self._slot(slots, name)
+        self.values[slot] = self.values[slot] + amount
+
+    def _elapse(self, slots: Slots, name: str, now: float, began: float) -> None:
+        """Add the seconds from ``began`` to ``now`` to ``name``'s total in ``slots``, summed as
+        ``total + now - began`` (the order every busy total has always been summed in)."""
+        slot = self._slot(slots, name)
+        self.values[slot] = self.values[slot] + now - began
+
     def _ended(self, resource: str) -> float:
         """When ``resource``'s busy stretch in this phase began (s), which ends now (``pop``
         compiled is a method call through Python)."""
@@ -125,13 +136,11 @@ class Accounts:
 
     def add_busy(self, resource: str, phase: str, seconds: float) -> None:
         """Count ``seconds`` of ``resource`` busy in ``phase``."""
-        slot = self._slot(self._phase_slots(phase)[0], resource)
-        self.values[slot] = self.values[slot] + seconds
+        self._add(self._phase_slots(phase)[0], resource, seconds)
 
     def add_moved(self, resource: str, phase: str, amount: float) -> None:
         """Count ``amount`` bytes (stream) or link units (link) moved in ``phase``."""
-        slot = self._slot(self._phase_slots(phase)[1], resource)
-        self.values[slot] = self.values[slot] + amount
+        self._add(self._phase_slots(phase)[1], resource, amount)
 
     def add_stream(self, stream: str, seconds: float, size: float) -> None:
         """Count ``seconds`` of ``stream``'s tasks running and ``size`` bytes moved, over the run."""
@@ -151,10 +160,9 @@ class Accounts:
     def task_ended(self, stream: str, category: str, began: float, size: float, now: float) -> None:
         """A task that began at ``began`` ended at ``now`` (s), having moved ``size`` bytes
         (phase markers are not tasks here: they end in ``phase_begins``)."""
+        self._elapse(self._busy_now, stream, now, self._ended(stream))
         values = self.values
-        slot = self._slot(self._busy_now, stream)
-        values[slot] = values[slot] + now - self._ended(stream)
-        slot = self._slot(self._streams, stream, 2)
+        slot = self._slot(self._streams, stream, 2)  # as add_stream, but summed as total + now - began
         values[slot] = values[slot] + now - began
         values[slot + 1] = values[slot + 1] + size
         if category in self.compute_categories:
@@ -168,33 +176,27 @@ class Accounts:
 
     def link_idle(self, link: str, now: float) -> None:
         """The last flow left ``link`` at ``now``."""
-        values = self.values
-        slot = self._slot(self._busy_now, link)
-        values[slot] = values[slot] + now - self._ended(link)
+        self._elapse(self._busy_now, link, now, self._ended(link))
 
     def flow_ended(self, flow: Flow) -> None:
         """A flow moved its last byte: the bytes not yet counted count in this phase."""
         self._credit(flow, flow.size - flow.attributed)
 
     def _credit(self, flow: Flow, num_bytes: float) -> None:
-        moved, values = self._moved_now, self.values
-        slot = self._slot(moved, flow.stream)
-        values[slot] = values[slot] + num_bytes
+        moved = self._moved_now
+        self._add(moved, flow.stream, num_bytes)
         for link, units in flow.usage:
-            slot = self._slot(moved, link)
-            values[slot] = values[slot] + num_bytes * units
+            self._add(moved, link, num_bytes * units)
 
     def flush(self, now: float, flows: Iterable[Flow]) -> None:
         """Count everything in progress up to ``now`` in the current phase."""
-        busy, since, values = self._busy_now, self.since, self.values
+        busy, since = self._busy_now, self.since
         for resource, began in since.items():
             if now > began:
-                slot = self._slot(busy, resource)
-                values[slot] = values[slot] + now - began
+                self._elapse(busy, resource, now, began)
                 since[resource] = now
         if self.phase is not None:
-            slot = self._slot(self._spans, self.phase)
-            values[slot] = values[slot] + now - self.phase_since
+            self._elapse(self._spans, self.phase, now, self.phase_since)
         self.phase_since = now
         if not self.computing:
             self.exposed += now - self.idle_since
