@@ -98,11 +98,11 @@ def credit_deferred(run: DeferringRun, deferral: Deferral, now: float | None = N
     if deferred is None:
         return
     groups = _groups(run, deferral, deferred)
-    hi = max(max(run.end, default=0.0), max(run.deferred_end.values()))
+    hi = _latest_end(run)
     windows = _phase_windows(run.accounts.changes, hi)
     least = _RESIDUE * hi
     loads = _LinkLoads()
-    for group in groups.values():
+    for group in groups:
         _credit_group(run, deferral, group, windows, least, loads)
     _credit_links(run, loads, deferral.skipped, windows, least)
     deferral.credited = len(run.graph.tasks)
@@ -116,32 +116,62 @@ def refuse_early(run: DeferringRun, deferral: Deferral) -> None:
     deferred task timed so far (and not credited) have moved before the event run's flows were
     recorded, or its flow, the other deferred flows timed so far and the event run's flows
     recorded so far, each at its own bound, be able to saturate a link (the credit checks the
-    same with more flows, which only add load)."""
+    same with more flows, which only add load). The flows are listed only on a link their
+    streams' peaks could saturate."""
     network, tasks, graph_flows = run.network, run.graph.tasks, run.graph.flows
     loads = _LinkLoads()
-    ours: dict[str, list[Load]] = {}
-    for p, end in run.deferred_end.items():
+    timed: list[int] = []
+    for p in run.deferred_end:
         flow = graph_flows[p]
         if p < deferral.credited or flow is None:
             continue
-        stream, start = tasks[p].stream, run.deferred_start[p] + tasks[p].delay
-        if start < network.recorded_since:
-            raise DeferredFlowContended(f"a deferred {stream} task moves before the event run's flows were recorded",
-                                        frozenset({stream}))
+        task = tasks[p]
+        if run.deferred_start[p] + task.delay < network.recorded_since:
+            raise DeferredFlowContended(f"a deferred {task.stream} task moves before the event run's flows were "
+                                        "recorded", frozenset({task.stream}))
+        timed.append(p)
         for link, units in flow.usage:
-            ours.setdefault(link, []).append((start, end, flow.bound * units))
-            loads.deferred.setdefault(link, set()).add(stream)
-            loads.peak(link, stream, flow.bound * units)
-    theirs: dict[str, list[Load]] = {}
+            loads.peak(link, task.stream, flow.bound * units)
+    peaks = loads.peaks
     for span in network.recorded or ():
         for link, units in span.usage:
-            if link in ours:
-                theirs.setdefault(link, []).append((span.since, span.until, span.bound * units))
+            if link in peaks:
                 loads.peak(link, span.stream, span.bound * units)
-    for link, flows in ours.items():
+    for link, on_link in peaks.items():
         capacity = network.capacity[link]
-        if sum(loads.peaks[link].values(), 0.0) > capacity * (1 + _OVERLOAD):
-            _check_load(link, flows, theirs.get(link, []), capacity, frozenset(loads.deferred[link]))
+        if sum(on_link.values(), 0.0) > capacity * (1 + _OVERLOAD):
+            _check_timed(run, link, timed, capacity)
+
+
+def _check_timed(run: DeferringRun, link: str, timed: list[int], capacity: float) -> None:
+    """``_check_load`` of the deferred tasks ``timed`` (positions) and the event run's flows
+    recorded so far on ``link``."""
+    ours: list[Load] = []
+    streams: set[str] = set()
+    for p in timed:
+        flow = run.graph.flows[p]
+        if flow is not None:
+            for on, units in flow.usage:
+                if on == link:
+                    ours.append((run.deferred_start[p] + run.graph.tasks[p].delay, run.deferred_end[p],
+                                 flow.bound * units))
+                    streams.add(run.graph.tasks[p].stream)
+    theirs = [(span.since, span.until, span.bound * units) for span in run.network.recorded or ()
+              for on, units in span.usage if on == link]
+    _check_load(link, ours, theirs, capacity, frozenset(streams))
+
+
+def _latest_end(run: DeferringRun) -> float:
+    """The latest end of a task of ``run`` (s; 0.0 of none, the event run's before its deferred
+    ones: ``max`` compiled is a call through Python)."""
+    latest = 0.0 if not run.end else -math.inf
+    for end in run.end:
+        if end > latest:
+            latest = end
+    for end in run.deferred_end.values():
+        if end > latest:
+            latest = end
+    return latest
 
 
 def _to_credit(run: DeferringRun, deferral: Deferral, now: float | None) -> list[int] | None:
@@ -160,33 +190,36 @@ def _to_credit(run: DeferringRun, deferral: Deferral, now: float | None) -> list
 
 class _AlikeTasks:
     """Deferred tasks alike but for their size (``_group``), credited together: their single
-    intervals and progressions (s), the bytes of each, and the position of one of them."""
+    intervals and progressions (s), the bytes of each, and one of them (``task``: its position)."""
 
-    __slots__ = ("sizes", "spans", "singles", "task")
+    __slots__ = ("like", "sizes", "spans", "singles", "task")
 
-    def __init__(self, task: int) -> None:
+    def __init__(self, task: int, like: Task) -> None:
         self.singles: list[tuple[float, float]] = []
         self.spans: list[Spans] = []
         self.sizes: list[float] = []
         self.task = task
+        self.like = like
 
 
-def _groups(run: DeferringRun, deferral: Deferral,
-            deferred: list[int]) -> dict[tuple[str, int, float, float], _AlikeTasks]:
-    """The deferred tasks and timed copies to credit, grouped (``_group``); each task's start and
-    end join the run's."""
-    groups: dict[tuple[str, int, float, float], _AlikeTasks] = {}
-    last: dict[str, _AlikeTasks] = {}
+def _groups(run: DeferringRun, deferral: Deferral, deferred: list[int]) -> list[_AlikeTasks]:
+    """The deferred tasks and timed copies to credit, grouped (``_group``), in the order their
+    groups first appear; each task's start and end join the run's."""
+    groups: list[_AlikeTasks] = []
+    of_stream: dict[str, list[_AlikeTasks]] = {}
     start, end, tasks = run.start, run.end, run.graph.tasks
+    deferred_start, deferred_end = run.deferred_start, run.deferred_end
     for p in deferred:
-        start[p], end[p] = run.deferred_start[p], run.deferred_end[p]
-        group = _group(groups, last, tasks, p)
-        group.singles.append((start[p], end[p]))
-        group.sizes.append(tasks[p].size)
+        began, ended, task = deferred_start[p], deferred_end[p], tasks[p]
+        start[p], end[p] = began, ended
+        group = _group(groups, of_stream, task, p)
+        group.singles.append((began, ended))
+        group.sizes.append(task.size)
     for q, copies in deferral.timed_copies.items():
-        group = _group(groups, last, tasks, q)
+        task = tasks[q]
+        group = _group(groups, of_stream, task, q)
         group.spans += copies
-        group.sizes += [tasks[q].size * span.times for span in copies]
+        group.sizes += [task.size * span.times for span in copies]
     return groups
 
 
@@ -201,8 +234,11 @@ class _LinkLoads:
         """Per link, the deferred streams with a flow on it."""
 
     def peak(self, link: str, stream: str, load: float) -> None:
-        on_link = self.peaks.setdefault(link, {})
-        on_link[stream] = max(on_link.get(stream, 0.0), load)
+        on_link = self.peaks.get(link)
+        if on_link is None:
+            on_link = self.peaks[link] = {}
+        had = on_link.get(stream, 0.0)
+        on_link[stream] = load if load > had else had  # ``max``, without a call through Python
 
 
 def _credit_group(run: DeferringRun, deferral: Deferral, group: _AlikeTasks, windows: list[Window], least: float,
@@ -333,22 +369,21 @@ def _edges_of(singles: list[Load], windows: list[Window], lo: float, hi: float) 
     return edges + [time for begin, end, _phase in windows for time in (begin, end) if lo < time < hi]
 
 
-def _group(groups: dict[tuple[str, int, float, float], _AlikeTasks], last: dict[str, _AlikeTasks], tasks: list[Task],
-           p: int) -> _AlikeTasks:
-    """The group of the task at position ``p``: tasks alike but for their size (stream, usage,
-    rate cap and delay; usages are shared by kind, so told apart by identity). ``last``: per
-    stream, the group its last task joined, tried first (no key to build and hash)."""
-    task = tasks[p]
-    found = last.get(task.stream)
-    if found is not None:
-        alike = tasks[found.task]
-        if alike.usage is task.usage and alike.rate_cap == task.rate_cap and alike.delay == task.delay:
+def _group(groups: list[_AlikeTasks], of_stream: dict[str, list[_AlikeTasks]], task: Task, p: int) -> _AlikeTasks:
+    """The group of ``task``, at position ``p``: tasks alike but for their size (stream, usage,
+    rate cap and delay; usages are shared by kind, so told apart by identity), found among its
+    stream's groups (``of_stream``: a stream holds a few, in turn; no key to build and hash), or
+    a new one, appended to ``groups``."""
+    alike = of_stream.get(task.stream)
+    if alike is None:
+        alike = of_stream[task.stream] = []
+    for found in alike:
+        like = found.like
+        if like.usage is task.usage and like.rate_cap == task.rate_cap and like.delay == task.delay:
             return found
-    key = (task.stream, id(task.usage), task.rate_cap, task.delay)
-    found = groups.get(key)
-    if found is None:
-        found = groups[key] = _AlikeTasks(p)
-    last[task.stream] = found
+    found = _AlikeTasks(p, task)
+    alike.append(found)
+    groups.append(found)
     return found
 
 
