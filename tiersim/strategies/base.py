@@ -111,7 +111,7 @@ class Strategy(ABC):
         (``hints``: ``boundary_copies`` at the accumulation boundary, ``accumulation_copies``
         before it)."""
         hints = self.hints
-        return hints.boundary_copies if micro == builder.step.micro_steps - 1 else hints.accumulation_copies
+        return hints.boundary_copies if micro == builder.boundary else hints.accumulation_copies
 
     def backward_keys(self, builder: StepBuilder, micro: int) -> tuple[Hashable, ...]:
         """For each layer in backward order, what makes its backward's tasks differ from another

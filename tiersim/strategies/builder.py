@@ -116,6 +116,20 @@ class StepBuilder:
     def __init__(self, step: TrainingStep, hw: Hardware, session: Session | None = None, stage: str = "",
                  phases: bool = True, names: str | None = None) -> None:
         self.step = step
+        training = step.training
+        self.dp: int = training.data_parallel
+        """Data-parallel degree (ranks)."""
+        self.zero_stage: int = training.zero_stage
+        """DeepSpeed's ZeRO stage."""
+        self.boundary: int = step.micro_steps - 1
+        """The micro-step at the gradient accumulation boundary (the last)."""
+        self.lp_bytes: int = step.lp_bytes
+        """Bytes per element of the 16-bit parameters and gradients."""
+        self.grad_accum_bytes: int = step.grad_accum_bytes
+        """Bytes per element of the gradient partition accumulated across micro-steps."""
+        self.layers = step.layers
+        """The rank's layers (``TrainingStep.layers``)."""
+        # the figures above are read once per schedule: a ``TrainingStep``'s attribute runs in Python
         self.stage = stage
         self.names = stage if names is None else names
         self.marker_category = "marker" if phases else "stage_marker"
@@ -134,6 +148,10 @@ class StepBuilder:
         wait for them to begin; the strategy waits where it needs them)."""
         self._figures: dict[str, float] = {}
         """The rank's figures ``figure`` has read from ``hw``, by name."""
+        self._collective_latency = -1.0
+        """``collective_latency`` once worked out (s; -1 before)."""
+        self._collective_usage: Usage | None = None
+        """``collective_usage`` once worked out (one tuple, shared by every collective kind)."""
 
     def add(self, task: Task) -> str:
         """Add a task and return its name (the graph declares the rank's links on first use)."""
@@ -178,16 +196,11 @@ class StepBuilder:
             known = self._figures[name] = float(getattr(self.hw, name))
         return known
 
-    @property
-    def dp(self) -> int:
-        """Data-parallel degree (ranks)."""
-        return self.step.training.data_parallel
-
     def pass_seconds(self, work: PassKernels) -> float:
         """Seconds of one layer pass on the rank's GPU (``tiersim.strategies.gpu_kernels``)."""
         known = self.pass_times.get(id(work))
         if known is None:
-            known = self.pass_times[id(work)] = (work, pass_seconds(work, self.gpu, self.step.training.zero_stage))
+            known = self.pass_times[id(work)] = (work, pass_seconds(work, self.gpu, self.zero_stage))
         return known[1]
 
     def marker(self, name: str, phase: str, deps: tuple[str, ...] = ()) -> str:
@@ -256,10 +269,13 @@ class StepBuilder:
         across ``k`` nodes, the network's (``network_latency``) for a ring of ``dp`` ranks: its
         ``k - 1`` steps between nodes and ``dp - k`` within them (NCCL's ``nInterSteps`` and
         ``nsteps - nInterSteps`` for a ring all-gather or reduce-scatter, ``src/graph/tuning.cc``)."""
-        nodes = self.dp_span[1]
-        if nodes == 1:
-            return self.hw.fabric_latency
-        return self.hw.fabric_latency + self.network_latency(nodes - 1, self.dp - nodes)
+        if self._collective_latency < 0:
+            nodes = self.dp_span[1]
+            latency = self.hw.fabric_latency
+            if nodes > 1:
+                latency += self.network_latency(nodes - 1, self.dp - nodes)
+            self._collective_latency = latency
+        return self._collective_latency
 
     def network_latency(self, between: int, within: int = 0) -> float:
         """Seconds a call that crosses the network pays besides its bytes, as NCCL's tuning model
@@ -310,7 +326,9 @@ class StepBuilder:
         RDMA, NCCL stages them through a pinned host buffer: each byte sent is written to host
         DRAM by the GPU and read by the NIC, each byte received written by the NIC and read by the
         GPU, 4 bytes of DRAM traffic per byte through a NIC."""
-        return collective_usage(self.step.training, self.hw)
+        if self._collective_usage is None:
+            self._collective_usage = collective_usage(self.step.training, self.hw)
+        return self._collective_usage
 
     def fabric_usage(self, units: float) -> Usage:
         """``units`` of the GPU fabric per byte (``fabric_usage``)."""

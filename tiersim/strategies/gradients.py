@@ -22,7 +22,7 @@ def gradients_to_host(builder: StepBuilder, memory: HostMemory, micro: int, inde
     later ones fetch the partial sum H2D, add on the GPU (negligible) and copy it back D2H.
     Both run on ``PARTITION_STREAM``, after the copies of the layer before. Returns the last
     copy."""
-    num_bytes = builder.step.rank_partitions[index] * builder.step.grad_accum_bytes
+    num_bytes = builder.step.rank_partitions[index] * builder.grad_accum_bytes
     prefix = f"m{micro}.bwd.{index}"
     first, second = ("d2h", "h2d") if micro == 0 else ("h2d", "d2h")
     there = builder.add(pcie_kind(builder, first, "backward", memory, stream=PARTITION_STREAM).task(
@@ -49,7 +49,7 @@ def fp32_gradients_d2h(builder: StepBuilder, memory: HostMemory, index: int, lay
     into a pinned host buffer (the optimizer's gradient, or a swap buffer), on
     ``PARTITION_STREAM``, after ``ready`` and the tasks ``after``."""
     num_bytes = builder.step.rank_partitions[index] * FP32_BYTES
-    name = f"m{builder.step.micro_steps - 1}.bwd.{index}.fp32_grad_d2h"
+    name = f"m{builder.boundary}.bwd.{index}.fp32_grad_d2h"
     kind = pcie_kind(builder, "d2h", "backward", memory, stream=PARTITION_STREAM)
     return builder.add(kind.task(name, num_bytes, (ready, *after)))
 
@@ -63,7 +63,7 @@ def params_to_gpu(builder: StepBuilder, memory: HostMemory, group: SubGroup, aft
     machine: the CPU validation of the offload path)."""
     if not builder.hw.has_gpu:
         return after
-    lp = builder.step.lp_bytes
+    lp = builder.lp_bytes
     convert = host_copy_kind(builder, "optimizer_step", "convert", memory, FP32_BYTES, lp, builder.figure("rank_cores"),
                              temporary)
     converted = builder.add(convert.task(f"step.{group.index}.convert", group.numel, (after,)))

@@ -79,8 +79,7 @@ def _fixed_rate(builder: StepBuilder, micro: int, streams: frozenset[str]) -> fr
     not in the background at a fixed one (``ScheduleHints``). Deferred, they were kept only
     where no collective ran while they did, which the session's check learns only after a
     loop's states, and otherwise refused and the schedule run again."""
-    step = builder.step
-    collectives = builder.dp > 1 and (step.training.zero_stage >= 2 or micro == step.micro_steps - 1)
+    collectives = builder.dp > 1 and (builder.zero_stage >= 2 or micro == builder.boundary)
     if PARTITION_STREAM in streams and collectives and not PCIE_LINKS.isdisjoint(
             link for link, _units in builder.collective_usage()):
         return streams - {PARTITION_STREAM}
@@ -95,8 +94,8 @@ def _gather(builder: StepBuilder, fetch: ParamFetch | None, name: str, phase: st
     if fetch is not None:
         after = (fetch.fetch(builder, name, phase, index, after, computed),)
     gathered = None
-    if builder.step.training.zero_stage >= 3:
-        num_bytes = builder.step.layers[index].params * builder.step.lp_bytes
+    if builder.zero_stage >= 3:
+        num_bytes = builder.layers[index].params * builder.lp_bytes
         gathered = builder.collective(f"{name}.allgather", "allgather", phase, num_bytes, after)
     return (gathered,) if gathered else after if fetch is not None else ()
 
@@ -116,7 +115,7 @@ def forward_pass(builder: StepBuilder, fetch: ParamFetch | None, micro: int, aft
     ``independent_gradient_partition_epilogue``)."""
     begin = builder.marker(f"m{micro}.forward.begin", "forward", after)
     computed: list[str] = []
-    layers = builder.step.layers
+    layers = builder.layers
     shapes = builder.step.layer_shapes
     for i in builder.loop(fetch.keys(shapes) if fetch else shapes):
         prefetch = tuple(iterations_back(computed, _ahead(fetch)) or [begin])
@@ -152,7 +151,7 @@ def backward_pass(strategy: Strategy, builder: StepBuilder, fetch: ParamFetch | 
         builder.session.background_copies(background)
     computed: list[str] = []
     blocking: str | None = None
-    layers = builder.step.layers
+    layers = builder.layers
     keys = strategy.backward_keys(builder, micro)
     if fetch is not None:
         keys = tuple(zip(keys, fetch.layout.nvme_elements[::-1], strict=True))
@@ -171,7 +170,7 @@ def _backward_layer(strategy: Strategy, builder: StepBuilder, fetch: ParamFetch 
     while the compute before it runs, as in forward. Where the offload of the layer before
     blocks the host thread (``blocking``), nothing of this layer (not even its prefetch) is
     issued before it is done. ``micro``: the micro-step and its backward's first task."""
-    layer = builder.step.layers[i]
+    layer = builder.layers[i]
     micro_step, begin = micro
     prefix = f"m{micro_step}.bwd.{i}"
     passes = (("recompute", layer.forward_kernels), ("", layer.backward_kernels)) if layer.checkpointed else (
@@ -194,11 +193,11 @@ def reduce_layer(strategy: Strategy, builder: StepBuilder, micro: int, i: int, r
     data-parallel ranks (below ZeRO-2 all-reduced, at the boundary only; an expert's over the
     expert data-parallel ones) and offloaded (``Strategy.offload_gradients``); returns the task
     the host thread waits for, if any."""
-    layer = builder.step.layers[i]
-    stage = builder.step.training.zero_stage
-    if stage < 2 and micro < builder.step.micro_steps - 1:  # below ZeRO-2 gradients reduce at the boundary
+    layer = builder.layers[i]
+    stage = builder.zero_stage
+    if stage < 2 and micro < builder.boundary:  # below ZeRO-2 gradients reduce at the boundary
         return strategy.offload_gradients(builder, micro, i, layer, ready)
-    per_element = (1 if stage >= 2 else 2) * builder.step.lp_bytes
+    per_element = (1 if stage >= 2 else 2) * builder.lp_bytes
     experts = layer.expert_params
     rs = builder.collective(f"m{micro}.bwd.{i}.reduce", "reduce_scatter", "backward",
                             per_element * (layer.params - experts), (ready, *after), per_element * experts)

@@ -43,7 +43,7 @@ def gpu_adam_task(builder: StepBuilder, group: SubGroup, deps: tuple[str, ...], 
     """GPU Adam over a sub-group on the compute stream, bound by HBM bandwidth: it reads and
     writes the fp32 state (``ADAM_READ_BYTES``, ``ADAM_WRITE_BYTES``) and writes the 16-bit
     parameter copy (``lp_copy``; not when the parameters are offloaded), once per element."""
-    per_element = ADAM_READ_BYTES + ADAM_WRITE_BYTES + (builder.step.lp_bytes if lp_copy else 0)
+    per_element = ADAM_READ_BYTES + ADAM_WRITE_BYTES + (builder.lp_bytes if lp_copy else 0)
     return Task(f"step.{group.index}.adam", "gpu", "optimizer_step", "adam", 0.0, group.numel * per_element,
                 (("hbm", 1.0),), math.inf, deps)
 

@@ -101,7 +101,7 @@ class NVMeSwap(Strategy):
         write submitted before; the next layer's backward is issued after."""
         dram = HostMemory.dram_only()
         kept = gradients_to_host(builder, dram, micro, index, layer, ready)
-        if micro < builder.step.micro_steps - 1:
+        if micro < builder.boundary:
             return None
         waiting = swapper_waits(builder.step)
         tails = builder.graph.stream_tails()
@@ -127,14 +127,14 @@ class NVMeSwap(Strategy):
     def background_streams(self, builder: StepBuilder, micro: int) -> frozenset[str]:
         """As the base class, but a boundary whose backward waits for its copies has none, and
         nor has a step whose swaps overlap reads and writes (``chaotic_swaps``)."""
-        if chaotic_swaps(self.options) or (micro == builder.step.micro_steps - 1 and swapper_waits(builder.step)):
+        if chaotic_swaps(self.options) or (micro == builder.boundary and swapper_waits(builder.step)):
             return frozenset()
         return super().background_streams(builder, micro)
 
     def backward_keys(self, builder: StepBuilder, micro: int) -> tuple[Hashable, ...]:
         """A boundary layer where the gradient swapper waits for the drives builds otherwise."""
         shapes = super().backward_keys(builder, micro)
-        if micro < builder.step.micro_steps - 1 or not swapper_waits(builder.step):
+        if micro < builder.boundary or not swapper_waits(builder.step):
             return shapes
         return tuple(zip(shapes, self._drains(builder.step)[::-1], strict=True))
 
