@@ -1,7 +1,7 @@
 """The engine's clock and event queue: the one module that touches SimPy.
 
-The engine uses a clock and a queue of timed callbacks (no processes): a task's delay is a
-timeout whose callback starts its flow, the flow network's timer calls back when a flow ends.
+The engine uses a clock and a queue of timed events (no processes): a task's delay is an event
+that starts its flow, the flow network's timer one that ends the flows due.
 ``Clock`` is a heap of its own, ordered as SimPy orders its queue (by time, then by the order
 of scheduling; every entry is at SimPy's normal priority, and its time is ``now + delay`` as
 SimPy computes it), so a run gives SimPy's results to the bit at a fraction of its cost. Besides
@@ -12,10 +12,9 @@ stepping, it takes a stale timer back out of the queue and moves or resets every
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable
 from heapq import heapify
-from typing import Any, Final, TypeAlias
+from typing import Any, TypeAlias
 
 import simpy
 from simpy.events import Timeout
@@ -24,79 +23,172 @@ Environment: TypeAlias = simpy.Environment
 SimPyEvent: TypeAlias = simpy.Event
 """An event of a caller's SimPy environment (``SimPyClock.event``)."""
 
-_heappush: Final = heapq.heappush  # compiled, a Final name is a C static: no lookup per call
-_heappop: Final = heapq.heappop
-
 
 class Event:
-    """What a callback receives: its ``value`` is the one given to ``Clock.call_after``."""
+    """Something that happens at a time on a ``Clock``: ``fire`` makes it happen. ``value`` is
+    what ``Clock.queued`` reports of it (a task's position, or None for a flow network's timer);
+    ``at`` (s) and ``order`` (the how-manieth scheduled) place it in the queue, set when queued.
+    An engine's own events are subclasses whose ``fire`` calls the engine directly (compiled, a
+    native call, not one through Python as a callback is)."""
 
-    __slots__ = ("callback", "value")
+    __slots__ = ("at", "order", "value")
+
+    def __init__(self, value: object = None) -> None:
+        self.value = value
+        self.at = 0.0
+        self.order = 0
+
+    def fire(self) -> None:
+        """Happen (at the clock's time ``at``)."""
+        raise NotImplementedError
+
+    def owner(self) -> object:
+        """What the event is for, for ``Clock.withdraw_first`` (None: nothing takes it back)."""
+        return None
+
+
+class Call(Event):
+    """An event that calls ``callback(event)`` (``Clock.call_after``)."""
+
+    __slots__ = ("callback",)
 
     def __init__(self, callback: Callable[[Event], None], value: object) -> None:
+        super().__init__(value)
         self.callback = callback
-        self.value = value
+
+    def fire(self) -> None:
+        self.callback(self)
+
+
+def _earlier(a: Event, b: Event) -> bool:
+    """Whether ``a`` comes before ``b`` in the queue: by time, then by the order of scheduling
+    (the order of SimPy's ``(time, priority, id)`` keys at one priority)."""
+    return a.at < b.at or (a.at == b.at and a.order < b.order)
+
+
+def _sift_down(queue: list[Event], start: int, pos: int) -> None:
+    """``heapq``'s ``_siftdown``: move ``queue[pos]`` up towards ``start`` to its place."""
+    event = queue[pos]
+    while pos > start:
+        parent_pos = (pos - 1) >> 1
+        parent = queue[parent_pos]
+        if not _earlier(event, parent):
+            break
+        queue[pos] = parent
+        pos = parent_pos
+    queue[pos] = event
+
+
+def _sift_up(queue: list[Event], pos: int) -> None:
+    """``heapq``'s ``_siftup``: move the smaller child up until a leaf, then ``queue[pos]``'s
+    event down to its place (the same layout as ``heapq``, so the same order of equal times)."""
+    end, start = len(queue), pos
+    event = queue[pos]
+    child = 2 * pos + 1
+    while child < end:
+        right = child + 1
+        if right < end and not _earlier(queue[child], queue[right]):
+            child = right
+        queue[pos] = queue[child]
+        pos = child
+        child = 2 * pos + 1
+    queue[pos] = event
+    _sift_down(queue, start, pos)
+
+
+def _heapify(queue: list[Event]) -> None:
+    """``heapq.heapify`` of the queue: the same layout (each subtree is made a heap after the
+    subtrees under it, whatever the order ``heapq`` takes them in)."""
+    for pos in reversed(range(len(queue) // 2)):
+        _sift_up(queue, pos)
 
 
 class Clock:
-    """Time and the queue of pending callbacks of one run: entries (time s, order, event)."""
+    """Time and the queue of pending events of one run (a heap, as ``heapq`` keeps one, of
+    events by time and then order of scheduling)."""
 
     __slots__ = ("order", "queue", "time")
 
     def __init__(self) -> None:
         self.time = 0.0
         self.order = 0
-        self.queue: list[tuple[float, int, Event]] = []
+        self.queue: list[Event] = []
 
     def now(self) -> float:
         """The current time (s)."""
         return self.time
 
+    def schedule(self, delay: float, event: Event) -> None:
+        """Make ``event`` happen ``delay`` seconds from now."""
+        self.order += 1
+        event.at = self.time + delay
+        event.order = self.order
+        queue = self.queue
+        queue.append(event)
+        _sift_down(queue, 0, len(queue) - 1)
+
     def call_after(self, delay: float, callback: Callable[[Event], None], value: object = None) -> None:
         """Call ``callback`` with an event carrying ``value`` ``delay`` seconds from now."""
-        self.order += 1
-        _heappush(self.queue, (self.time + delay, self.order, Event(callback, value)))
+        self.schedule(delay, Call(callback, value))
 
     def pending(self) -> bool:
-        """Whether any callback is queued."""
+        """Whether any event is queued."""
         return bool(self.queue)
+
+    def _next(self) -> Event:
+        """Take the earliest queued event out of the queue (``heapq.heappop``)."""
+        queue = self.queue
+        last = queue.pop()
+        if not queue:
+            return last
+        first = queue[0]
+        queue[0] = last
+        _sift_up(queue, 0)
+        return first
 
     def step(self) -> None:
         """Process the next queued event."""
-        at, _order, event = _heappop(self.queue)
-        self.time = at
-        event.callback(event)
+        event = self._next()
+        self.time = event.at
+        event.fire()
 
     def run(self) -> None:
         """Process queued events until none is left."""
         queue = self.queue
         while queue:
-            at, _order, event = _heappop(queue)
-            self.time = at
-            event.callback(event)
+            event = self._next()
+            self.time = event.at
+            event.fire()
 
-    def withdraw_first(self, callback: Callable[[Event], None]) -> bool:
-        """Take the earliest queued event with ``callback`` out of the queue; False if none is."""
-        return _withdraw_first(self.queue, lambda entry: entry[2].callback == callback)
+    def withdraw_first(self, owner: object) -> bool:
+        """Take the earliest queued event of ``owner`` (``Event.owner``) out of the queue; False
+        if none is."""
+        queue = self.queue
+        if not _withdraw_first(queue, _time, lambda event: event.owner() is owner):
+            return False
+        _heapify(queue)
+        return True
 
     def queued(self) -> list[tuple[float, object]]:
         """Each queued event's time (s) and value, in queue order."""
-        return [(entry[0], entry[2].value) for entry in self.queue]
+        return [(event.at, event.value) for event in self.queue]
 
     def reschedule(self, times: list[float]) -> None:
         """Give the queued events the ``times`` (s), in the order ``queued`` lists them."""
         queue = self.queue
-        queue[:] = [(at, order, event) for at, (_was, order, event) in zip(times, queue)]
-        heapify(queue)
+        for event, at in zip(queue, times):
+            event.at = at
+        _heapify(queue)
 
     def shift(self, seconds: float) -> None:
         """Move the clock and every queued event ``seconds`` later (a fast-forward)."""
         self.time += seconds
-        self.queue[:] = [(at + seconds, order, event) for at, order, event in self.queue]
+        for event in self.queue:
+            event.at += seconds
 
 
 class _Relay:
-    """A SimPy callback that calls a ``Clock`` callback with an ``Event`` of its own."""
+    """A SimPy callback that fires a ``Clock`` event."""
 
     __slots__ = ("event",)
 
@@ -104,7 +196,7 @@ class _Relay:
         self.event = event
 
     def __call__(self, _fired: object) -> None:
-        self.event.callback(self.event)
+        self.event.fire()
 
 
 class SimPyClock(Clock):
@@ -120,8 +212,8 @@ class SimPyClock(Clock):
     def now(self) -> float:
         return float(self.env.now)
 
-    def call_after(self, delay: float, callback: Callable[[Event], None], value: object = None) -> None:
-        Timeout(self.env, delay, value).callbacks.append(_Relay(Event(callback, value)))
+    def schedule(self, delay: float, event: Event) -> None:
+        Timeout(self.env, delay, event.value).callbacks.append(_Relay(event))
 
     def event(self) -> simpy.Event:
         """A new event of the environment, triggered by its owner (``succeed``)."""
@@ -136,21 +228,35 @@ class SimPyClock(Clock):
     def run(self) -> None:
         self.env.run()
 
-    def withdraw_first(self, callback: Callable[[Event], None]) -> bool:
-        return _withdraw_first(self.env._queue, lambda entry: any(
-            isinstance(relay, _Relay) and relay.event.callback == callback for relay in entry[3].callbacks))
+    def withdraw_first(self, owner: object) -> bool:
+        queue = self.env._queue
+        if not _withdraw_first(queue, _simpy_time, lambda entry: any(
+                isinstance(relay, _Relay) and relay.event.owner() is owner for relay in entry[3].callbacks)):
+            return False
+        heapify(queue)
+        return True
 
 
-def _withdraw_first(queue: list[Any], matches: Callable[[Any], bool]) -> bool:
-    """Take the earliest entry of the heap ``queue`` (time first) that ``matches`` out of it,
-    keeping it a heap; False if none matches."""
+def _time(event: Event) -> float:
+    """When a ``Clock``'s queued event happens (s)."""
+    return event.at
+
+
+def _simpy_time(entry: Any) -> float:
+    """When an entry of SimPy's queue happens (s)."""
+    return float(entry[0])
+
+
+def _withdraw_first(queue: list[Any], at: Callable[[Any], float], matches: Callable[[Any], bool]) -> bool:
+    """Take the earliest entry of ``queue`` (by ``at``; the first in the list of equal ones) that
+    ``matches`` out of it (the last entry takes its place: the caller makes it a heap again);
+    False if none matches."""
     found = -1
     for k, entry in enumerate(queue):
-        if (found < 0 or entry[0] < queue[found][0]) and matches(entry):
+        if (found < 0 or at(entry) < at(queue[found])) and matches(entry):
             found = k
     if found < 0:
         return False
     queue[found] = queue[-1]
     queue.pop()
-    heapify(queue)
     return True

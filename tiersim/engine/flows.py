@@ -55,6 +55,22 @@ class FlowSpan:
         self.stream = stream
 
 
+class FlowTimer(Event):
+    """A flow network's timer: when it fires, the flows due then end (``FlowNetwork``)."""
+
+    __slots__ = ("network",)
+
+    def __init__(self, network: FlowNetwork) -> None:
+        super().__init__()
+        self.network = network
+
+    def fire(self) -> None:
+        self.network.on_timer()
+
+    def owner(self) -> object:
+        return self.network
+
+
 def _closed(keys: list[int], now: float) -> None:
     """A closed network's ``done`` (no flow can end on it)."""
     raise ModelError("a flow ended on a closed network")
@@ -333,11 +349,14 @@ class FlowNetwork:
             return
         _heappush(armed, due)
         self.timers += 1
-        self.clock.call_after(max(due - now, 0.0), self._on_timer)
+        delay = due - now
+        if delay < 0.0:  # max(due - now, 0.0), without the builtin's call through Python
+            delay = 0.0
+        self.clock.schedule(delay, FlowTimer(self))
 
     def _withdraw_stale(self) -> None:
         """Take the earliest pending timers out of the event queue while no active flow would be
-        due at them (``_on_timer``'s test): a re-allocation slowed the flows they were armed for,
+        due at them (``on_timer``'s test): a re-allocation slowed the flows they were armed for,
         and they would fire for nothing. The earliest of the network's timers in the event queue
         is the earliest armed one."""
         armed, flows = self.armed, self.flows
@@ -347,13 +366,14 @@ class FlowNetwork:
                 if _due(flow, at):
                     return
             _heappop(armed)
-            if not self.clock.withdraw_first(self._on_timer):
+            if not self.clock.withdraw_first(self):
                 raise ModelError("an armed timer is missing from the event queue")
             self.timers -= 1
 
-    def _on_timer(self, _event: Event) -> None:
-        """The flows due now are done, whatever float residue ``now``'s spacing left them;
-        the flows they shared a saturated link with get their rates re-allocated."""
+    def on_timer(self) -> None:
+        """A timer fired (``FlowTimer``): the flows due now are done, whatever float residue
+        ``now``'s spacing left them; the flows they shared a saturated link with get their rates
+        re-allocated."""
         now = self.clock.now()
         _heappop(self.armed)
         flows = self.flows

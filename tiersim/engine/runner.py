@@ -31,6 +31,19 @@ class TaskRecord(NamedTuple):
     size: float
 
 
+class DelayEnds(Event):
+    """The end of a task's delay (its ``value``: the task's position in the run)."""
+
+    __slots__ = ("run",)
+
+    def __init__(self, run: Run, task: int) -> None:
+        super().__init__(task)
+        self.run = run
+
+    def fire(self) -> None:
+        self.run.after_delay(cast(int, self.value))
+
+
 class LateTask(Exception):
     """A task joined a running graph after the moment it could have started: the graph was
     built too lazily for this schedule (the caller builds it whole instead)."""
@@ -200,14 +213,14 @@ class Run:
             flow = flows[i]
             if delay > 0:
                 self.timeouts += 1
-                self.clock.call_after(delay, self.after_delay, i)
+                self.clock.schedule(delay, DelayEnds(self, i))
             elif flow is None:
                 self.finish(i, now)
             else:
                 self.network.transfer(i, flow.size, flow.usage, flow.rate_cap, flow.bound, flow.stream)
 
-    def after_delay(self, event: Event) -> None:
-        i = cast(int, event.value)  # the task's position, given as the timeout's value
+    def after_delay(self, i: int) -> None:
+        """Task ``i``'s delay is over: its flow starts, or (none) it finishes."""
         flow = self.flow[i]
         if flow is None:
             now = self.clock.now()

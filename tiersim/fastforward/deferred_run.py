@@ -19,6 +19,19 @@ from tiersim.engine.runner import LateTask, Run
 from tiersim.errors import ModelError
 
 
+class ProxyEnds(Event):
+    """The end of a deferred task an event task waits for (its ``value``: the task's position)."""
+
+    __slots__ = ("run",)
+
+    def __init__(self, run: DeferringRun, task: int) -> None:
+        super().__init__(task)
+        self.run = run
+
+    def fire(self) -> None:
+        self.run.proxy_done(cast(int, self.value))
+
+
 class DeferringRun(Run):
     """A ``Run`` whose tasks of deferring streams are timed apart from the event run. The
     streams deferring from each position on are ``changes`` (position, streams), in order."""
@@ -175,10 +188,10 @@ class DeferringRun(Run):
             raise LateTask(self.tasks[p].name)
         self.timeouts += 1
         self.proxies_pending += 1
-        self.clock.call_after(max(ends - now, 0.0), self._proxy_done, p)
+        self.clock.schedule(max(ends - now, 0.0), ProxyEnds(self, p))
 
-    def _proxy_done(self, event: Event) -> None:
-        p = cast(int, event.value)
+    def proxy_done(self, p: int) -> None:
+        """Deferred task ``p``'s proxy timeout fired: the event tasks waiting for it may start."""
         now = self.clock.now()
         self.proxies_pending -= 1
         self.end[p] = self.deferred_end[p] = now  # the timeout's own time (a float step off at most)
