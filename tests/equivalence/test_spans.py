@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tiersim.fastforward.spans import Intervals, Spans, merged, union
+from tiersim.fastforward.spans import Intervals, Spans, merged, merged_with, union
 
 
 @st.composite
@@ -41,6 +41,18 @@ def test_a_union_covers_what_the_listed_intervals_cover_once(spans: list[Spans],
     assert together.covered(lo, lo + width) == pytest.approx(listed_covered(listed, lo, lo + width), abs=1e-9)
     pieces = together.listed()
     assert listed_covered(pieces, -1e9, 1e9) == pytest.approx(listed_covered(listed, -1e9, 1e9), abs=1e-9)
+
+
+@settings(max_examples=300, deadline=None)
+@given(spans=st.lists(progressions(), max_size=4),
+       singles=st.lists(st.tuples(st.floats(0.0, 200.0), st.floats(0.0, 3.0)), max_size=12))
+def test_progressions_merged_term_by_term_are_their_listed_intervals_merged(spans: list[Spans],
+                                                                         singles: list[tuple[float, float]]) -> None:
+    """``merged_with`` meets the progressions' intervals in order without listing them, and
+    gives exactly what merging them listed gives (the same floats)."""
+    ordered = merged([(a, a + d) for a, d in singles])
+    listed = [interval for span in spans for interval in span.listed()]
+    assert merged_with(ordered, spans) == merged(ordered + listed)
 
 
 def test_a_chain_of_copies_is_one_stretch_and_a_gapped_one_stays_a_progression() -> None:

@@ -22,6 +22,10 @@ stretch (a stream whose queue never empties)."""
 _START = itemgetter(0)
 """An interval's start (s), the key ``merged`` sorts by."""
 
+_FEW = 8
+"""Intervals ``merged`` sorts by insertion, not by a call of the builtin ``sorted`` (a call
+through Python compiled, which costs more than sorting a few)."""
+
 Window = tuple[float, float, str]
 """A phase window: from, to (s) and the phase."""
 
@@ -159,14 +163,17 @@ def union(parts: Iterable[Intervals]) -> Intervals:
             blocks.append(block)
     singles = merged(singles)
     listed: list[tuple[float, float]] = []
+    crossed: list[Spans] = []
     spans: list[Spans] = []
     for lo, hi, pieces in blocks:
         tol = _TOUCH * max(abs(lo), abs(hi))  # touching, to float residue, is not crossing
         if any(lo < b_hi - tol and hi > b_lo + tol for b_lo, b_hi, other in blocks if other is not pieces):
-            listed += [i for piece in pieces for i in piece.listed()]
+            crossed += pieces  # listed, but merged term by term (``merged_with``)
             continue
         spans += _outside_singles(pieces, lo, hi, tol, singles, listed)
-    return Intervals(merged(singles + listed) if listed else singles, spans)
+    if listed:
+        singles = merged(singles + listed)
+    return Intervals(merged_with(singles, crossed) if crossed else singles, spans)
 
 
 def _joined(parts: Iterable[Intervals]) -> tuple[list[tuple[float, float]], list[Spans]]:
@@ -214,6 +221,9 @@ def _outside_singles(pieces: list[Spans], lo: float, hi: float, tol: float, sing
         if end > lo + tol:
             left: list[Spans] = []
             for piece in pieces:
+                if end <= piece.first or start >= piece.last:  # ``minus`` would keep it whole
+                    left.append(piece)
+                    continue
                 kept, cut = piece.minus(start, end)
                 left += kept
                 listed += cut
@@ -238,7 +248,7 @@ def merged(intervals: Sequence[tuple[float, float]]) -> list[tuple[float, float]
     out: list[tuple[float, float]] = []
     if not intervals:
         return out
-    ordered = sorted(intervals, key=_START)  # ties in either order merge alike
+    ordered = sorted(intervals, key=_START) if len(intervals) > _FEW else _by_start(intervals)
     lo, hi = ordered[0]
     for k in range(1, len(ordered)):
         start, end = ordered[k]
@@ -248,4 +258,50 @@ def merged(intervals: Sequence[tuple[float, float]]) -> list[tuple[float, float]
         elif end > hi:
             hi = end
     out.append((lo, hi))
+    return out
+
+
+def _by_start(intervals: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """A few intervals in order of their starts, those of equal starts as they came (``sorted``,
+    by insertion)."""
+    ordered = list(intervals)
+    for k in range(1, len(ordered)):
+        item, j = ordered[k], k
+        while j > 0 and ordered[j - 1][0] > item[0]:
+            ordered[j] = ordered[j - 1]
+            j -= 1
+        ordered[j] = item
+    return ordered
+
+
+def merged_with(ordered: list[tuple[float, float]], spans: list[Spans]) -> list[tuple[float, float]]:
+    """``merged`` of the disjoint, ordered intervals ``ordered`` and every interval of the
+    progressions ``spans`` (s), their intervals met in order without listing them: at each
+    turn the earliest start not yet taken."""
+    out: list[tuple[float, float]] = []
+    taken = [0] * len(spans)
+    i, lo, hi, begun = 0, 0.0, 0.0, False
+    while True:
+        start, end, which = math.inf, 0.0, -1
+        if i < len(ordered):
+            start, end = ordered[i]
+        for j in range(len(spans)):
+            span, k = spans[j], taken[j]
+            if k < span.times and span.first + k * span.step < start:
+                start, which = span.first + k * span.step, j
+        if which >= 0:
+            end = start + spans[which].length  # as ``Spans.listed`` has it
+            taken[which] += 1
+        elif i < len(ordered):
+            i += 1
+        else:
+            break
+        if not begun or start > hi:
+            if begun:
+                out.append((lo, hi))
+            lo, hi, begun = start, end, True
+        elif end > hi:
+            hi = end
+    if begun:
+        out.append((lo, hi))
     return out
