@@ -22,7 +22,8 @@ Usage = tuple[tuple[str, float], ...]
 """(link name, link units one byte of a flow consumes) pairs."""
 
 _NONE: Final[list[int]] = []
-"""The dependents of a task nothing depends on (shared, never appended to)."""
+"""The dependents of a task nothing depends on, and the dependencies of a task that waits for
+none (shared, never appended to)."""
 
 
 class Link:
@@ -106,6 +107,34 @@ class FlowSpec:
         return FlowSpec, (self.size, self.usage, self.rate_cap, self.bound, self.stream)
 
 
+class _OwnBound:
+    """A flow's own bound (bytes/s) over a ``usage`` at most ``rate_cap`` bytes/s, as
+    ``TaskGraph`` keeps it per usage."""
+
+    __slots__ = ("bound", "rate_cap", "usage")
+
+    def __init__(self, usage: Usage, rate_cap: float, bound: float) -> None:
+        self.usage = usage
+        self.rate_cap = rate_cap
+        self.bound = bound
+
+    def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
+        return _OwnBound, (self.usage, self.rate_cap, self.bound)
+
+
+class _Tail:
+    """The position of the last task on a stream, as ``TaskGraph`` keeps it per stream (moved
+    on in place as the stream's tasks are added)."""
+
+    __slots__ = ("at",)
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+
+    def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
+        return _Tail, (self.at,)
+
+
 @dataclass
 class TaskGraph:
     """Links plus tasks in program order; ``add`` checks names, dependencies and links (declared
@@ -125,10 +154,10 @@ class TaskGraph:
     stream_next: list[int] = field(default_factory=list, repr=False)
     flows: list[FlowSpec | None] = field(default_factory=list, repr=False)
     _positions: dict[str, int] = field(default_factory=dict, repr=False)
-    _bounds: dict[int, tuple[Usage, float, float]] = field(default_factory=dict, repr=False)
+    _bounds: dict[int, _OwnBound] = field(default_factory=dict, repr=False)
     """By the identity of a usage (a schedule's kinds share theirs): it, a rate cap and a flow's
     own bound with them (hashing a usage costs more than the task)."""
-    _stream_tails: dict[str, int] = field(default_factory=dict, repr=False)
+    _stream_tails: dict[str, _Tail] = field(default_factory=dict, repr=False)
 
     def link(self, name: str, capacity: float) -> str:
         """Declare a link (units/s) and return its name; redeclaring must agree."""
@@ -166,10 +195,15 @@ class TaskGraph:
 
     def _dependencies(self, task: Task) -> list[int]:
         """The positions of the distinct tasks ``task`` depends on, in its order."""
+        names = task.deps
+        if not names:
+            return _NONE
         positions = self._positions
-        deps: list[int] = []
         try:
-            for dep in task.deps:
+            if len(names) == 1:  # most tasks: nothing to compare
+                return [positions[names[0]]]
+            deps: list[int] = []
+            for dep in names:
                 at = positions[dep]
                 if at not in deps:
                     deps.append(at)
@@ -183,19 +217,21 @@ class TaskGraph:
         if not usage:  # no link: its cap (a compute task or a marker, most of a schedule)
             return task.rate_cap
         known = self._bounds.get(id(usage))
-        if known is not None and known[0] is usage and known[1] == task.rate_cap:
-            return known[2]
+        if known is not None and known.usage is usage and known.rate_cap == task.rate_cap:
+            return known.bound
         return self._own_bound(task)
 
     def _join_stream(self, stream: str, here: int) -> None:
         """The task at ``here`` follows the last on ``stream``."""
-        tails = self._stream_tails
-        previous = tails.get(stream, -1)
-        self.stream_prev.append(previous)
+        tail = self._stream_tails.get(stream)
+        if tail is None:
+            self._stream_tails[stream] = _Tail(here)
+            self.stream_prev.append(-1)
+        else:
+            self.stream_prev.append(tail.at)
+            self.stream_next[tail.at] = here
+            tail.at = here
         self.stream_next.append(-1)
-        if previous >= 0:
-            self.stream_next[previous] = here
-        tails[stream] = here
 
     def _own_bound(self, task: Task) -> float:
         """The rate (bytes/s) a flow of ``task`` gets alone: its cap or its tightest link, the
@@ -211,7 +247,7 @@ class TaskGraph:
                 bound = link.capacity / units
         if len(usage) > 1 and _repeats_a_link(usage):
             raise ModelError(f"task {task.name!r} names a link twice in its usage")
-        self._bounds[id(usage)] = (usage, task.rate_cap, bound)
+        self._bounds[id(usage)] = _OwnBound(usage, task.rate_cap, bound)
         return bound
 
     def _undeclared(self, task: Task, name: str) -> Link:
@@ -229,11 +265,12 @@ class TaskGraph:
 
     def stream_tail(self, stream: str) -> int:
         """The position of the last task on ``stream`` (-1 for none)."""
-        return self._stream_tails.get(stream, -1)
+        tail = self._stream_tails.get(stream)
+        return -1 if tail is None else tail.at
 
     def stream_tails(self) -> dict[str, str]:
         """The name of the last task on each stream, by stream (in order of their first tasks)."""
-        return {stream: self.tasks[at].name for stream, at in self._stream_tails.items()}
+        return {stream: self.tasks[tail.at].name for stream, tail in self._stream_tails.items()}
 
 
 def _repeats_a_link(usage: Usage) -> bool:
