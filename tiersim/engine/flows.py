@@ -175,6 +175,16 @@ def _fill_step(active: list[Flow], residual: dict[str, float], load: dict[str, f
         raise ModelError("a flow has neither a link nor a finite rate cap")
     return step
 
+def _earliest_finish(flows: list[Flow]) -> float:
+    """The earliest ``finish_at`` of ``flows`` (s; there is one): ``min`` as a compiled loop,
+    without a list of boxed floats and the builtin's call through Python."""
+    first = flows[0].finish_at
+    for flow in flows:
+        if flow.finish_at < first:
+            first = flow.finish_at
+    return first
+
+
 def _due(flow: Flow, at: float) -> bool:
     """Whether ``flow`` ends at a timer at ``at`` (s): it finishes by then, give or take
     ``_DUE_TOL`` of its own time to go and float residue of ``at``."""
@@ -216,7 +226,8 @@ class FlowNetwork:
         self.accounts = accounts
         self.capacity = capacity
         self.done = done
-        self.flows: dict[Flow, None] = {}
+        self.flows: list[Flow] = []
+        """The active flows, in the order they started."""
         self.on_link: dict[str, list[Flow]] = {name: [] for name in capacity}
         self.load: dict[str, float] = {name: 0.0 for name in capacity}
         """Link units per second the active flows use now."""
@@ -264,13 +275,13 @@ class FlowNetwork:
                 if self.accounts is not None:
                     self.accounts.link_busy(link, now)
             others.append(flow)
-        self.flows[flow] = None
+        self.flows.append(flow)
         if shared and not (fits and self.shortcuts):
             due = self._share(usage, now)
         else:
             due = flow.finish_at = now + size / rate
             for link, units in usage:
-                load[link] += rate * units
+                load[link] = load[link] + rate * units
         self._arm_at(due, now)
         return flow
 
@@ -281,13 +292,13 @@ class FlowNetwork:
         had no timer of its own."""
         component = self._component([link for link, _ in usage])
         self._reallocate(component, now)
-        due = min([other.finish_at for other in component])
+        due = _earliest_finish(component)
         armed = self.armed
         if armed and armed[0] * _ARM_SLACK < due:
             pending = self.timers
             self._withdraw_stale()
             if self.timers != pending:  # a flow off the component may have ended on a withdrawn timer
-                due = min([flow.finish_at for flow in self.flows])
+                due = _earliest_finish(self.flows)
         return due
 
     def close(self) -> None:
@@ -329,7 +340,7 @@ class FlowNetwork:
             rate = flow.rate
             if flow.finish_at != math.inf:  # a new flow has no load yet
                 for link, units in flow.usage:
-                    load[link] -= rate * units
+                    load[link] = load[link] - rate * units
             flow.remaining = max(flow.remaining - rate * (now - flow.last), 0.0)
             flow.last = now
         if len(flows) == 1:
@@ -340,7 +351,7 @@ class FlowNetwork:
             rate = flow.rate
             flow.finish_at = now + flow.remaining / rate
             for link, units in flow.usage:
-                load[link] += rate * units
+                load[link] = load[link] + rate * units
 
     def _arm_at(self, due: float, now: float) -> None:
         """Arm a timer for ``due`` unless one at or before it is already pending."""
@@ -392,7 +403,7 @@ class FlowNetwork:
         component = self._component(changed) if changed and release else None
         if component:  # (empty when the flows left on a link were due too)
             self._reallocate(component, now)
-            first = min([flow.finish_at for flow in flows])
+            first = _earliest_finish(flows)
         if flows:
             armed = self.armed
             if armed and armed[0] * _ARM_SLACK < first:  # a re-allocation since it was armed may have
@@ -405,7 +416,7 @@ class FlowNetwork:
         """``flow`` leaves the network at ``now``: its units count as moved, each link it used
         carries less (``changed``, the links still carrying others) or goes idle. Returns whether
         one of its links was saturated (it may have bound the flow, so others may speed up)."""
-        del self.flows[flow]
+        self.flows.remove(flow)
         if self.recorded is not None:
             self.recorded.append(FlowSpan(flow.began, now, flow.usage, flow.bound, flow.stream))
         accounts = self.accounts
@@ -414,18 +425,23 @@ class FlowNetwork:
         load, capacity, moved, on_link = self.load, self.capacity, self.moved, self.on_link
         size, rate = flow.size, flow.rate
         saturated = False
+        busy, busy_since = self.busy, self.busy_since
+        # each total read once and written back (compiled, ``+=`` on a dict's value adds boxed floats)
         for link, units in flow.usage:
-            moved[link] += size * units
-            if load[link] >= capacity[link] * (1 - _SATURATED_TOL):
+            moved[link] = moved[link] + size * units
+            carried = load[link]
+            if carried >= capacity[link] * (1 - _SATURATED_TOL):
                 saturated = True
             others = on_link[link]
             others.remove(flow)
             if others:
-                load[link] -= rate * units
+                load[link] = carried - rate * units
                 changed.add(link)
             else:
                 load[link] = 0.0  # no float residue on an idle link
-                self.busy[link] += now - self.busy_since.pop(link)
+                began = busy_since[link]
+                del busy_since[link]  # (``pop`` compiled is a method call through Python)
+                busy[link] = busy[link] + (now - began)
                 if accounts is not None:
                     accounts.link_idle(link, now)
         return saturated
