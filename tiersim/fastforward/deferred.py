@@ -283,18 +283,17 @@ def _credit_links(run: DeferringRun, loads: _LinkLoads, skipped: list[SkippedSpa
         capacity = network.capacity[link]
         # a stream runs one flow at a time: below the capacity, its peaks cannot saturate it
         check = capacity if sum(loads.peaks[link].values(), 0.0) > capacity * (1 + _OVERLOAD) else None
-        streams = frozenset(loads.deferred[link])
         events, repeats = ran.get(link, ([], []))
         step = _one_step(flows, repeats)
         if step is not None:
-            seconds = _by_cycles(link, flows, events, repeats, step, windows, check, streams)
+            seconds = _by_cycles(link, flows, events, repeats, step, windows, check, frozenset(loads.deferred[link]))
         else:
             if check is not None:
                 listed = [(a, b, load) for intervals, load in flows for a, b in intervals.listed()]
                 _check_load(link, listed, events + [(a, b, load) for span, load in repeats for a, b in span.listed()],
-                            check, streams)
+                            check, frozenset(loads.deferred[link]))
             off = (union([Intervals([(a, b) for a, b, _load in events], [span for span, _load in repeats])])
-                   if events or repeats else Intervals([]))
+                   if events or repeats else None)
             seconds = _alone(_on_link(flows), off, windows)
         for (_begin, _end, phase), alone in zip(windows, seconds):
             if alone > least:
@@ -315,8 +314,12 @@ def _event_flows(network: FlowNetwork, loads: _LinkLoads,
     """Per link, the event run's flows on it while deferred ones are: those it recorded (from,
     to, load) and the progressions of the ``skipped`` spans' copies of them (with their loads);
     their streams' peaks join ``loads``."""
-    reach = {link: (min(part.lo for part, _load in flows), max(part.hi for part, _load in flows))
-             for link, flows in loads.flows_on.items()}
+    reach: dict[str, tuple[float, float]] = {}
+    for link, flows in loads.flows_on.items():
+        lo, hi = math.inf, -math.inf  # ``min`` and ``max`` of a generator compiled are calls through Python
+        for part, _load in flows:
+            lo, hi = min(lo, part.lo), max(hi, part.hi)
+        reach[link] = (lo, hi)
     ran: dict[str, tuple[list[Load], list[tuple[Spans, float]]]] = {}
     for span in network.recorded or ():
         since, until = span.since, span.until
@@ -339,9 +342,11 @@ def _event_flows(network: FlowNetwork, loads: _LinkLoads,
 def _one_step(flows: list[tuple[Intervals, float]], repeats: list[tuple[Spans, float]]) -> float | None:
     """The step of the copies of skipped flows on a link (``repeats``) if they and the deferred
     ``flows``' progressions share one, else None (none, or two that drift apart)."""
+    if not repeats:
+        return None
     steps = {span.step for span, _load in repeats}
     steps.update(span.step for intervals, _load in flows for span in intervals.spans)
-    return steps.pop() if repeats and len(steps) == 1 else None
+    return steps.pop() if len(steps) == 1 else None
 
 
 def _by_cycles(link: str, flows: list[tuple[Intervals, float]], events: list[Load], repeats: list[tuple[Spans, float]],
@@ -387,12 +392,12 @@ def _group(groups: list[_AlikeTasks], of_stream: dict[str, list[_AlikeTasks]], t
     return found
 
 
-def _alone(on: Intervals, off: Intervals, windows: list[Window]) -> list[float]:
+def _alone(on: Intervals, off: Intervals | None, windows: list[Window]) -> list[float]:
     """Per phase window, the seconds in which the disjoint intervals ``on`` (deferred flows on a
-    link) are on it and none of the disjoint ``off`` (the event run's flows there) is: each of
-    ``on``'s intervals, in order, but what ``off`` covers of it (its single intervals met in
-    order too, its progressions in closed form)."""
-    if not off.singles and not off.spans:
+    link) are on it and none of the disjoint ``off`` (the event run's flows there; None: none)
+    is: each of ``on``'s intervals, in order, but what ``off`` covers of it (its single
+    intervals met in order too, its progressions in closed form)."""
+    if off is None or (not off.singles and not off.spans):
         return [on.covered(begin, end) if begin < on.hi and end > on.lo else 0.0 for begin, end, _phase in windows]
     seconds = [0.0] * len(windows)
     bounds = ([begin for begin, _end, _phase in windows], [end for _begin, end, _phase in windows])

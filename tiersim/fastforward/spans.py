@@ -277,21 +277,24 @@ def _by_start(intervals: Sequence[tuple[float, float]]) -> list[tuple[float, flo
 def merged_with(ordered: list[tuple[float, float]], spans: list[Spans]) -> list[tuple[float, float]]:
     """``merged`` of the disjoint, ordered intervals ``ordered`` and every interval of the
     progressions ``spans`` (s), their intervals met in order without listing them: at each
-    turn the earliest start not yet taken."""
+    turn the earliest start not yet taken (``heads``: each progression's next start)."""
     out: list[tuple[float, float]] = []
     taken = [0] * len(spans)
+    heads = [span.first if span.times > 0 else math.inf for span in spans]
     i, lo, hi, begun = 0, 0.0, 0.0, False
     while True:
         start, end, which = math.inf, 0.0, -1
         if i < len(ordered):
             start, end = ordered[i]
-        for j in range(len(spans)):
-            span, k = spans[j], taken[j]
-            if k < span.times and span.first + k * span.step < start:
-                start, which = span.first + k * span.step, j
+        for j in range(len(heads)):
+            head = heads[j]
+            if head < start:
+                start, which = head, j
         if which >= 0:
-            end = start + spans[which].length  # as ``Spans.listed`` has it
-            taken[which] += 1
+            span, k = spans[which], taken[which] + 1
+            end = start + span.length  # as ``Spans.listed`` has it
+            taken[which] = k
+            heads[which] = span.first + k * span.step if k < span.times else math.inf
         elif i < len(ordered):
             i += 1
         else:
