@@ -121,6 +121,18 @@ class Flow:
         self.began = last
 
 
+class LinkState:
+    """One link of a network as it is now: its ``capacity`` (link units/s), the ``load`` its
+    active flows put on it (link units/s) and those ``flows``, in the order they came on it."""
+
+    __slots__ = ("capacity", "flows", "load")
+
+    def __init__(self, capacity: float) -> None:
+        self.capacity = capacity
+        self.load = 0.0
+        self.flows: list[Flow] = []
+
+
 def own_bound(usage: Usage, cap: float, capacity: dict[str, float]) -> float:
     """The rate (bytes/s) a flow would get alone: its cap or its tightest link."""
     rate = cap
@@ -228,9 +240,9 @@ class FlowNetwork:
         self.done = done
         self.flows: list[Flow] = []
         """The active flows, in the order they started."""
-        self.on_link: dict[str, list[Flow]] = {name: [] for name in capacity}
-        self.load: dict[str, float] = {name: 0.0 for name in capacity}
-        """Link units per second the active flows use now."""
+        self.links: dict[str, LinkState] = {name: LinkState(units) for name, units in capacity.items()}
+        """Each link's load and flows now (one lookup per link a flow uses, where a start or an
+        end reads them)."""
         self.timers = 0
         """Timers armed and not taken back: each fires once (the network's events)."""
         self.armed: list[float] = []
@@ -248,8 +260,7 @@ class FlowNetwork:
     def add_link(self, name: str, capacity: float) -> None:
         """A link of ``capacity`` units/s joins the network (idle)."""
         self.capacity[name] = capacity
-        self.on_link[name] = []
-        self.load[name] = 0.0
+        self.links[name] = LinkState(capacity)
         self.busy[name] = 0.0
         self.moved[name] = 0.0
 
@@ -263,25 +274,25 @@ class FlowNetwork:
         flow = Flow(size, usage, cap, key, rate, now, stream)
         shared = False
         fits = True  # at its own bound, beside the flows on its links
-        on_link, load, capacity = self.on_link, self.load, self.capacity
+        links = self.links
         for link, units in usage:
-            others = on_link[link]
-            if others:
+            state = links[link]
+            if state.flows:
                 shared = True
-                if load[link] + rate * units > capacity[link] * (1 + _REL_TOL):
+                if state.load + rate * units > state.capacity * (1 + _REL_TOL):
                     fits = False
             else:
                 self.busy_since[link] = now
                 if self.accounts is not None:
                     self.accounts.link_busy(link, now)
-            others.append(flow)
+            state.flows.append(flow)
         self.flows.append(flow)
         if shared and not (fits and self.shortcuts):
             due = self._share(usage, now)
         else:
             due = flow.finish_at = now + size / rate
             for link, units in usage:
-                load[link] = load[link] + rate * units
+                links[link].load += rate * units
         self._arm_at(due, now)
         return flow
 
@@ -324,7 +335,7 @@ class FlowNetwork:
         stack = list(links)
         members: dict[Flow, None] = {}
         while stack:
-            for flow in self.on_link[stack.pop()]:
+            for flow in self.links[stack.pop()].flows:
                 if flow not in members:
                     members[flow] = None
                     for link, _ in flow.usage:
@@ -335,12 +346,12 @@ class FlowNetwork:
 
     def _reallocate(self, flows: list[Flow], now: float) -> None:
         """Bring ``flows`` to ``now`` at their old rates, then share the links anew."""
-        load = self.load
+        links = self.links
         for flow in flows:
             rate = flow.rate
             if flow.finish_at != math.inf:  # a new flow has no load yet
                 for link, units in flow.usage:
-                    load[link] = load[link] - rate * units
+                    links[link].load -= rate * units
             flow.remaining = max(flow.remaining - rate * (now - flow.last), 0.0)
             flow.last = now
         if len(flows) == 1:
@@ -351,7 +362,7 @@ class FlowNetwork:
             rate = flow.rate
             flow.finish_at = now + flow.remaining / rate
             for link, units in flow.usage:
-                load[link] = load[link] + rate * units
+                links[link].load += rate * units
 
     def _arm_at(self, due: float, now: float) -> None:
         """Arm a timer for ``due`` unless one at or before it is already pending."""
@@ -422,23 +433,22 @@ class FlowNetwork:
         accounts = self.accounts
         if accounts is not None:
             accounts.flow_ended(flow)
-        load, capacity, moved, on_link = self.load, self.capacity, self.moved, self.on_link
+        links, moved = self.links, self.moved
         size, rate = flow.size, flow.rate
         saturated = False
         busy, busy_since = self.busy, self.busy_since
         # each total read once and written back (compiled, ``+=`` on a dict's value adds boxed floats)
         for link, units in flow.usage:
             moved[link] = moved[link] + size * units
-            carried = load[link]
-            if carried >= capacity[link] * (1 - _SATURATED_TOL):
+            state = links[link]
+            if state.load >= state.capacity * (1 - _SATURATED_TOL):
                 saturated = True
-            others = on_link[link]
-            others.remove(flow)
-            if others:
-                load[link] = carried - rate * units
+            state.flows.remove(flow)
+            if state.flows:
+                state.load -= rate * units
                 changed.add(link)
             else:
-                load[link] = 0.0  # no float residue on an idle link
+                state.load = 0.0  # no float residue on an idle link
                 began = busy_since[link]
                 del busy_since[link]  # (``pop`` compiled is a method call through Python)
                 busy[link] = busy[link] + (now - began)
