@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable
+from typing import Final
 
 from tiersim.config.deepspeed_version import at_least
 from tiersim.config.hardware import Hardware
@@ -104,10 +105,10 @@ class NVMeSwap(Strategy):
         if micro < builder.boundary:
             return None
         waiting = swapper_waits(builder.step)
-        tails = builder.graph.stream_tails()
         write = aio_kind(builder, self.options, "aio_write", "backward", True)
-        drained = waiting and self._drains(builder.step)[index] and write.stream in tails
-        staged = fp32_gradients_d2h(builder, dram, index, layer, kept, (tails[write.stream],) if drained else ())
+        written = builder.graph.stream_tail(write.stream) if waiting and self._drains(builder.step)[index] else -1
+        drained = (builder.graph.tasks[written].name,) if written >= 0 else ()
+        staged = fp32_gradients_d2h(builder, dram, index, layer, kept, drained)
         builder.background.add(write.stream)
         num_bytes = builder.step.rank_partitions[index] * FP32_BYTES
         builder.add(write.task(f"m{micro}.bwd.{index}.grad_write", num_bytes, (staged,)))
@@ -150,6 +151,7 @@ class NVMeSwap(Strategy):
 
     def optimizer_step(self, builder: StepBuilder, begin: str) -> None:
         opts = self.options
+        pipeline_read, pipeline_write = opts.pipeline_read, opts.pipeline_write
         dram = HostMemory.dram_only()
         swap_in = aio_kind(builder, self.options, "aio_read", "optimizer_step", False)
         swap_out = aio_kind(builder, self.options, "aio_write", "optimizer_step", True)
@@ -158,7 +160,7 @@ class NVMeSwap(Strategy):
         # The first swap-in flushes the gradient writes still in flight from backward.
         flushed = builder.graph.stream_tails().get(swap_out.stream)
         # With pipeline_read, sub-group i is read when sub-group i-1's update begins.
-        lag = 2 if opts.pipeline_read else 1
+        lag = 2 if pipeline_read else 1
         in_flight = opts.groups_in_flight
         reads: list[str] = []
         updated: list[str] = []
@@ -173,10 +175,10 @@ class NVMeSwap(Strategy):
         for i in builder.loop(fetch.update_keys(shapes) if fetch else shapes):
             group = groups[i]
             deps = [begin] + ([flushed] if i == 0 and flushed else [])
-            if opts.pipeline_read:
+            if pipeline_read:
                 deps += iterations_back(reads, 1)
             deps += iterations_back(updated, lag)
-            if not opts.pipeline_write:
+            if not pipeline_write:
                 deps += iterations_back(writes, lag)
             deps += iterations_back(writes, in_flight)
             fp32 = group.numel * FP32_BYTES
@@ -186,7 +188,7 @@ class NVMeSwap(Strategy):
             adam_deps = [reads[-1]]
             if i > 0:
                 adam_deps.append(updated[-1])
-                if not opts.pipeline_write:
+                if not pipeline_write:
                     adam_deps.append(writes[-1])
             adam_done = builder.add(adam.task(f"step.{i}.adam", group.numel, tuple(adam_deps)))
             updated.append(updated_params(builder, fetch, dram, group, adam_done))
@@ -201,12 +203,21 @@ def chaotic_swaps(options: SwapOptions) -> bool:
     return options.pipeline_read and options.pipeline_write
 
 
+_SWAPPER_WAITS: Final[dict[str, bool]] = {}
+"""``swapper_waits`` by DeepSpeed version, worked out once for each (``at_least`` runs in
+Python, and a boundary asks for each layer)."""
+
+
 def swapper_waits(step: TrainingStep) -> bool:
     """Whether the boundary backward waits for the gradient swapper, as DeepSpeed's code does
     (``tiersim.strategies.gradient_swapper``): tiersim's path for DeepSpeed 0.13 and earlier.
     The code is the same in 0.16.2; tiersim keeps its background model there, with which the
     seed node was fitted."""
-    return not at_least(step.training.deepspeed_version, (0, 14))
+    version = step.training.deepspeed_version
+    waits = _SWAPPER_WAITS.get(version)
+    if waits is None:
+        waits = _SWAPPER_WAITS[version] = not at_least(version, (0, 14))
+    return waits
 
 
 def _aligned(numel: int, threads: int) -> int:
