@@ -46,11 +46,27 @@ def advance_counters(accounts: Accounts, network: FlowNetwork, earlier: CounterT
     advance_each(accounts.values, earlier.accounts, before.accounts, after.accounts, times, ratio)
     for k in range(2):
         target = network.moved if k else network.busy
+        if not ratio:  # a repeat: only the totals that changed are written back
+            _repeat_each(target, before.network[k], after.network[k], times)
+            continue
         values = list(target.values())
         advance_each(values, earlier.network[k], before.network[k], after.network[k], times, ratio)
         keys = list(target)
         for j in range(len(keys)):
             target[keys[j]] = values[j]
+
+
+def _repeat_each(target: dict[str, float], before: list[float], after: list[float], times: int) -> None:
+    """``advance_each`` of a repeat (``ratio`` 0) on a dict's values, in its order (a total
+    that did not change is left as it is)."""
+    j = 0
+    for key in target:  # values replaced in place, no key added: the iteration holds
+        if j == len(after):
+            return
+        value, was = after[j], before[j] if j < len(before) else 0.0
+        if value != was:
+            target[key] = target[key] + times * (value - was)
+        j += 1
 
 
 def advance_each(target: list[float], earlier: list[float], before: list[float], after: list[float], times: int,

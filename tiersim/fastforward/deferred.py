@@ -179,11 +179,16 @@ def _to_credit(run: DeferringRun, deferral: Deferral, now: float | None) -> list
     none, or (mid-run, at ``now``) one that has not ended."""
     if run.last_deferred < deferral.credited and not deferral.timed_copies:
         return None
-    deferred = [p for p in range(deferral.credited, len(run.deferred)) if run.deferred[p]]
-    if now is not None and (any(run.deferred_end.get(p, math.inf) > now for p in deferred) or any(
-            span.last > now for spans in deferral.timed_copies.values() for span in spans)):
+    ends, flags = run.deferred_end, run.deferred
+    deferred: list[int] = []
+    for p in range(deferral.credited, len(flags)):
+        if flags[p]:
+            if now is not None and ends.get(p, math.inf) > now:
+                return None  # the first not ended (or not timed) is enough
+            deferred.append(p)
+    if now is not None and any(span.last > now for spans in deferral.timed_copies.values() for span in spans):
         return None
-    if any(p not in run.deferred_end for p in deferred):
+    if any(p not in ends for p in deferred):
         raise DeferredFlowContended("a deferred task never had its inputs")
     return deferred
 

@@ -220,13 +220,15 @@ def _timed_copies(run: DeferringRun, deferral: Deferral, template: list[int], in
     for stream in tails:
         tails[stream] = run.ended_at(graph.stream_tail(stream))
     steps = [_copy_step(run, q, inputs[q]) for q in template]
-    if min(tails.values(), default=0.0) < 0 or any(
+    if any(end < 0 for end in tails.values()) or any(  # ``min`` compiled is a call through Python
             run.ended_at(item.at) < 0 for step in steps for item in step.inputs if item.source == BEFORE_LOOP):
         return 0, tails
     compute_side = [item for step in steps for item in step.inputs if item.source == COMPUTE_SIDE]
-    last = min([times - 1] + [stretch.references[item.at] + times - item.iteration for item in compute_side])
+    last = times - 1
     """The last skipped iteration whose copies' inputs are all known (a compute-side one of
     iteration ``it + m`` is, up to its reference plus ``times``)."""
+    for item in compute_side:
+        last = min(last, stretch.references[item.at] + times - item.iteration)
     timed, steady, tails = _time_until_steady(run, steps, stretch, compute_side, last, tails)
     rest = last - len(timed) if steady else 0  # iterations after the listed ones, in closed form
     _keep_spans(deferral, steps, timed, rest, tails)
