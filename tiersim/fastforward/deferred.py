@@ -27,7 +27,7 @@ import math
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from tiersim.engine.graph import Task
+from tiersim.engine.graph import Task, Usage
 from tiersim.fastforward import cycles
 from tiersim.fastforward.cycles import Load
 from tiersim.fastforward.spans import Intervals, Spans, Window, union
@@ -130,8 +130,7 @@ def refuse_early(run: DeferringRun, deferral: Deferral) -> None:
             raise DeferredFlowContended(f"a deferred {task.stream} task moves before the event run's flows were "
                                         "recorded", frozenset({task.stream}))
         timed.append(p)
-        for link, units in flow.usage:
-            loads.peak(link, task.stream, flow.bound * units)
+        loads.peak_flow(task.stream, flow.usage, flow.bound)
     peaks = loads.peaks
     for span in network.recorded or ():
         for link, units in span.usage:
@@ -237,6 +236,22 @@ class _LinkLoads:
         self.peaks: dict[str, dict[str, float]] = {}
         self.deferred: dict[str, set[str]] = {}
         """Per link, the deferred streams with a flow on it."""
+        self.seen: dict[str, list[tuple[Usage, float]]] = {}
+        """Per stream, the usages and bounds ``peak_flow`` has taken."""
+
+    def peak_flow(self, stream: str, usage: Usage, bound: float) -> None:
+        """``peak`` on each link of ``usage`` of a flow of ``stream`` at its ``bound`` (bytes/s);
+        once per stream, usage (shared by kind: told apart by identity) and bound, as the loads
+        of another such flow are the same."""
+        seen = self.seen.get(stream)
+        if seen is None:
+            seen = self.seen[stream] = []
+        for had, at in seen:
+            if had is usage and at == bound:
+                return
+        seen.append((usage, bound))
+        for link, units in usage:
+            self.peak(link, stream, bound * units)
 
     def peak(self, link: str, stream: str, load: float) -> None:
         on_link = self.peaks.get(link)

@@ -234,13 +234,27 @@ def _outside_singles(pieces: list[Spans], lo: float, hi: float, tol: float, sing
 def _alike(periodic: list[Spans]) -> list[list[Spans]]:
     """Progressions grouped by count and step (equal to float residue)."""
     groups: list[list[Spans]] = []
-    for span in sorted(periodic, key=lambda s: (s.times, s.step)):
+    for span in _by_count_step(periodic):
         last = groups[-1][0] if groups else None
         if last is not None and last.times == span.times and span.step - last.step <= 16 * _TOUCH * span.step:
             groups[-1].append(span)
         else:
             groups.append([span])
     return groups
+
+
+def _by_count_step(periodic: list[Spans]) -> list[Spans]:
+    """Progressions in order of count, then step, those alike as they came (``sorted`` by
+    insertion: a sort key compiled is a call through Python; a union holds a few)."""
+    ordered = periodic[:]
+    for k in range(1, len(ordered)):
+        item, j = ordered[k], k
+        while j > 0 and (ordered[j - 1].times > item.times or (
+                ordered[j - 1].times == item.times and ordered[j - 1].step > item.step)):
+            ordered[j] = ordered[j - 1]
+            j -= 1
+        ordered[j] = item
+    return ordered
 
 
 def merged(intervals: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
