@@ -129,6 +129,8 @@ class StepBuilder:
         """Bytes per element of the gradient partition accumulated across micro-steps."""
         self.layers = step.layers
         """The rank's layers (``TrainingStep.layers``)."""
+        self.cpu_checkpointing: bool = training.cpu_checkpointing
+        """Whether checkpointed layers keep their inputs in host memory (DeepSpeed's ``cpu_checkpointing``)."""
         # the figures above are read once per schedule: a ``TrainingStep``'s attribute runs in Python
         self.stage = stage
         self.names = stage if names is None else names
@@ -212,17 +214,18 @@ class StepBuilder:
         """A layer pass's kernels on the compute stream, then its tensor-parallel collectives
         (``tensor_parallel``) and its expert all-to-alls (``exchange``); the name of the last."""
         done = self.add(Task(name, "gpu", phase, "compute", self.pass_seconds(work), 0.0, (), math.inf, deps))
-        done = self.tensor_parallel(f"{name}.tp", phase, work, done)
+        done = self.tensor_parallel(name, phase, work, done)
         return self.exchange(name, phase, work.all_to_all, done) if work.all_to_all else done
 
     def tensor_parallel(self, name: str, phase: str, work: PassKernels, after: str) -> str:
-        """A pass's collectives among the tensor-parallel ranks of a node, as one task on the
-        compute stream (Megatron issues them there and the next kernel waits for them): each
-        call's fabric latency, then the bytes one rank sends (ring) over the fabric's bus
-        bandwidth, shared with ZeRO's collectives; ``after`` itself where the pass has none."""
+        """Pass ``name``'s collectives among the tensor-parallel ranks of a node, as one task
+        (``name.tp``) on the compute stream (Megatron issues them there and the next kernel
+        waits for them): each call's fabric latency, then the bytes one rank sends (ring) over
+        the fabric's bus bandwidth, shared with ZeRO's collectives; ``after`` itself where the
+        pass has none."""
         if not work.tp_calls:
             return after
-        return self.add(Task(name, "gpu", phase, "tensor_parallel", work.tp_calls * self.hw.fabric_latency,
+        return self.add(Task(f"{name}.tp", "gpu", phase, "tensor_parallel", work.tp_calls * self.hw.fabric_latency,
                              work.tp_bytes, self.fabric_usage(1.0), math.inf, (after,)))
 
     def exchange(self, name: str, phase: str, sent: tuple[float, ...], after: str) -> str:

@@ -63,9 +63,9 @@ def params_to_gpu(builder: StepBuilder, memory: HostMemory, group: SubGroup, aft
     machine: the CPU validation of the offload path)."""
     if not builder.hw.has_gpu:
         return after
-    lp = builder.lp_bytes
+    lp, index, numel = builder.lp_bytes, group.index, group.numel
     convert = host_copy_kind(builder, "optimizer_step", "convert", memory, FP32_BYTES, lp, builder.figure("rank_cores"),
                              temporary)
-    converted = builder.add(convert.task(f"step.{group.index}.convert", group.numel, (after,)))
+    converted = builder.add(convert.task(f"step.{index}.convert", numel, (after,)))
     h2d = pcie_kind(builder, "h2d", "optimizer_step", temporary or memory, builder.figure("pageable_bandwidth"))
-    return builder.add(h2d.task(f"step.{group.index}.h2d", group.numel * lp, (converted,)))
+    return builder.add(h2d.task(f"step.{index}.h2d", numel * lp, (converted,)))

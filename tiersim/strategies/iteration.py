@@ -118,10 +118,11 @@ def forward_pass(builder: StepBuilder, fetch: ParamFetch | None, micro: int, aft
     layers = builder.layers
     shapes = builder.step.layer_shapes
     for i in builder.loop(fetch.keys(shapes) if fetch else shapes):
+        name = f"m{micro}.fwd.{i}"
         prefetch = tuple(iterations_back(computed, _ahead(fetch)) or [begin])
-        ready = _gather(builder, fetch, f"m{micro}.fwd.{i}", "forward", i, prefetch, computed)
-        computed.append(builder.compute(f"m{micro}.fwd.{i}", "forward", layers[i].forward_kernels, ready))
-        _checkpoint_copy(builder, "d2h", f"m{micro}.fwd.{i}", layers[i], (computed[-1],))
+        ready = _gather(builder, fetch, name, "forward", i, prefetch, computed)
+        computed.append(builder.compute(name, "forward", layers[i].forward_kernels, ready))
+        _checkpoint_copy(builder, "d2h", name, layers[i], (computed[-1],))
 
 
 def _checkpoint_copy(builder: StepBuilder, direction: str, prefix: str, layer: LayerWork,
@@ -130,7 +131,7 @@ def _checkpoint_copy(builder: StepBuilder, direction: str, prefix: str, layer: L
     (``d2h``) or back before its recomputation (``h2d``), as DeepSpeed's ``CheckpointFunction``
     copies it (``.to(device)`` of a pageable host tensor): on the compute stream, at the pageable
     rate, the host waiting for it."""
-    if not (layer.checkpointed and builder.step.training.cpu_checkpointing):
+    if not (builder.cpu_checkpointing and layer.checkpointed):
         return
     phase = "forward" if direction == "d2h" else "backward"
     pageable = builder.figure("pageable_bandwidth")
@@ -198,7 +199,7 @@ def reduce_layer(strategy: Strategy, builder: StepBuilder, micro: int, i: int, r
     if stage < 2 and micro < builder.boundary:  # below ZeRO-2 gradients reduce at the boundary
         return strategy.offload_gradients(builder, micro, i, layer, ready)
     per_element = (1 if stage >= 2 else 2) * builder.lp_bytes
-    experts = layer.expert_params
+    experts = layer.expert_params if layer.expert_tensors else 0
     rs = builder.collective(f"m{micro}.bwd.{i}.reduce", "reduce_scatter", "backward",
                             per_element * (layer.params - experts), (ready, *after), per_element * experts)
     return strategy.offload_gradients(builder, micro, i, layer, rs or ready)

@@ -181,7 +181,8 @@ class NVMeSwap(Strategy):
             if not pipeline_write:
                 deps += iterations_back(writes, lag)
             deps += iterations_back(writes, in_flight)
-            fp32 = group.numel * FP32_BYTES
+            numel = group.numel
+            fp32 = numel * FP32_BYTES
             reads.append(builder.add(swap_in.task(f"step.{i}.swap_in", TENSORS_SWAPPED_IN * fp32, tuple(deps))))
             # The update loop is sequential: a sub-group's Adam follows the previous one's
             # parameter copy (and, without pipeline_write, its swap-out).
@@ -190,7 +191,7 @@ class NVMeSwap(Strategy):
                 adam_deps.append(updated[-1])
                 if not pipeline_write:
                     adam_deps.append(writes[-1])
-            adam_done = builder.add(adam.task(f"step.{i}.adam", group.numel, tuple(adam_deps)))
+            adam_done = builder.add(adam.task(f"step.{i}.adam", numel, tuple(adam_deps)))
             updated.append(updated_params(builder, fetch, dram, group, adam_done))
             writes.append(builder.add(swap_out.task(f"step.{i}.swap_out", TENSORS_SWAPPED_OUT * fp32, (updated[-1],))))
 
