@@ -28,6 +28,26 @@ Slots = dict[str, int]
 """Name -> slot in ``Accounts.values``."""
 
 
+class Resource:
+    """One stream or link as the accounts see it: whether it is ``busy`` now and ``since`` when
+    in this phase (s), the ``started``-th busy stretch to begin, and its slots in
+    ``Accounts.values`` (-1: not read yet): its busy seconds in the phase it was last read in
+    (the ``phase``-th; a stream's or link's slots are looked up by name once a phase) and, for a
+    stream, its seconds and bytes over the run. Held by the engine's streams and links, so that
+    a start or end finds its account without a lookup by name."""
+
+    __slots__ = ("busy", "busy_slot", "name", "phase", "run_slot", "since", "started")
+
+    def __init__(self, name: str = "") -> None:  # (a default: unpickling makes one without arguments)
+        self.name = name
+        self.busy = False
+        self.since = 0.0
+        self.started = 0
+        self.phase = -1
+        self.busy_slot = -1
+        self.run_slot = -1
+
+
 class Accounts:
     """Time integrals of one run, updated at each start, end and phase change."""
 
@@ -46,12 +66,16 @@ class Accounts:
         self._busy_now, self._moved_now = self._phase_slots("")
         self._streams: Slots = {}
         """Stream -> slot of the seconds its tasks ran over the run; the next slot: their bytes."""
+        self._resources: dict[str, Resource] = {}
+        """Stream or link -> its ``Resource``."""
+        self._phases = 0
+        """Phase changes so far (``Resource.phase``)."""
+        self._starts = 0
+        """Busy stretches begun so far (``Resource.started``)."""
         self.exposed = 0.0
         """Seconds in which no compute task ran."""
         self.computing = 0
         self.idle_since = 0.0
-        self.since: dict[str, float] = {}
-        """Streams and links busy now -> when their busy stretch in this phase began (s)."""
         self.changes: list[tuple[float, str]] = []
         """When each phase began (s) and its name, in order (those a fast-forward skips over
         are not here: a skipped span ends in the phase it began in)."""
@@ -118,13 +142,35 @@ class Accounts:
         slot = self._slot(slots, name)
         self.values[slot] = self.values[slot] + now - began
 
-    def _ended(self, resource: str) -> float:
-        """When ``resource``'s busy stretch in this phase began (s), which ends now (``pop``
-        compiled is a method call through Python)."""
-        since = self.since
-        began = since[resource]
-        del since[resource]
-        return began
+    def resource(self, name: str) -> Resource:
+        """The stream or link ``name``'s ``Resource`` (made when first asked for)."""
+        found = self._resources.get(name)
+        if found is None:
+            found = self._resources[name] = Resource(name)
+        return found
+
+    def busy_now(self) -> list[Resource]:
+        """The resources busy now, in the order their stretches began."""
+        busy = [resource for resource in self._resources.values() if resource.busy]
+        busy.sort(key=_started)
+        return busy
+
+    def _begin(self, resource: Resource, now: float) -> None:
+        """``resource``'s busy stretch begins at ``now``."""
+        resource.busy = True
+        resource.since = now
+        resource.started = self._starts
+        self._starts += 1
+
+    def _end_busy(self, resource: Resource, now: float) -> None:
+        """``resource``'s busy stretch ends at ``now``: its seconds count in this phase."""
+        resource.busy = False
+        if resource.phase != self._phases:  # its slot of another phase
+            resource.phase = self._phases
+            resource.busy_slot = self._slot(self._busy_now, resource.name)
+        slot = resource.busy_slot
+        self.values[slot] = self.values[slot] + now - resource.since
+
 
     def _phase_slots(self, phase: str) -> tuple[Slots, Slots]:
         """``phase``'s slots of busy seconds and of units moved, by resource."""
@@ -149,20 +195,22 @@ class Accounts:
         values[slot] = values[slot] + seconds
         values[slot + 1] = values[slot + 1] + size
 
-    def task_started(self, stream: str, category: str, now: float) -> None:
+    def task_started(self, stream: Resource, category: str, now: float) -> None:
         """A task of ``category`` began on ``stream`` at ``now`` (s)."""
-        self.since[stream] = now
+        self._begin(stream, now)
         if category in self.compute_categories:
             if not self.computing:
                 self.exposed += now - self.idle_since
             self.computing += 1
 
-    def task_ended(self, stream: str, category: str, began: float, size: float, now: float) -> None:
+    def task_ended(self, stream: Resource, category: str, began: float, size: float, now: float) -> None:
         """A task that began at ``began`` ended at ``now`` (s), having moved ``size`` bytes
         (phase markers are not tasks here: they end in ``phase_begins``)."""
-        self._elapse(self._busy_now, stream, now, self._ended(stream))
+        self._end_busy(stream, now)
         values = self.values
-        slot = self._slot(self._streams, stream, 2)  # as add_stream, but summed as total + now - began
+        if stream.run_slot < 0:
+            stream.run_slot = self._slot(self._streams, stream.name, 2)
+        slot = stream.run_slot  # as add_stream, but summed as total + now - began
         values[slot] = values[slot] + now - began
         values[slot + 1] = values[slot + 1] + size
         if category in self.compute_categories:
@@ -170,13 +218,13 @@ class Accounts:
             if not self.computing:
                 self.idle_since = now
 
-    def link_busy(self, link: str, now: float) -> None:
+    def link_busy(self, link: Resource, now: float) -> None:
         """A flow came onto the idle ``link`` at ``now``."""
-        self.since[link] = now
+        self._begin(link, now)
 
-    def link_idle(self, link: str, now: float) -> None:
+    def link_idle(self, link: Resource, now: float) -> None:
         """The last flow left ``link`` at ``now``."""
-        self._elapse(self._busy_now, link, now, self._ended(link))
+        self._end_busy(link, now)
 
     def flow_ended(self, flow: Flow) -> None:
         """A flow moved its last byte: the bytes not yet counted count in this phase."""
@@ -190,11 +238,11 @@ class Accounts:
 
     def flush(self, now: float, flows: Iterable[Flow]) -> None:
         """Count everything in progress up to ``now`` in the current phase."""
-        busy, since = self._busy_now, self.since
-        for resource, began in since.items():
-            if now > began:
-                self._elapse(busy, resource, now, began)
-                since[resource] = now
+        busy = self._busy_now
+        for resource in self.busy_now():
+            if now > resource.since:
+                self._elapse(busy, resource.name, now, resource.since)
+                resource.since = now
         if self.phase is not None:
             self._elapse(self._spans, self.phase, now, self.phase_since)
         self.phase_since = now
@@ -212,6 +260,7 @@ class Accounts:
         self.flush(now, flows)
         self.phase = phase
         self._busy_now, self._moved_now = self._phase_slots(phase)
+        self._phases += 1
         self.changes.append((now, phase))
 
     def __eq__(self, other: object) -> bool:
@@ -221,3 +270,8 @@ class Accounts:
         return self.exposed, self.spans, self.busy, self.moved, self.stream_busy, self.stream_bytes
 
     __hash__ = None  # type: ignore[assignment]
+
+
+def _started(resource: Resource) -> int:
+    """The order of ``resource``'s busy stretch among those begun (a sort key)."""
+    return resource.started

@@ -18,7 +18,7 @@ import math
 from collections.abc import Callable
 from typing import Final
 
-from tiersim.engine.accounts import Accounts
+from tiersim.engine.accounts import Accounts, Resource
 from tiersim.engine.clock import Clock, Event
 from tiersim.engine.graph import Usage
 from tiersim.errors import ModelError
@@ -123,14 +123,16 @@ class Flow:
 
 class LinkState:
     """One link of a network as it is now: its ``capacity`` (link units/s), the ``load`` its
-    active flows put on it (link units/s) and those ``flows``, in the order they came on it."""
+    active flows put on it (link units/s), those ``flows``, in the order they came on it, and
+    its ``account`` (``Accounts.resource``)."""
 
-    __slots__ = ("capacity", "flows", "load")
+    __slots__ = ("account", "capacity", "flows", "load")
 
-    def __init__(self, capacity: float) -> None:
+    def __init__(self, capacity: float, account: Resource) -> None:
         self.capacity = capacity
         self.load = 0.0
         self.flows: list[Flow] = []
+        self.account = account
 
 
 def own_bound(usage: Usage, cap: float, capacity: dict[str, float]) -> float:
@@ -240,7 +242,7 @@ class FlowNetwork:
         self.done = done
         self.flows: list[Flow] = []
         """The active flows, in the order they started."""
-        self.links: dict[str, LinkState] = {name: LinkState(units) for name, units in capacity.items()}
+        self.links: dict[str, LinkState] = {name: self._link(name, units) for name, units in capacity.items()}
         """Each link's load and flows now (one lookup per link a flow uses, where a start or an
         end reads them)."""
         self.timers = 0
@@ -260,9 +262,13 @@ class FlowNetwork:
     def add_link(self, name: str, capacity: float) -> None:
         """A link of ``capacity`` units/s joins the network (idle)."""
         self.capacity[name] = capacity
-        self.links[name] = LinkState(capacity)
+        self.links[name] = self._link(name, capacity)
         self.busy[name] = 0.0
         self.moved[name] = 0.0
+
+    def _link(self, name: str, capacity: float) -> LinkState:
+        """A new idle link's state, with its account (a loose one where nothing is counted)."""
+        return LinkState(capacity, self.accounts.resource(name) if self.accounts is not None else Resource(name))
 
     def transfer(
         self, key: int, size: float, usage: Usage, cap: float, bound: float | None = None, stream: str = ""
@@ -284,7 +290,7 @@ class FlowNetwork:
             else:
                 self.busy_since[link] = now
                 if self.accounts is not None:
-                    self.accounts.link_busy(link, now)
+                    self.accounts.link_busy(state.account, now)
             state.flows.append(flow)
         self.flows.append(flow)
         if shared and not (fits and self.shortcuts):
@@ -453,5 +459,5 @@ class FlowNetwork:
                 del busy_since[link]  # (``pop`` compiled is a method call through Python)
                 busy[link] = busy[link] + (now - began)
                 if accounts is not None:
-                    accounts.link_idle(link, now)
+                    accounts.link_idle(state.account, now)
         return saturated

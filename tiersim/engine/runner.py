@@ -208,7 +208,7 @@ class Run:
             start[i] = now
             task = tasks[i]
             if task.category != "marker":
-                self.accounts.task_started(task.stream, task.category, now)
+                self.accounts.task_started(self.accounts.resource(task.stream), task.category, now)
             delay = delays[i]
             flow = flows[i]
             if delay > 0:
@@ -247,7 +247,7 @@ class Run:
         if task.category == "marker":
             self.accounts.phase_begins(task.phase, now, self.network.flows)
         else:
-            self.accounts.task_ended(task.stream, task.category, self.start[i], task.size, now)
+            self.accounts.task_ended(self.accounts.resource(task.stream), task.category, self.start[i], task.size, now)
         after = self.successor[i]
         if after >= 0:
             self.stream_free(after)

@@ -50,8 +50,8 @@ def _shift_network(network: FlowNetwork, seconds: float) -> None:
 
 
 def _shift_accounts(accounts: Accounts, seconds: float) -> None:
-    for resource in accounts.since:
-        accounts.since[resource] += seconds
+    for resource in accounts.busy_now():
+        resource.since += seconds
     accounts.phase_since += seconds
     accounts.idle_since += seconds
 
