@@ -124,15 +124,17 @@ class Flow:
 class LinkState:
     """One link of a network as it is now: its ``capacity`` (link units/s), the ``load`` its
     active flows put on it (link units/s), those ``flows``, in the order they came on it, and
-    its ``account`` (``Accounts.resource``)."""
+    its ``account`` (``Accounts.resource``); while it carries flows, ``busy_since`` (s): when
+    its busy stretch began."""
 
-    __slots__ = ("account", "capacity", "flows", "load")
+    __slots__ = ("account", "busy_since", "capacity", "flows", "load")
 
     def __init__(self, capacity: float, account: Resource) -> None:
         self.capacity = capacity
         self.load = 0.0
         self.flows: list[Flow] = []
         self.account = account
+        self.busy_since = 0.0
 
 
 def own_bound(usage: Usage, cap: float, capacity: dict[str, float]) -> float:
@@ -249,8 +251,6 @@ class FlowNetwork:
         """Timers armed and not taken back: each fires once (the network's events)."""
         self.armed: list[float] = []
         """When the pending timers fire (s; a heap)."""
-        self.busy_since: dict[str, float] = {}
-        """Links busy now -> when their busy stretch began (s)."""
         self.busy: dict[str, float] = {name: 0.0 for name in capacity}
         self.moved: dict[str, float] = {name: 0.0 for name in capacity}
         self.recorded: list[FlowSpan] | None = None
@@ -288,7 +288,7 @@ class FlowNetwork:
                 if state.load + rate * units > state.capacity * (1 + _REL_TOL):
                     fits = False
             else:
-                self.busy_since[link] = now
+                state.busy_since = now
                 if self.accounts is not None:
                     self.accounts.link_busy(state.account, now)
             state.flows.append(flow)
@@ -327,13 +327,19 @@ class FlowNetwork:
 
     def flush_busy(self, now: float) -> None:
         """Count every busy link's stretch up to ``now`` in ``busy``."""
-        for link, since in self.busy_since.items():
-            self.busy[link] += now - since
-            self.busy_since[link] = now
+        busy = self.busy
+        for name, link in self.links.items():
+            if link.flows:
+                busy[name] = busy[name] + (now - link.busy_since)
+                link.busy_since = now
         if self.recorded is not None:
             for flow in self.flows:
                 self.recorded.append(FlowSpan(flow.began, now, flow.usage, flow.bound, flow.stream))
                 flow.began = now
+
+    def busy_links(self) -> list[LinkState]:
+        """The links carrying flows now."""
+        return [link for link in self.links.values() if link.flows]
 
     def _component(self, links: list[str] | set[str]) -> list[Flow]:
         """The active flows that share a link with ``links``, transitively."""
@@ -442,7 +448,7 @@ class FlowNetwork:
         links, moved = self.links, self.moved
         size, rate = flow.size, flow.rate
         saturated = False
-        busy, busy_since = self.busy, self.busy_since
+        busy = self.busy
         # each total read once and written back (compiled, ``+=`` on a dict's value adds boxed floats)
         for link, units in flow.usage:
             moved[link] = moved[link] + size * units
@@ -455,9 +461,7 @@ class FlowNetwork:
                 changed.add(link)
             else:
                 state.load = 0.0  # no float residue on an idle link
-                began = busy_since[link]
-                del busy_since[link]  # (``pop`` compiled is a method call through Python)
-                busy[link] = busy[link] + (now - began)
+                busy[link] = busy[link] + (now - state.busy_since)
                 if accounts is not None:
                     accounts.link_idle(state.account, now)
         return saturated

@@ -45,8 +45,8 @@ def _shift_network(network: FlowNetwork, seconds: float) -> None:
         flow.finish_at += seconds
         flow.began += seconds
     network.armed = [due + seconds for due in network.armed]  # still a heap
-    for link in network.busy_since:
-        network.busy_since[link] += seconds
+    for link in network.busy_links():
+        link.busy_since += seconds
 
 
 def _shift_accounts(accounts: Accounts, seconds: float) -> None:
