@@ -5,7 +5,8 @@ sub-group size, CXL and NVMe knob and strategy, NVLink or a PCIe fabric), sets e
 batch to ``--micro-steps`` micro-steps per rank, simulates the ``--draws`` drawn (those that fit
 count) and prints the distribution of the engine's events (median, 90th and 99th percentile,
 largest, total) over all of them and by fabric, of the CPU time of each ``simulate`` (ms,
-``time.process_time``) over all of them and by strategy, and the costliest draws by CPU.
+``time.process_time``; the least of ``--best-of`` runs of each draw, as the VM's load swings
+it by tens of percent) over all of them and by strategy, and the costliest draws by CPU.
 
     python3 benchmarks/draw_events.py --seed 4 --draws 50000 --micro-steps 60
 """
@@ -13,6 +14,7 @@ largest, total) over all of them and by fabric, of the CPU time of each ``simula
 from __future__ import annotations
 
 import argparse
+import math
 import random
 import sys
 import time
@@ -26,6 +28,8 @@ from agreement_scan import draw  # noqa: E402
 
 from tiersim import _native  # noqa: E402
 from tiersim.config.document import load_scenario  # noqa: E402
+from tiersim.config.scenario import RunConfig  # noqa: E402
+from tiersim.results import Result  # noqa: E402
 from tiersim.simulate import simulate  # noqa: E402
 
 FABRIC = "hardware.fabric="
@@ -43,12 +47,25 @@ def summary(events: list[int] | list[float], unit: str = "") -> str:
     return f"{n:,} runs: " + ", ".join(f"{name} {form.format(value)}{unit}" for name, value in parts)
 
 
+def least_cpu(config: RunConfig, runs: int) -> tuple[Result, float]:
+    """``simulate(config)``'s result and the least CPU (ms) of ``runs`` runs (one if it does not fit)."""
+    best = math.inf
+    for _ in range(max(runs, 1)):
+        began = time.process_time()
+        result = simulate(config)
+        best = min(best, 1e3 * (time.process_time() - began))
+        if not result.fits:
+            break
+    return result, best
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=4)
     parser.add_argument("--draws", type=int, default=50_000)
     parser.add_argument("--micro-steps", type=int, default=60, help="micro-steps per rank")
     parser.add_argument("--top", type=int, default=5, help="costliest draws to list")
+    parser.add_argument("--best-of", type=int, default=1, help="runs of each draw, the least CPU counting")
     args = parser.parse_args()
     import numpy  # noqa: F401  imported once by a process, not counted in the first run that needs it
 
@@ -64,11 +81,10 @@ def main() -> int:
         overrides = [o for o in overrides if not o.startswith("training.global_batch=")]
         overrides.append(f"training.global_batch={gpus * args.micro_steps}")
         config = load_scenario(scenario, overrides, [strategy], force=True)[0]
-        began = time.process_time()
-        result = simulate(config)
+        result, ms = least_cpu(config, args.best_of)
         if not result.fits:
             continue
-        cpu_ms.append(1e3 * (time.process_time() - began))
+        cpu_ms.append(ms)
         by_strategy.setdefault(strategy, []).append(cpu_ms[-1])
         what = f"{strategy} {' '.join(overrides)}"
         pcie = any(o.startswith(FABRIC) for o in overrides)
