@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from tiersim.engine import EngineRun, Task
 from tiersim.engine.schedule import Session
 from tiersim.fastforward.deferred import DeferredFlowContended, credit_deferred
-from tiersim.fastforward.session import FastForwardSession, run_schedule
+from tiersim.fastforward.session import UNSETTLED_ITERATIONS, FastForwardSession, UnsettledAfterDeferral, run_schedule
 
 REL = 1e-9
 
@@ -92,6 +92,48 @@ def test_a_deferred_flow_on_a_link_that_could_saturate_is_run_again_in_the_event
     assert refused.value.streams == frozenset({"io"})
     fast, full = _both(schedule)
     assert not fast.complete and fast.events < full.events  # the copies deferred
+
+
+def copies_then_reads(keys: tuple[int, ...], amplifies: bool) -> Callable[[Session], None]:
+    """``copies_behind_compute`` over 12 layers, its writes deferred, then a loop of reads of the
+    drive after them, one per key (alike where keys are equal), which ``amplifies``."""
+    def schedule(session: Session) -> None:
+        copies_behind_compute(12, 1e-3, 1e8, "nvme")(session)
+        last = "read"
+        for i in session.loop(keys, False, amplifies):
+            last = session.add(Task(f"r{i}", "io", "optimizer_step", "nvme_read", 1e-4, 1e8, (("nvme", 1.0),),
+                                    deps=(last,)))
+    return schedule
+
+
+def _without_deferring(schedule: Callable[[Session], None]) -> EngineRun:
+    session = FastForwardSession(CAPACITY.__getitem__, deferring=False)
+    schedule(session)
+    return session.finish()
+
+
+def test_a_loop_that_amplifies_and_does_not_settle_runs_without_deferring() -> None:
+    """A loop that amplifies a float step in its start, of more than ``UNSETTLED_ITERATIONS``
+    unlike iterations (none can repeat), after deferred writes: the schedule runs again without
+    deferring, so its results are those of the run that defers nothing, to the bit; the same loop
+    not said to amplify keeps its copies deferred."""
+    keys = tuple(range(UNSETTLED_ITERATIONS + 1))
+    session = FastForwardSession(CAPACITY.__getitem__)
+    with pytest.raises(UnsettledAfterDeferral):
+        copies_then_reads(keys, True)(session)
+    fast, _full = _both(copies_then_reads(keys, True))
+    plain = _without_deferring(copies_then_reads(keys, True))
+    assert (fast.makespan, fast.events, fast.link_busy) == (plain.makespan, plain.events, plain.link_busy)
+    deferred, _full = _both(copies_then_reads(keys, False))
+    assert deferred.events < plain.events
+
+
+def test_a_loop_that_amplifies_and_settles_keeps_its_copies_deferred() -> None:
+    """The same loop of alike iterations settles into a repeat after a few and is skipped: the
+    writes before it stay deferred, and the results are the full run's."""
+    keys = (0,) * (4 * UNSETTLED_ITERATIONS)
+    fast, full = _both(copies_then_reads(keys, True))
+    assert fast.events < _without_deferring(copies_then_reads(keys, True)).events < full.events
 
 
 def repeating_layers(layers: int, compute_s: float, copy_bytes: float,

@@ -6,8 +6,9 @@ takes one key per iteration (consecutive iterations with equal keys add the same
 the same sizes, streams and dependencies relative to the iteration, or tasks that give the
 same results), ``loop_runs(runs)`` the same as runs of (key, count) for a long loop. A schedule
 also says which streams carry copies in the background for a stretch
-(``background_copies``) and whether a loop's iterations wait for earlier ones only through
-their streams (``self_contained``).
+(``background_copies``), whether a loop's iterations wait for earlier ones only through
+their streams (``self_contained``) and whether a loop grows a float step in its start
+(``amplifies``).
 
 This ``Session`` builds the whole graph and runs it; a session that runs the graph as it is
 built and skips what repeats (``tiersim.fastforward``) reads the same statements, so a
@@ -71,10 +72,13 @@ class Session:
         """Add a task and return its name."""
         return self.graph.add(task)
 
-    def loop(self, keys: Sequence[Hashable], self_contained: bool = False) -> Iterator[int]:
+    def loop(self, keys: Sequence[Hashable], self_contained: bool = False, amplifies: bool = False) -> Iterator[int]:
         """The indices of a loop's iterations (0, 1, ...), one per key; equal keys mark alike
         iterations. ``self_contained``: an iteration's tasks wait for those of earlier
-        iterations only through their streams (each stream's next task follows its last)."""
+        iterations only through their streams (each stream's next task follows its last).
+        ``amplifies``: a float step in when the loop begins may grow through its iterations
+        past float residue unless they settle into a repeat (sub-groups whose reads and writes
+        overlap on the drives)."""
         return self._count(len(keys))
 
     def loop_runs(self, runs: Runs, self_contained: bool = False) -> Iterator[int]:

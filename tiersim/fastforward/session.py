@@ -36,7 +36,11 @@ deferred tasks all end within each iteration (a micro-step's copies, which the n
 waits for) then repeats as one without any. Should a deferred flow have been slowed
 (``DeferredFlowContended``: checked at each state until the first skip of flows that may meet
 them, ``refuse_early``, and when they are credited), the caller runs the schedule again with
-the streams that contended in the event run, deferring the others.
+the streams that contended in the event run, deferring the others. Deferred tasks end a float
+step off the event run's times; a loop that would grow such a step (``amplifies``: a pipelined
+NVMe step's sub-groups) and builds ``UNSETTLED_ITERATIONS`` after deferred tasks without
+settling into a repeat has the caller run the schedule again without deferring
+(``UnsettledAfterDeferral``).
 """
 
 from __future__ import annotations
@@ -83,6 +87,20 @@ SPECULATIVE_PENDING: Final = 32
 repeat the one before (its signature differs): the next one may repeat it, a loop then skips
 an iteration sooner, and reading it costs less than simulating that iteration. Larger ones
 (a queue that grows) are taken only when their signature repeats."""
+
+
+UNSETTLED_ITERATIONS: Final = 24
+"""Iterations a loop that amplifies a float step in its start (``Session.loop``) may build
+after tasks were deferred, whose ends are a float step off the event run's: one that settles
+into a repeat skips after a few, and a step grown 1.4x per iteration over 24 (a pipelined NVMe
+step's sub-groups, about 3,000x) stays float residue; one that has not settled by then is run
+again without deferring (``UnsettledAfterDeferral``)."""
+
+
+class UnsettledAfterDeferral(Exception):
+    """A loop that amplifies a float step in its start built ``UNSETTLED_ITERATIONS`` without
+    settling into a repeat, after tasks were deferred: the caller runs the schedule again without
+    deferring, so that the loop begins where the full run's does, to the bit."""
 
 
 class _AlikeBlocks:
@@ -141,20 +159,23 @@ class FastForwardSession(Session):
                 network.recorded = []
                 network.recorded_since = self.run.clock.now()
 
-    def loop(self, keys: Sequence[Hashable], self_contained: bool = False) -> Iterator[int]:
-        return self._repeat(runs_of(tuple(keys)), self_contained)
+    def loop(self, keys: Sequence[Hashable], self_contained: bool = False, amplifies: bool = False) -> Iterator[int]:
+        return self._repeat(runs_of(tuple(keys)), self_contained, amplifies)
 
     def loop_runs(self, runs: Runs, self_contained: bool = False) -> Iterator[int]:
-        return self._repeat(blocks_of(runs), self_contained)
+        return self._repeat(blocks_of(runs), self_contained, False)
 
-    def _repeat(self, blocks: Sequence[Block], self_contained: bool) -> Iterator[int]:
+    def _repeat(self, blocks: Sequence[Block], self_contained: bool, amplifies: bool) -> Iterator[int]:
         """The indices of a loop's iterations; those past a repeating state within a run of
         alike blocks are skipped. ``self_contained`` (``Session.loop``): what follows a state
         depends only on its pending tasks and the iterations to come, whatever iteration added
         them, so the state at a run's first block (after a block of another key, or where the
         loop begins: ``_start``) may be the one the next repeats: tasks of different keys, or
-        from before the loop, count as the same when their roles are (``_roles``)."""
+        from before the loop, count as the same when their roles are (``_roles``). A loop that
+        ``amplifies``, begun after deferred tasks, builds at most ``UNSETTLED_ITERATIONS``
+        (``UnsettledAfterDeferral``)."""
         loop = LoopProgress()
+        unsettled = self._unsettled_limit(amplifies)
         index = 0
         for key, count, width in blocks:
             alike = _AlikeBlocks(count, width, self_contained, self.depth)
@@ -170,6 +191,8 @@ class FastForwardSession(Session):
                 start = index + block * width
                 for i in range(start, start + width):
                     self.check_size()
+                    if len(loop.first) == unsettled:
+                        raise UnsettledAfterDeferral(f"a loop that amplifies built {unsettled} iterations unsettled")
                     loop.first.append(len(self.graph.tasks))
                     loop.index.append(i)
                     loop.key.append(key if width == 1 else (key, i - start))
@@ -178,6 +201,13 @@ class FastForwardSession(Session):
             index += count * width
         if loop.expected is not None:
             self._check(loop, self._boundary(loop, True, force=True))
+
+    def _unsettled_limit(self, amplifies: bool) -> int:
+        """The iterations a loop may build before ``UnsettledAfterDeferral``: ``UNSETTLED_ITERATIONS``
+        for one that ``amplifies`` begun after some stream deferred (deferred tasks end a float
+        step off the event run's times, which it may grow), else -1 (no limit)."""
+        deferred = any(streams for _position, streams in self.run.changes)
+        return UNSETTLED_ITERATIONS if amplifies and deferred else -1
 
     def _at_boundary(self, loop: LoopProgress, alike: _AlikeBlocks, block: int) -> int:
         """Take the state before ``block`` of a run and skip from it if it repeats or settles;
@@ -461,9 +491,10 @@ def run_schedule(schedule: Callable[[Session], None], capacity_of: Callable[[str
     without skips over geometric transients should one not land where it should
     (``GeometricSkipMissed``), again should a deferred task not have moved at its own rate
     (``DeferredFlowContended``: the streams it names then stay in the event run, whose repeats
-    are still skipped, and the others defer; none defers once it names none new), and whole
-    (``run_whole``, as without fast-forward) should the lazy graph start a task late.
-    ``TaskLimit`` once it builds more than ``max_tasks`` tasks."""
+    are still skipped, and the others defer; none defers once it names none new), again
+    without deferring should a loop that amplifies not settle after deferred tasks
+    (``UnsettledAfterDeferral``), and whole (``run_whole``, as without fast-forward) should the
+    lazy graph start a task late. ``TaskLimit`` once it builds more than ``max_tasks`` tasks."""
     geometric = deferring = fast_forward
     kept: frozenset[str] = frozenset()
     while fast_forward:
@@ -476,6 +507,8 @@ def run_schedule(schedule: Callable[[Session], None], capacity_of: Callable[[str
         except DeferredFlowContended as contended:  # raised only by deferred tasks
             deferring = bool(contended.streams - kept)
             kept |= contended.streams
+        except UnsettledAfterDeferral:  # raised only after deferred tasks
+            deferring = False
         except LateTask:
             break
     return run_whole(schedule, capacity_of, max_tasks)

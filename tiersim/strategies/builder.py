@@ -173,9 +173,10 @@ class StepBuilder:
         return Task(self.names + task.name, prefix + task.stream, task.phase, category, task.delay, task.size, usage,
                     task.rate_cap, task.deps)
 
-    def loop(self, keys: Sequence[Hashable]) -> Iterator[int]:
-        """The indices of a loop, one per key; equal keys mark alike iterations (``Session.loop``)."""
-        return self.session.loop(keys)
+    def loop(self, keys: Sequence[Hashable], amplifies: bool = False) -> Iterator[int]:
+        """The indices of a loop, one per key; equal keys mark alike iterations; ``amplifies``:
+        a float step in its start may grow through it (``Session.loop``)."""
+        return self.session.loop(keys, False, amplifies)
 
     def tails(self) -> tuple[str, ...]:
         """The last task of every stream of the rank but the ``background`` ones: what the host

@@ -126,9 +126,8 @@ class NVMeSwap(Strategy):
                       min_numel)[::-1]
 
     def background_streams(self, builder: StepBuilder, micro: int) -> frozenset[str]:
-        """As the base class, but a boundary whose backward waits for its copies has none, and
-        nor has a step whose swaps overlap reads and writes (``chaotic_swaps``)."""
-        if chaotic_swaps(self.options) or (micro == builder.boundary and swapper_waits(builder.step)):
+        """As the base class, but a boundary whose backward waits for its copies has none."""
+        if micro == builder.boundary and swapper_waits(builder.step):
             return frozenset()
         return super().background_streams(builder, micro)
 
@@ -172,7 +171,7 @@ class NVMeSwap(Strategy):
         # writes); a sub-group the pipeline or buffer reuse would make wait for one before the
         # first waits for none (``iterations_back``).
         shapes = tuple((size, i == 0) for i, size in enumerate(builder.step.subgroup_sizes))
-        for i in builder.loop(fetch.update_keys(shapes) if fetch else shapes):
+        for i in builder.loop(fetch.update_keys(shapes) if fetch else shapes, chaotic_swaps(opts)):
             group = groups[i]
             deps = [begin] + ([flushed] if i == 0 and flushed else [])
             if pipeline_read:
@@ -199,8 +198,8 @@ class NVMeSwap(Strategy):
 def chaotic_swaps(options: SwapOptions) -> bool:
     """Whether the optimizer step overlaps sub-groups' swap-ins with swap-outs on the drives
     (``pipeline_read`` and ``pipeline_write``): a float step in when the step begins can then
-    grow about 1.4x per sub-group, so copies timed apart from the event run (by a float step
-    off its times) could move the result; the schedule says none run in the background."""
+    grow about 1.4x per sub-group, unless the sub-groups settle into a repeat; the schedule
+    says its loop ``amplifies``."""
     return options.pipeline_read and options.pipeline_write
 
 
