@@ -136,9 +136,9 @@ def refuse_early(run: DeferringRun, deferral: Deferral) -> None:
         for link, units in span.usage:
             if link in peaks:
                 loads.peak(link, span.stream, span.bound * units)
-    for link, on_link in peaks.items():
+    for link in peaks:
         capacity = network.capacity[link]
-        if sum(on_link.values(), 0.0) > capacity * (1 + _OVERLOAD):
+        if loads.may_saturate(link, capacity):
             _check_timed(run, link, timed, capacity)
 
 
@@ -253,6 +253,12 @@ class _LinkLoads:
         for link, units in usage:
             self.peak(link, stream, bound * units)
 
+    def may_saturate(self, link: str, capacity: float) -> bool:
+        """Whether the peaks on ``link`` add up to more than its ``capacity`` (units/s; a stream
+        runs one flow at a time: below it, its flows cannot saturate the link)."""
+        total = sum((load for load in self.peaks[link].values()), 0.0)  # a generator's sum compiles to a loop
+        return total > capacity * (1 + _OVERLOAD)
+
     def peak(self, link: str, stream: str, load: float) -> None:
         on_link = self.peaks.get(link)
         if on_link is None:
@@ -301,8 +307,7 @@ def _credit_links(run: DeferringRun, loads: _LinkLoads, skipped: list[SkippedSpa
     ran = _event_flows(network, loads, skipped)
     for link, flows in loads.flows_on.items():
         capacity = network.capacity[link]
-        # a stream runs one flow at a time: below the capacity, its peaks cannot saturate it
-        check = capacity if sum(loads.peaks[link].values(), 0.0) > capacity * (1 + _OVERLOAD) else None
+        check = capacity if loads.may_saturate(link, capacity) else None
         events, repeats = ran.get(link, ([], []))
         step = _one_step(flows, repeats)
         if step is not None:

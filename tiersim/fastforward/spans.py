@@ -106,10 +106,13 @@ class Intervals:
 
     __slots__ = ("hi", "lo", "singles", "spans", "total")
 
-    def __init__(self, singles: list[tuple[float, float]], spans: Sequence[Spans] = ()) -> None:
-        alone = [(span.first, span.first + span.length) for span in spans if span.times == 1]
-        self.singles = singles + alone if alone else singles
-        self.spans = [span for span in spans if span.times > 1]
+    def __init__(self, singles: list[tuple[float, float]], spans: list[Spans] | None = None) -> None:
+        if spans:
+            alone = [(span.first, span.first + span.length) for span in spans if span.times == 1]
+            self.singles = singles + alone if alone else singles
+            self.spans = [span for span in spans if span.times > 1]
+        else:
+            self.singles, self.spans = singles, []
         lo, hi, total = math.inf, -math.inf, 0.0
         for start, end in self.singles:
             lo, hi, total = min(lo, start), max(hi, end), total + (end - start)
