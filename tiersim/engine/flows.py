@@ -71,9 +71,30 @@ class FlowTimer(Event):
         return self.network
 
 
-def _closed(keys: list[int], now: float) -> None:
+class FlowsDone:
+    """Who a network tells of the flows that end (``FlowNetwork``): ``flows_done(keys, now)``,
+    with the keys of the flows that moved their last byte at ``now`` (s). The engine's run is
+    one (compiled, a native call, not one through Python as a callback is)."""
+
+    def flows_done(self, keys: list[int], now: float) -> None:
+        raise NotImplementedError
+
+
+class Callback(FlowsDone):
+    """A function ``(keys, now)`` as a ``FlowsDone``."""
+
+    def __init__(self, function: Callable[[list[int], float], None]) -> None:
+        self.function = function
+
+    def flows_done(self, keys: list[int], now: float) -> None:
+        self.function(keys, now)
+
+
+class _Closed(FlowsDone):
     """A closed network's ``done`` (no flow can end on it)."""
-    raise ModelError("a flow ended on a closed network")
+
+    def flows_done(self, keys: list[int], now: float) -> None:
+        raise ModelError("a flow ended on a closed network")
 
 
 class Flow:
@@ -215,8 +236,9 @@ def _at_cap(flow: Flow) -> bool:
 
 
 class FlowNetwork:
-    """The set of links and the flows on them, on one ``Clock``; ``done(keys, now)``
-    is called with the keys of the flows that have moved their last byte, at the time they did.
+    """The set of links and the flows on them, on one ``Clock``; ``done`` (a ``FlowsDone``, or a
+    function called as its ``flows_done``) hears of the flows that have moved their last byte,
+    at the time they did.
 
     Re-allocation is skipped where it provably changes nothing: a new flow whose own bound
     (its cap, or its tightest link alone) fits in every one of its links' spare capacity
@@ -234,14 +256,14 @@ class FlowNetwork:
         self,
         clock: Clock,
         capacity: dict[str, float],
-        done: Callable[[list[int], float], None],
+        done: FlowsDone | Callable[[list[int], float], None],
         accounts: Accounts | None = None,
     ) -> None:
         self.clock = clock
         self.shortcuts = SHORTCUTS
         self.accounts = accounts
         self.capacity = capacity
-        self.done = done
+        self.done = done if isinstance(done, FlowsDone) else Callback(done)
         self.flows: list[Flow] = []
         """The active flows, in the order they started."""
         self.links: dict[str, LinkState] = {name: self._link(name, units) for name, units in capacity.items()}
@@ -319,11 +341,11 @@ class FlowNetwork:
         return due
 
     def close(self) -> None:
-        """Forget the ``done`` callback (typically a method of the network's owner, which holds
-        the network: a reference cycle) once no flow is active."""
+        """Forget ``done`` (typically the network's owner, which holds the network: a reference
+        cycle) once no flow is active."""
         if self.flows:
             raise ModelError("closing a flow network with active flows")
-        self.done = _closed
+        self.done = _Closed()
 
     def flush_busy(self, now: float) -> None:
         """Count every busy link's stretch up to ``now`` in ``busy``."""
@@ -433,7 +455,7 @@ class FlowNetwork:
                 self._withdraw_stale()  # slowed the flow it was for
             self._arm_at(first, now)
         if due:
-            self.done([flow.key for flow in due], now)
+            self.done.flows_done([flow.key for flow in due], now)
 
     def _end(self, flow: Flow, now: float, changed: set[str]) -> bool:
         """``flow`` leaves the network at ``now``: its units count as moved, each link it used

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple, cast
 
 from tiersim.engine.accounts import Accounts
 from tiersim.engine.clock import Clock, Event
-from tiersim.engine.flows import FlowNetwork
+from tiersim.engine.flows import FlowNetwork, FlowsDone
 from tiersim.engine.graph import Task, TaskGraph
 from tiersim.errors import ConfigError, ModelError
 from tiersim.frozen import by_fields
@@ -99,7 +99,7 @@ def run_graph(graph: TaskGraph) -> EngineRun:
     return run.result()
 
 
-class Run:
+class Run(FlowsDone):
     """The state of one run, in lists indexed by task: the dependencies not yet done, whether
     the stream is free for it, ready, start and end times (-1 until then) and the order tasks
     finished in; the graph's own lists give the dependents, the next task on the stream and
@@ -111,7 +111,7 @@ class Run:
         self.clock = Clock()
         self.graph = graph
         self.accounts = Accounts()
-        self.network = FlowNetwork(self.clock, {}, self.flows_done, self.accounts)
+        self.network = FlowNetwork(self.clock, {}, self, self.accounts)
         self.tasks = graph.tasks
         self.dependents = graph.dependents
         self.successor = graph.stream_next
@@ -232,7 +232,7 @@ class Run:
             self.network.transfer(i, flow.size, flow.usage, flow.rate_cap, flow.bound, flow.stream)
 
     def flows_done(self, keys: list[int], now: float) -> None:
-        """The network's callback: the flows of these tasks moved their last byte at ``now``."""
+        """The network's ``FlowsDone``: the flows of these tasks moved their last byte at ``now``."""
         for i in keys:
             self.finish(i, now)
         if self.startable:
