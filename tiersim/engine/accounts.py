@@ -68,6 +68,8 @@ class Accounts:
         """Stream -> slot of the seconds its tasks ran over the run; the next slot: their bytes."""
         self._resources: dict[str, Resource] = {}
         """Stream or link -> its ``Resource``."""
+        self._every: list[Resource] = []
+        """Every ``Resource``, in the order they were made."""
         self._phases = 0
         """Phase changes so far (``Resource.phase``)."""
         self._starts = 0
@@ -147,12 +149,21 @@ class Accounts:
         found = self._resources.get(name)
         if found is None:
             found = self._resources[name] = Resource(name)
+            self._every.append(found)
         return found
 
     def busy_now(self) -> list[Resource]:
-        """The resources busy now, in the order their stretches began."""
-        busy = [resource for resource in self._resources.values() if resource.busy]
-        busy.sort(key=_started)
+        """The resources busy now, in the order their stretches began (each put in its place
+        as it is found: a handful, and no sort's key called through Python)."""
+        busy: list[Resource] = []
+        for resource in self._every:
+            if resource.busy:
+                k = len(busy)
+                busy.append(resource)
+                while k > 0 and busy[k - 1].started > resource.started:
+                    busy[k] = busy[k - 1]
+                    k -= 1
+                busy[k] = resource
         return busy
 
     def _begin(self, resource: Resource, now: float) -> None:
@@ -270,8 +281,3 @@ class Accounts:
         return self.exposed, self.spans, self.busy, self.moved, self.stream_busy, self.stream_bytes
 
     __hash__ = None  # type: ignore[assignment]
-
-
-def _started(resource: Resource) -> int:
-    """The order of ``resource``'s busy stretch among those begun (a sort key)."""
-    return resource.started
