@@ -31,12 +31,12 @@ Slots = dict[str, int]
 class Resource:
     """One stream or link as the accounts see it: whether it is ``busy`` now and ``since`` when
     in this phase (s), the ``started``-th busy stretch to begin, and its slots in
-    ``Accounts.values`` (-1: not read yet): its busy seconds in the phase it was last read in
-    (the ``phase``-th; a stream's or link's slots are looked up by name once a phase) and, for a
+    ``Accounts.values`` (-1: not read yet): its busy seconds and (a link) units moved in the
+    phase it was last read in (the ``phase``-th: looked up by name once a phase) and, for a
     stream, its seconds and bytes over the run. Held by the engine's streams and links, so that
     a start or end finds its account without a lookup by name."""
 
-    __slots__ = ("busy", "busy_slot", "name", "phase", "run_slot", "since", "started")
+    __slots__ = ("busy", "busy_slot", "moved_slot", "name", "phase", "run_slot", "since", "started")
 
     def __init__(self, name: str = "") -> None:  # (a default: unpickling makes one without arguments)
         self.name = name
@@ -45,6 +45,7 @@ class Resource:
         self.started = 0
         self.phase = -1
         self.busy_slot = -1
+        self.moved_slot = -1
         self.run_slot = -1
 
 
@@ -176,12 +177,17 @@ class Accounts:
     def _end_busy(self, resource: Resource, now: float) -> None:
         """``resource``'s busy stretch ends at ``now``: its seconds count in this phase."""
         resource.busy = False
-        if resource.phase != self._phases:  # its slot of another phase
-            resource.phase = self._phases
+        self._current(resource)
+        if resource.busy_slot < 0:
             resource.busy_slot = self._slot(self._busy_now, resource.name)
         slot = resource.busy_slot
         self.values[slot] = self.values[slot] + now - resource.since
 
+    def _current(self, resource: Resource) -> None:
+        """Forget ``resource``'s slots of an earlier phase."""
+        if resource.phase != self._phases:
+            resource.phase = self._phases
+            resource.busy_slot = resource.moved_slot = -1
 
     def _phase_slots(self, phase: str) -> tuple[Slots, Slots]:
         """``phase``'s slots of busy seconds and of units moved, by resource."""
@@ -238,8 +244,18 @@ class Accounts:
         self._end_busy(link, now)
 
     def flow_ended(self, flow: Flow) -> None:
-        """A flow moved its last byte: the bytes not yet counted count in this phase."""
-        self._credit(flow, flow.size - flow.attributed)
+        """A flow moved its last byte: the bytes not yet counted count in this phase, on its
+        stream (and on each of its links by ``link_moved``)."""
+        self._add(self._moved_now, flow.stream, flow.size - flow.attributed)
+
+    def link_moved(self, link: Resource, units: float) -> None:
+        """A flow that ended moved ``units`` link units over ``link`` not yet counted: they
+        count in this phase."""
+        self._current(link)
+        if link.moved_slot < 0:
+            link.moved_slot = self._slot(self._moved_now, link.name)
+        slot = link.moved_slot
+        self.values[slot] = self.values[slot] + units
 
     def _credit(self, flow: Flow, num_bytes: float) -> None:
         moved = self._moved_now

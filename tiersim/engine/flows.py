@@ -469,12 +469,15 @@ class FlowNetwork:
             accounts.flow_ended(flow)
         links, moved = self.links, self.moved
         size, rate = flow.size, flow.rate
+        counted = size - flow.attributed  # the bytes no earlier phase counted
         saturated = False
         busy = self.busy
         # each total read once and written back (compiled, ``+=`` on a dict's value adds boxed floats)
         for link, units in flow.usage:
             moved[link] = moved[link] + size * units
             state = links[link]
+            if accounts is not None:
+                accounts.link_moved(state.account, counted * units)
             if state.load >= state.capacity * (1 - _SATURATED_TOL):
                 saturated = True
             state.flows.remove(flow)
