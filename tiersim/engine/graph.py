@@ -124,15 +124,17 @@ class _OwnBound:
 
 class _Tail:
     """The position of the last task on a stream, as ``TaskGraph`` keeps it per stream (moved
-    on in place as the stream's tasks are added)."""
+    on in place as the stream's tasks are added), and the last own bound worked out for one of
+    its flows (a stream's tasks are mostly of one kind, sharing a usage)."""
 
-    __slots__ = ("at",)
+    __slots__ = ("at", "last")
 
-    def __init__(self, at: int) -> None:
+    def __init__(self, at: int, last: _OwnBound | None) -> None:
         self.at = at
+        self.last = last
 
     def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
-        return _Tail, (self.at,)
+        return _Tail, (self.at, self.last)
 
 
 @dataclass
@@ -174,7 +176,8 @@ class TaskGraph:
             raise ModelError(f"task {task.name!r}: delay and size must be >= 0 and rate_cap positive")
         here = len(self.tasks)
         deps = self._dependencies(task)
-        bound = self._bound(task)
+        tail = self._stream_tails.get(task.stream)
+        bound = self._bound(task, tail)
         if task.size > 0 and (math.isinf(bound) or math.isnan(bound)):
             raise ModelError(f"task {task.name!r}: a flow needs a link it uses or a finite rate cap")
         positions = self._positions
@@ -190,7 +193,7 @@ class TaskGraph:
                 dependents[at] = [here]
         dependents.append(_NONE)
         self.flows.append(FlowSpec(task.size, task.usage, task.rate_cap, bound, task.stream) if task.size > 0 else None)
-        self._join_stream(task.stream, here)
+        self._join_stream(task.stream, tail, here)
         return task.name
 
     def _dependencies(self, task: Task) -> list[int]:
@@ -211,21 +214,25 @@ class TaskGraph:
             raise ModelError(f"task {task.name!r} depends on unknown task {missing.args[0]!r}") from None
         return deps
 
-    def _bound(self, task: Task) -> float:
-        """``task``'s flow's own bound (bytes/s), kept per usage and cap (``_own_bound``)."""
+    def _bound(self, task: Task, tail: _Tail | None) -> float:
+        """``task``'s flow's own bound (bytes/s), kept per usage and cap (``_own_bound``): the
+        last of its stream's (``tail``), or that of its usage."""
         usage = task.usage
         if not usage:  # no link: its cap (a compute task or a marker, most of a schedule)
             return task.rate_cap
-        known = self._bounds.get(id(usage))
-        if known is not None and known.usage is usage and known.rate_cap == task.rate_cap:
-            return known.bound
-        return self._own_bound(task)
+        known = tail.last if tail is not None else None
+        if known is None or known.usage is not usage:
+            known = self._bounds.get(id(usage))
+        if known is None or known.usage is not usage or known.rate_cap != task.rate_cap:
+            known = self._own_bound(task)
+        if tail is not None:
+            tail.last = known
+        return known.bound
 
-    def _join_stream(self, stream: str, here: int) -> None:
-        """The task at ``here`` follows the last on ``stream``."""
-        tail = self._stream_tails.get(stream)
+    def _join_stream(self, stream: str, tail: _Tail | None, here: int) -> None:
+        """The task at ``here`` follows ``tail``, the last on ``stream`` (None: none)."""
         if tail is None:
-            self._stream_tails[stream] = _Tail(here)
+            self._stream_tails[stream] = _Tail(here, None)
             self.stream_prev.append(-1)
         else:
             self.stream_prev.append(tail.at)
@@ -233,10 +240,11 @@ class TaskGraph:
             tail.at = here
         self.stream_next.append(-1)
 
-    def _own_bound(self, task: Task) -> float:
-        """The rate (bytes/s) a flow of ``task`` gets alone: its cap or its tightest link, the
-        links declared on first use and checked to be named once (kept per usage and cap: a
-        schedule makes hundreds of tasks of a few kinds, and a link's capacity never changes)."""
+    def _own_bound(self, task: Task) -> _OwnBound:
+        """The own bound of a flow of ``task``, the rate (bytes/s) it gets alone: its cap or its
+        tightest link, the links declared on first use and checked to be named once (kept per
+        usage and cap: a schedule makes hundreds of tasks of a few kinds, and a link's capacity
+        never changes)."""
         bound = task.rate_cap
         usage = task.usage
         for link_name, units in usage:
@@ -247,8 +255,8 @@ class TaskGraph:
                 bound = link.capacity / units
         if len(usage) > 1 and _repeats_a_link(usage):
             raise ModelError(f"task {task.name!r} names a link twice in its usage")
-        self._bounds[id(usage)] = _OwnBound(usage, task.rate_cap, bound)
-        return bound
+        known = self._bounds[id(usage)] = _OwnBound(usage, task.rate_cap, bound)
+        return known
 
     def _undeclared(self, task: Task, name: str) -> Link:
         if self.capacity_of is None:

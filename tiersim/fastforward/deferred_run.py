@@ -117,7 +117,7 @@ class DeferringRun(Run):
         self.unmet.append(unmet)
         self.at_head.append(False)
         self.delay.append(task.delay)
-        self.ready.append(max(latest, self.floor.get(p, 0.0)))
+        self.ready.append(max(latest, self.floor.get(p, 0.0)) if self.floor else latest)
         self.start.append(-1.0)
         self.end.append(-1.0)
         if not unmet and self.stream_before(p) >= 0:
