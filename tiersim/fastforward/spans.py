@@ -291,27 +291,43 @@ def _by_start(intervals: Sequence[tuple[float, float]]) -> list[tuple[float, flo
     return ordered
 
 
+class _Terms:
+    """A progression's intervals met in order (``merged_with``): the next one's start ``head``
+    (s; inf past the last) and how many were taken, in a native object (no float boxed)."""
+
+    __slots__ = ("head", "span", "taken")
+
+    def __init__(self, span: Spans) -> None:
+        self.span = span
+        self.taken = 0
+        self.head = span.first if span.times > 0 else math.inf
+
+    def take(self) -> float:
+        """The end of the next interval (s, as ``Spans.listed`` has it), then move on."""
+        span = self.span
+        end = self.head + span.length
+        self.taken += 1
+        self.head = span.first + self.taken * span.step if self.taken < span.times else math.inf
+        return end
+
+
 def merged_with(ordered: list[tuple[float, float]], spans: list[Spans]) -> list[tuple[float, float]]:
     """``merged`` of the disjoint, ordered intervals ``ordered`` and every interval of the
     progressions ``spans`` (s), their intervals met in order without listing them: at each
-    turn the earliest start not yet taken (``heads``: each progression's next start)."""
+    turn the earliest start not yet taken."""
     out: list[tuple[float, float]] = []
-    taken = [0] * len(spans)
-    heads = [span.first if span.times > 0 else math.inf for span in spans]
+    terms = [_Terms(span) for span in spans]
     i, lo, hi, begun = 0, 0.0, 0.0, False
     while True:
-        start, end, which = math.inf, 0.0, -1
+        start, end = math.inf, 0.0
+        which: _Terms | None = None
         if i < len(ordered):
             start, end = ordered[i]
-        for j in range(len(heads)):
-            head = heads[j]
-            if head < start:
-                start, which = head, j
-        if which >= 0:
-            span, k = spans[which], taken[which] + 1
-            end = start + span.length  # as ``Spans.listed`` has it
-            taken[which] = k
-            heads[which] = span.first + k * span.step if k < span.times else math.inf
+        for term in terms:
+            if term.head < start:
+                start, which = term.head, term
+        if which is not None:
+            end = which.take()
         elif i < len(ordered):
             i += 1
         else:
