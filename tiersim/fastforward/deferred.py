@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from tiersim.engine.graph import Task, Usage
 from tiersim.fastforward import cycles
@@ -36,9 +36,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from tiersim.engine.flows import FlowNetwork, FlowSpan
     from tiersim.fastforward.deferred_run import DeferringRun
 
-_OVERLOAD = 1e-12
+_OVERLOAD: Final = 1e-12
 """Fraction of a link's capacity the summed bounds on it may exceed (float residue)."""
-_RESIDUE = 1e-12
+_RESIDUE: Final = 1e-12
 """Seconds per second of the run below which a stretch is float residue, not one at all."""
 
 

@@ -14,15 +14,16 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from operator import itemgetter
+from typing import Final
 
-_TOUCH = 1e-12
+_TOUCH: Final = 1e-12
 """Relative float residue by which consecutive intervals may miss touching and still be one
 stretch (a stream whose queue never empties)."""
 
-_START = itemgetter(0)
+_START: Final = itemgetter(0)
 """An interval's start (s), the key ``merged`` sorts by."""
 
-_FEW = 8
+_FEW: Final = 8
 """Intervals ``merged`` sorts by insertion, not by a call of the builtin ``sorted`` (a call
 through Python compiled, which costs more than sorting a few)."""
 
@@ -133,7 +134,7 @@ class Intervals:
         seconds = sum((min(e, hi) - max(s, lo) for s, e in self.singles if s < hi and e > lo), 0.0)
         return seconds + sum((span.covered(lo, hi) for span in self.spans), 0.0)
 
-    def per_window(self, windows: Sequence[Window], least: float = 0.0) -> list[tuple[str, float]]:
+    def per_window(self, windows: list[Window], least: float = 0.0) -> list[tuple[str, float]]:
         """Seconds of the intervals in each phase window (those over ``least`` s)."""
         lo, hi = self.lo, self.hi
         out = []
