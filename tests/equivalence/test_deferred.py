@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from tiersim.engine import EngineRun, Task
 from tiersim.engine.schedule import Session
 from tiersim.fastforward.deferred import DeferredFlowContended, credit_deferred
-from tiersim.fastforward.session import UNSETTLED_ITERATIONS, FastForwardSession, UnsettledAfterDeferral, run_schedule
+from tiersim.fastforward.session import UNSETTLED_ITERATIONS, FastForwardSession, UnsettledAmplifyingLoop, run_schedule
 
 REL = 1e-9
 
@@ -112,20 +112,50 @@ def _without_deferring(schedule: Callable[[Session], None]) -> EngineRun:
     return session.finish()
 
 
-def test_a_loop_that_amplifies_and_does_not_settle_runs_without_deferring() -> None:
+def test_a_loop_that_amplifies_and_does_not_settle_is_run_whole() -> None:
     """A loop that amplifies a float step in its start, of more than ``UNSETTLED_ITERATIONS``
-    unlike iterations (none can repeat), after deferred writes: the schedule runs again without
-    deferring, so its results are those of the run that defers nothing, to the bit; the same loop
-    not said to amplify keeps its copies deferred."""
+    unlike iterations (none can repeat), after deferred writes: the schedule is run whole, so its
+    results are the full run's, to the bit; the same loop not said to amplify keeps its copies
+    deferred."""
     keys = tuple(range(UNSETTLED_ITERATIONS + 1))
     session = FastForwardSession(CAPACITY.__getitem__)
-    with pytest.raises(UnsettledAfterDeferral):
+    with pytest.raises(UnsettledAmplifyingLoop):
         copies_then_reads(keys, True)(session)
-    fast, _full = _both(copies_then_reads(keys, True))
-    plain = _without_deferring(copies_then_reads(keys, True))
-    assert (fast.makespan, fast.events, fast.link_busy) == (plain.makespan, plain.events, plain.link_busy)
+    fast, full = _both(copies_then_reads(keys, True))
+    assert (fast.makespan, fast.events, fast.link_busy) == (full.makespan, full.events, full.link_busy)
     deferred, _full = _both(copies_then_reads(keys, False))
-    assert deferred.events < plain.events
+    assert deferred.events < full.events
+
+
+def skipped_then_reads(keys: tuple[int, ...]) -> Callable[[Session], None]:
+    """Twelve alike layers of compute then a write (skipped after a few: nothing defers), then a
+    loop of reads of the drive, one per key, which amplifies."""
+    def schedule(session: Session) -> None:
+        last = session.add(Task("begin", "gpu", "forward", "marker"))
+        for i in session.loop((0,) * 12):
+            last = session.add(Task(f"c{i}", "gpu", "backward", "compute", 1e-3, deps=(last,)))
+            last = session.add(Task(f"w{i}", "gpu", "backward", "nvme_write", 1e-4, 1e6, (("nvme", 1.0),),
+                                    deps=(last,)))
+        for i in session.loop(keys, False, True):
+            last = session.add(Task(f"r{i}", "io", "optimizer_step", "nvme_read", 1e-4, 1e8, (("nvme", 1.0),),
+                                    deps=(last,)))
+    return schedule
+
+
+def test_a_loop_that_amplifies_after_skipped_iterations_and_does_not_settle_is_run_whole() -> None:
+    """Skipped iterations leave their shifted times a float step off the full run's sums, which a
+    loop that amplifies would grow as deferred ends would: unsettled after
+    ``UNSETTLED_ITERATIONS``, the schedule is run whole and gives the full run to the bit; a loop
+    that settles is skipped after the skipped layers."""
+    keys = tuple(range(UNSETTLED_ITERATIONS + 1))
+    session = FastForwardSession(CAPACITY.__getitem__)
+    with pytest.raises(UnsettledAmplifyingLoop):
+        skipped_then_reads(keys)(session)
+    assert session.skipped > 0
+    fast, full = _both(skipped_then_reads(keys))
+    assert (fast.makespan, fast.events, fast.link_busy) == (full.makespan, full.events, full.link_busy)
+    settled, full = _both(skipped_then_reads((0,) * (4 * UNSETTLED_ITERATIONS)))
+    assert settled.events < full.events
 
 
 def test_a_loop_that_amplifies_and_settles_keeps_its_copies_deferred() -> None:

@@ -38,9 +38,9 @@ waits for) then repeats as one without any. Should a deferred flow have been slo
 them, ``refuse_early``, and when they are credited), the caller runs the schedule again with
 the streams that contended in the event run, deferring the others. Deferred tasks end a float
 step off the event run's times; a loop that would grow such a step (``amplifies``: a pipelined
-NVMe step's sub-groups) and builds ``UNSETTLED_ITERATIONS`` after deferred tasks without
-settling into a repeat has the caller run the schedule again without deferring
-(``UnsettledAfterDeferral``).
+NVMe step's sub-groups) and builds ``UNSETTLED_ITERATIONS`` after deferred tasks or a skip
+(whose shifted times are a float step off the full run's sums too) without settling into a
+repeat has the caller run the schedule whole (``UnsettledAmplifyingLoop``).
 """
 
 from __future__ import annotations
@@ -91,16 +91,17 @@ an iteration sooner, and reading it costs less than simulating that iteration. L
 
 UNSETTLED_ITERATIONS: Final = 24
 """Iterations a loop that amplifies a float step in its start (``Session.loop``) may build
-after tasks were deferred, whose ends are a float step off the event run's: one that settles
-into a repeat skips after a few, and a step grown 1.4x per iteration over 24 (a pipelined NVMe
+after tasks were deferred (their ends are a float step off the event run's) or iterations
+skipped (their shifted times are a float step off the full run's sums): one that settles into
+a repeat skips after a few, and a step grown 1.4x per iteration over 24 (a pipelined NVMe
 step's sub-groups, about 3,000x) stays float residue; one that has not settled by then is run
-again without deferring (``UnsettledAfterDeferral``)."""
+whole (``UnsettledAmplifyingLoop``)."""
 
 
-class UnsettledAfterDeferral(Exception):
+class UnsettledAmplifyingLoop(Exception):
     """A loop that amplifies a float step in its start built ``UNSETTLED_ITERATIONS`` without
-    settling into a repeat, after tasks were deferred: the caller runs the schedule again without
-    deferring, so that the loop begins where the full run's does, to the bit."""
+    settling into a repeat, after tasks were deferred or iterations skipped: the caller runs the
+    schedule whole, so that the loop begins where the full run's does, to the bit."""
 
 
 class _AlikeBlocks:
@@ -172,8 +173,8 @@ class FastForwardSession(Session):
         them, so the state at a run's first block (after a block of another key, or where the
         loop begins: ``_start``) may be the one the next repeats: tasks of different keys, or
         from before the loop, count as the same when their roles are (``_roles``). A loop that
-        ``amplifies``, begun after deferred tasks, builds at most ``UNSETTLED_ITERATIONS``
-        (``UnsettledAfterDeferral``)."""
+        ``amplifies``, begun after deferred tasks or skipped iterations, builds at most
+        ``UNSETTLED_ITERATIONS`` (``UnsettledAmplifyingLoop``)."""
         loop = LoopProgress()
         unsettled = self._unsettled_limit(amplifies)
         index = 0
@@ -192,7 +193,7 @@ class FastForwardSession(Session):
                 for i in range(start, start + width):
                     self.check_size()
                     if len(loop.first) == unsettled:
-                        raise UnsettledAfterDeferral(f"a loop that amplifies built {unsettled} iterations unsettled")
+                        raise UnsettledAmplifyingLoop(f"a loop that amplifies built {unsettled} iterations unsettled")
                     loop.first.append(len(self.graph.tasks))
                     loop.index.append(i)
                     loop.key.append(key if width == 1 else (key, i - start))
@@ -203,11 +204,12 @@ class FastForwardSession(Session):
             self._check(loop, self._boundary(loop, True, force=True))
 
     def _unsettled_limit(self, amplifies: bool) -> int:
-        """The iterations a loop may build before ``UnsettledAfterDeferral``: ``UNSETTLED_ITERATIONS``
-        for one that ``amplifies`` begun after some stream deferred (deferred tasks end a float
-        step off the event run's times, which it may grow), else -1 (no limit)."""
+        """The iterations a loop may build before ``UnsettledAmplifyingLoop``:
+        ``UNSETTLED_ITERATIONS`` for one that ``amplifies`` begun after some stream deferred or
+        some iteration was skipped (either leaves a float step off the full run's times, which it
+        may grow), else -1 (no limit)."""
         deferred = any(streams for _position, streams in self.run.changes)
-        return UNSETTLED_ITERATIONS if amplifies and deferred else -1
+        return UNSETTLED_ITERATIONS if amplifies and (deferred or self.skipped) else -1
 
     def _at_boundary(self, loop: LoopProgress, alike: _AlikeBlocks, block: int) -> int:
         """Take the state before ``block`` of a run and skip from it if it repeats or settles;
@@ -491,10 +493,10 @@ def run_schedule(schedule: Callable[[Session], None], capacity_of: Callable[[str
     without skips over geometric transients should one not land where it should
     (``GeometricSkipMissed``), again should a deferred task not have moved at its own rate
     (``DeferredFlowContended``: the streams it names then stay in the event run, whose repeats
-    are still skipped, and the others defer; none defers once it names none new), again
-    without deferring should a loop that amplifies not settle after deferred tasks
-    (``UnsettledAfterDeferral``), and whole (``run_whole``, as without fast-forward) should the
-    lazy graph start a task late. ``TaskLimit`` once it builds more than ``max_tasks`` tasks."""
+    are still skipped, and the others defer; none defers once it names none new), and whole
+    (``run_whole``, as without fast-forward) should a loop that amplifies not settle after
+    deferred tasks or skipped iterations (``UnsettledAmplifyingLoop``) or the lazy graph start a
+    task late. ``TaskLimit`` once it builds more than ``max_tasks`` tasks."""
     geometric = deferring = fast_forward
     kept: frozenset[str] = frozenset()
     while fast_forward:
@@ -507,8 +509,6 @@ def run_schedule(schedule: Callable[[Session], None], capacity_of: Callable[[str
         except DeferredFlowContended as contended:  # raised only by deferred tasks
             deferring = bool(contended.streams - kept)
             kept |= contended.streams
-        except UnsettledAfterDeferral:  # raised only after deferred tasks
-            deferring = False
-        except LateTask:
+        except (UnsettledAmplifyingLoop, LateTask):
             break
     return run_whole(schedule, capacity_of, max_tasks)
