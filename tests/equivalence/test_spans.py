@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tiersim.fastforward.spans import Intervals, Spans, merged, merged_with, union
+from tiersim.fastforward.spans import Intervals, Spans, _by_count_step, _by_start, merged, merged_with, union
 
 
 @st.composite
@@ -53,6 +53,18 @@ def test_progressions_merged_term_by_term_are_their_listed_intervals_merged(span
     ordered = merged([(a, a + d) for a, d in singles])
     listed = [interval for span in spans for interval in span.listed()]
     assert merged_with(ordered, spans) == merged(ordered + listed)
+
+
+@settings(max_examples=200, deadline=None)
+@given(spans=st.lists(progressions(), max_size=8),
+       intervals=st.lists(st.tuples(st.sampled_from([0.0, 1.0, 2.5]) | st.floats(0.0, 9.0), st.floats(0.0, 9.0)),
+                          max_size=8))
+def test_the_few_sorted_by_insertion_come_in_sorted_s_order(spans: list[Spans],
+                                                            intervals: list[tuple[float, float]]) -> None:
+    """The insertion sorts ``union`` and ``merged`` use for a few items give ``sorted``'s order,
+    ties as they came."""
+    assert _by_start(intervals) == sorted(intervals, key=lambda interval: interval[0])
+    assert _by_count_step(spans) == sorted(spans, key=lambda span: (span.times, span.step))
 
 
 def test_a_chain_of_copies_is_one_stretch_and_a_gapped_one_stays_a_progression() -> None:
