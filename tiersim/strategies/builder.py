@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 
 from tiersim.config.hardware import Hardware
 from tiersim.config.profiles import GPUProfile
@@ -14,6 +14,7 @@ from tiersim.engine.graph import Task, TaskGraph, Usage
 from tiersim.engine.schedule import Session
 from tiersim.layer_kernels import PassKernels
 from tiersim.strategies.gpu_kernels import pass_seconds
+from tiersim.strategies.memory import HostMemory
 from tiersim.workload import TrainingSpec, TrainingStep
 
 
@@ -39,6 +40,23 @@ class TaskKind:
         are passed by position (keywords cost twice as much, and a 70B step makes 1,100)."""
         return Task(name, self.stream, self.phase, self.category, self.delay, amount * self.unit_bytes,
                     self.usage, self.rate_cap, deps)
+
+
+class _Made:
+    """The kind a maker last made in a schedule (``StepBuilder.kind``), and for which host
+    memories."""
+
+    __slots__ = ("kind", "memory", "writes")
+
+    def __init__(self, memory: HostMemory, writes: HostMemory | None, kind: TaskKind) -> None:
+        self.memory = memory
+        self.writes = writes
+        self.kind = kind
+
+
+KindMaker = Callable[["StepBuilder", HostMemory, "HostMemory | None"], TaskKind]
+"""Makes the kind of the tasks of one place in a strategy over a host memory, and where they
+write (None: the same); ``StepBuilder.kind`` asks it once per schedule and memory."""
 
 
 def first_apart(keys: Sequence[Hashable]) -> tuple[Hashable, ...]:
@@ -142,6 +160,10 @@ class StepBuilder:
         self.graph: TaskGraph = self.session.graph
         self.kinds: dict[Hashable, TaskKind] = {}
         """Task kinds made for this schedule, by what they were made from."""
+        self._made: dict[KindMaker, _Made] = {}
+        """The kind each maker last made (``kind``), by maker."""
+        self._collectives: dict[str, dict[str, TaskKind]] = {}
+        """The collectives' kinds (``collective``), by stream and phase."""
         self.pass_times: dict[int, tuple[PassKernels, float]] = {}
         """Seconds of each layer pass object (the decoder layers share theirs), by ``id``, worked
         out once per schedule (hashing a pass's GEMMs on every task would cost more)."""
@@ -154,6 +176,15 @@ class StepBuilder:
         """``collective_latency`` once worked out (s; -1 before)."""
         self._collective_usage: Usage | None = None
         """``collective_usage`` once worked out (one tuple, shared by every collective kind)."""
+
+    def kind(self, make: KindMaker, memory: HostMemory, writes: HostMemory | None = None) -> TaskKind:
+        """The kind ``make`` makes over ``memory`` and ``writes``: the one it last made, when
+        for these same objects (a task takes its kind without hashing a key; a schedule's
+        layers mostly share their memory), else ``make``'s, from ``kinds``."""
+        made = self._made.get(make)
+        if made is None or made.memory is not memory or made.writes is not writes:
+            made = self._made[make] = _Made(memory, writes, make(self, memory, writes))
+        return made.kind
 
     def add(self, task: Task) -> str:
         """Add a task and return its name (the graph declares the rank's links on first use)."""
@@ -253,10 +284,12 @@ class StepBuilder:
         ``collective_usage`` (None if dp=1)."""
         if self.dp == 1:
             return None
-        kind = self.kinds.get(("collective", stream, phase))
+        kinds = self._collectives.get(stream)
+        if kinds is None:
+            kinds = self._collectives[stream] = {}
+        kind = kinds.get(phase)
         if kind is None:
-            kind = self.kinds[("collective", stream, phase)] = TaskKind(
-                stream, phase, stream, self.collective_latency(), self.collective_usage())
+            kind = kinds[phase] = TaskKind(stream, phase, stream, self.collective_latency(), self.collective_usage())
         ring = num_bytes * (self.dp - 1) / self.dp
         if expert_bytes:
             edp = self.step.training.expert_data_parallel

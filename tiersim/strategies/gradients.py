@@ -3,7 +3,9 @@ the boundary's fp32 copy, and the optimizer step's updated parameters back to th
 
 from __future__ import annotations
 
-from tiersim.strategies.builder import StepBuilder
+from typing import Final
+
+from tiersim.strategies.builder import KindMaker, StepBuilder, TaskKind
 from tiersim.strategies.kinds import FP32_BYTES, host_copy_kind, pcie_kind
 from tiersim.strategies.memory import HostMemory
 from tiersim.workload import LayerWork, StepShape, SubGroup
@@ -12,6 +14,33 @@ PARTITION_STREAM = "partition_grads"
 """The stream ZeRO-3's ``partition_grads`` issues its host copies on, in order, one at a time
 (DeepSpeed v0.16.2 ``stage3.py``: ``reduce_and_partition_stream``, which also carries the
 reduce-scatter; tiersim keeps that on its own ``reduce_scatter`` stream)."""
+
+
+def partition_d2h(builder: StepBuilder, memory: HostMemory, writes: HostMemory | None = None) -> TaskKind:
+    """``partition_grads``' D2H copies into ``memory`` on ``PARTITION_STREAM`` (a copy writes
+    where it reads: the makers of ``StepBuilder.kind`` take ``writes``, unused here)."""
+    return pcie_kind(builder, "d2h", "backward", memory, stream=PARTITION_STREAM)
+
+
+def partition_h2d(builder: StepBuilder, memory: HostMemory, writes: HostMemory | None = None) -> TaskKind:
+    """``partition_grads``' H2D copies from ``memory`` on ``PARTITION_STREAM``."""
+    return pcie_kind(builder, "h2d", "backward", memory, stream=PARTITION_STREAM)
+
+
+PARTITION_COPIES: Final[dict[str, KindMaker]] = {"d2h": partition_d2h, "h2d": partition_h2d}
+"""The makers of ``partition_grads``' copies, by direction."""
+
+
+def params_convert(builder: StepBuilder, memory: HostMemory, writes: HostMemory | None) -> TaskKind:
+    """The step's conversions of fp32 params in ``memory`` into 16-bit ones in ``writes``
+    (``params_to_gpu``)."""
+    return host_copy_kind(builder, "optimizer_step", "convert", memory, FP32_BYTES, builder.lp_bytes,
+                          builder.figure("rank_cores"), writes)
+
+
+def params_h2d(builder: StepBuilder, memory: HostMemory, writes: HostMemory | None = None) -> TaskKind:
+    """The step's H2D copies of 16-bit params from pageable ``memory`` (``params_to_gpu``)."""
+    return pcie_kind(builder, "h2d", "optimizer_step", memory, builder.figure("pageable_bandwidth"))
 
 def gradients_to_host(builder: StepBuilder, memory: HostMemory, micro: int, index: int, layer: LayerWork,
                       ready: str) -> str:
@@ -25,17 +54,15 @@ def gradients_to_host(builder: StepBuilder, memory: HostMemory, micro: int, inde
     num_bytes = builder.step.rank_partitions[index] * builder.grad_accum_bytes
     prefix = f"m{micro}.bwd.{index}"
     first, second = ("d2h", "h2d") if micro == 0 else ("h2d", "d2h")
-    there = builder.add(pcie_kind(builder, first, "backward", memory, stream=PARTITION_STREAM).task(
-        f"{prefix}.grad_{first}", num_bytes, (ready,)))
-    return builder.add(pcie_kind(builder, second, "backward", memory, stream=PARTITION_STREAM).task(
-        f"{prefix}.grad_{second}", num_bytes, (there,)))
+    there = builder.add(builder.kind(PARTITION_COPIES[first], memory).task(f"{prefix}.grad_{first}", num_bytes,
+                                                                           (ready,)))
+    return builder.add(builder.kind(PARTITION_COPIES[second], memory).task(f"{prefix}.grad_{second}", num_bytes,
+                                                                           (there,)))
 
 
 def gradient_copy_links(builder: StepBuilder, memory: HostMemory) -> frozenset[str]:
     """The links ``gradients_to_host``'s copies use."""
-    return frozenset(link for direction in ("d2h", "h2d")
-                     for link, _units in pcie_kind(builder, direction, "backward", memory,
-                                                   stream=PARTITION_STREAM).usage)
+    return frozenset(link for make in PARTITION_COPIES.values() for link, _units in builder.kind(make, memory).usage)
 
 
 def gradient_offload_tasks(shape: StepShape) -> int:
@@ -50,8 +77,7 @@ def fp32_gradients_d2h(builder: StepBuilder, memory: HostMemory, index: int, lay
     ``PARTITION_STREAM``, after ``ready`` and the tasks ``after``."""
     num_bytes = builder.step.rank_partitions[index] * FP32_BYTES
     name = f"m{builder.boundary}.bwd.{index}.fp32_grad_d2h"
-    kind = pcie_kind(builder, "d2h", "backward", memory, stream=PARTITION_STREAM)
-    return builder.add(kind.task(name, num_bytes, (ready, *after)))
+    return builder.add(builder.kind(partition_d2h, memory).task(name, num_bytes, (ready, *after)))
 
 
 def params_to_gpu(builder: StepBuilder, memory: HostMemory, group: SubGroup, after: str,
@@ -63,9 +89,8 @@ def params_to_gpu(builder: StepBuilder, memory: HostMemory, group: SubGroup, aft
     machine: the CPU validation of the offload path)."""
     if not builder.hw.has_gpu:
         return after
-    lp, index, numel = builder.lp_bytes, group.index, group.numel
-    convert = host_copy_kind(builder, "optimizer_step", "convert", memory, FP32_BYTES, lp, builder.figure("rank_cores"),
-                             temporary)
-    converted = builder.add(convert.task(f"step.{index}.convert", numel, (after,)))
-    h2d = pcie_kind(builder, "h2d", "optimizer_step", temporary or memory, builder.figure("pageable_bandwidth"))
-    return builder.add(h2d.task(f"step.{index}.h2d", numel * lp, (converted,)))
+    index, numel = group.index, group.numel
+    converted = builder.add(builder.kind(params_convert, memory, temporary).task(f"step.{index}.convert", numel,
+                                                                                  (after,)))
+    h2d = builder.kind(params_h2d, temporary or memory)
+    return builder.add(h2d.task(f"step.{index}.h2d", numel * builder.lp_bytes, (converted,)))

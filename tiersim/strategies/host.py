@@ -41,6 +41,7 @@ from tiersim.strategies.gradients import (
     gradient_offload_tasks,
     gradients_to_host,
     params_to_gpu,
+    partition_h2d,
 )
 from tiersim.strategies.host_layout import (
     ADAM_STATE,
@@ -218,8 +219,8 @@ class HostOffload(Strategy):
         staged = fp32_gradients_d2h(builder, staged_in, index, layer, kept)
         cpu = numel if self.options.ratio == 1 else self.split(step).layer_cpu[index]
         if cpu < numel:  # the GPU sub-groups' share, back into their fp32 gradient in HBM
-            h2d = pcie_kind(builder, "h2d", "backward", staged_in, stream=PARTITION_STREAM)
-            builder.add(h2d.task(f"m{micro}.bwd.{index}.fp32_grad_h2d", (numel - cpu) * FP32_BYTES, (staged,)))
+            builder.add(builder.kind(partition_h2d, staged_in).task(f"m{micro}.bwd.{index}.fp32_grad_h2d",
+                                                                    (numel - cpu) * FP32_BYTES, (staged,)))
         if not cpu:
             return staged
         copy = host_copy_kind(builder, "backward", "grad_copy", staged_in, FP32_BYTES, FP32_BYTES,

@@ -5,11 +5,11 @@ strategy's gradient offload in each backward, then its optimizer step."""
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from tiersim.config.hardware import Hardware
 from tiersim.engine.schedule import Session, iterations_back
-from tiersim.strategies.builder import StepBuilder
+from tiersim.strategies.builder import KindMaker, StepBuilder, TaskKind
 from tiersim.strategies.gradients import PARTITION_STREAM
 from tiersim.strategies.kinds import PCIE_LINKS, pcie_kind
 from tiersim.strategies.memory import HostMemory
@@ -18,6 +18,21 @@ from tiersim.workload import LayerWork, TrainingStep
 
 if TYPE_CHECKING:  # pragma: no cover
     from tiersim.strategies.base import Strategy
+
+
+def checkpoint_d2h(builder: StepBuilder, memory: HostMemory, writes: HostMemory | None = None) -> TaskKind:
+    """``cpu_checkpointing``'s copies of checkpoints to pageable ``memory`` after their layers'
+    forward (``_checkpoint_copy``)."""
+    return pcie_kind(builder, "d2h", "forward", memory, builder.figure("pageable_bandwidth"), stream="gpu")
+
+
+def checkpoint_h2d(builder: StepBuilder, memory: HostMemory, writes: HostMemory | None = None) -> TaskKind:
+    """``cpu_checkpointing``'s copies of checkpoints back before their layers' recomputation."""
+    return pcie_kind(builder, "h2d", "backward", memory, builder.figure("pageable_bandwidth"), stream="gpu")
+
+
+_CHECKPOINT_COPIES: Final[dict[str, KindMaker]] = {"d2h": checkpoint_d2h, "h2d": checkpoint_h2d}
+"""The makers of ``cpu_checkpointing``'s copies, by direction."""
 
 
 def schedule_iteration(strategy: Strategy, step: TrainingStep, hw: Hardware, session: Session) -> None:
@@ -133,9 +148,7 @@ def _checkpoint_copy(builder: StepBuilder, direction: str, prefix: str, layer: L
     rate, the host waiting for it."""
     if not (builder.cpu_checkpointing and layer.checkpointed):
         return
-    phase = "forward" if direction == "d2h" else "backward"
-    pageable = builder.figure("pageable_bandwidth")
-    kind = pcie_kind(builder, direction, phase, HostMemory.dram_only(), pageable, stream="gpu")
+    kind = builder.kind(_CHECKPOINT_COPIES[direction], HostMemory.dram_only())
     builder.add(kind.task(f"{prefix}.checkpoint_{direction}", layer.activation_bytes, deps))
 
 
