@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from tiersim.config.scenario import RunConfig
 from tiersim.engine import TaskGraph
 from tiersim.engine.runner import EngineRun, TaskRecord
-from tiersim.engine.usage import UsageRow, usage_table
+from tiersim.engine.usage import UsageRow, busiest, usage_table
 from tiersim.strategies.estimator import zero3_estimate
 from tiersim.strategies.placement import Placement, Unfit
 
@@ -28,7 +28,7 @@ PHASES = ("forward", "backward", "optimizer_step")
 UTILISATION_COLUMNS = ["resource", "kind", "phase", "busy_s", "utilisation", "units_moved"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Result:
     """One strategy's outcome for one config; ``fits=False`` runs carry only the placement."""
 
@@ -49,6 +49,19 @@ class Result:
     """The tasks the run built (all of them when it is complete)."""
     retrace: Callable[[], tuple[EngineRun, TaskGraph]] | None = field(default=None, repr=False, compare=False)
     """Simulates the step again in full (a fast-forwarded run's trace, on request)."""
+
+    def __init__(self, config: RunConfig, fits: bool, misfit: Unfit | None, iteration_time_s: float | None,
+                 phases: dict[str, float] | None, exposed_transfer_s: float | None, peak_bytes: dict[str, int],
+                 capacity_bytes: dict[str, int], placement_items: list[tuple[str, str, int, int]], events: int,
+                 engine: EngineRun | None = None, built: TaskGraph | None = None,
+                 retrace: Callable[[], tuple[EngineRun, TaskGraph]] | None = None) -> None:
+        """The fields above, in their order, set in one write of the instance's dict: the frozen
+        dataclass's own ``__init__`` sets each by ``object.__setattr__``, which cost a sweep run
+        about 20,000 instructions (tests/unit/test_results.py keeps the two in step)."""
+        vars(self).update(config=config, fits=fits, misfit=misfit, iteration_time_s=iteration_time_s,
+                          phases=phases, exposed_transfer_s=exposed_transfer_s, peak_bytes=peak_bytes,
+                          capacity_bytes=capacity_bytes, placement_items=placement_items, events=events,
+                          engine=engine, built=built, retrace=retrace)
 
     @cached_property
     def _full(self) -> tuple[EngineRun | None, TaskGraph | None]:
@@ -112,12 +125,7 @@ class Result:
         """The busiest resource (stream or link) during the optimizer step, or None."""
         if self.engine is None or self.phases is None:
             return None
-        step = _usage(self.engine, self.phases, "optimizer_step")
-        if not step:
-            return None
-        # Resources tied to float residue (a stream and the link it saturates) go by table order.
-        top = max(row[4] for row in step)
-        return next(row[0] for row in step if row[4] >= top * (1 - 1e-9))
+        return busiest(self.engine, self.phases, "optimizer_step")
 
     def summary(self) -> dict[str, Any]:
         """The JSON-friendly summary the CLI prints (times in s, sizes in bytes)."""

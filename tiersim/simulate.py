@@ -47,13 +47,14 @@ def _simulate(config: RunConfig, trace: bool, fast_forward: bool, max_tasks: int
     except TaskLimit as built:
         raise too_many_tasks(config, "<run>", built.tasks) from None
     accounts = run.accounts
+    spans = accounts.spans  # a property: built on each read
     again = functools.partial(run_schedule, plan.schedule, plan.capacity_of, False)
     return Result(
         config=config,
         fits=True,
         misfit=None,
         iteration_time_s=run.makespan,
-        phases={phase: accounts.spans.get(phase, 0.0) for phase in PHASES},
+        phases={phase: spans.get(phase, 0.0) for phase in PHASES},
         exposed_transfer_s=accounts.exposed,
         peak_bytes=peak,
         capacity_bytes=capacity,

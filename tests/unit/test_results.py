@@ -4,6 +4,8 @@ to the iteration's, and the critical path's segments sum to the iteration time p
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import math
 import re
 from pathlib import Path
@@ -15,7 +17,7 @@ from hypothesis import strategies as st
 from tiersim.analysis.explain import explain
 from tiersim.analysis.plots import write_report
 from tiersim.config.document import load_scenario
-from tiersim.results import PHASES, Result
+from tiersim.results import PHASES, Result, utilisation_rows
 from tiersim.simulate import simulate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,6 +47,18 @@ def check_metrics(result: Result) -> None:
     for phase in PHASES:
         assert float(on_path.get(phase, 0.0)) == pytest.approx(result.phases[phase], rel=1e-9, abs=1e-12), phase
     assert float(explanation.path["seconds"].sum()) == pytest.approx(result.iteration_time_s, rel=1e-9)
+    assert result.bottleneck() == busiest_row(result)
+
+
+def busiest_row(result: Result) -> str | None:
+    """``Result.bottleneck`` read off the optimizer step's utilisation rows: the highest, the
+    first in table order of those within 1e-9 of it."""
+    assert result.engine is not None and result.phases is not None
+    rows = utilisation_rows(result.engine, result.phases, "optimizer_step")
+    if not rows:
+        return None
+    top = max(row["utilisation"] for row in rows)
+    return next(row["resource"] for row in rows if row["utilisation"] >= top * (1 - 1e-9))
 
 
 @pytest.mark.parametrize("scenario", [QUICKSTART, SEVENTY_B])
@@ -141,3 +155,18 @@ def test_placement_sums_every_tier_in_order_and_refuses_an_unknown_one() -> None
     placement.put("tape", "d", 1)
     with pytest.raises(KeyError, match="tape"):
         placement.totals()
+
+
+def test_result_init_takes_the_fields_in_order_and_stays_frozen() -> None:
+    """``Result.__init__`` (written out: one write of the instance's dict) takes the dataclass's
+    fields, in order, with their defaults, and sets each; the result stays frozen."""
+    fields = dataclasses.fields(Result)
+    params = list(inspect.signature(Result.__init__).parameters.values())[1:]
+    assert [p.name for p in params] == [f.name for f in fields]
+    assert [p.default for p in params] == [inspect.Parameter.empty if f.default is dataclasses.MISSING else f.default
+                                           for f in fields]
+    values = [object() for _ in fields]
+    result = Result(*values)  # type: ignore[arg-type]
+    assert [getattr(result, f.name) for f in fields] == values
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        result.fits = False  # type: ignore[misc]

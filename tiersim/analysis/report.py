@@ -146,19 +146,23 @@ def results_table(results: Sequence[Result]) -> str:
     return format_table(headers, rows)
 
 
+_PHASE_COLUMNS = tuple(f"{phase}_s" for phase in PHASES)
+_TIER_COLUMNS = tuple(tuple(f"{prefix}_{tier}_bytes" for tier in TIERS) for prefix in ("peak", "reserved", "capacity"))
+"""``flat_row``'s column names, formatted once (a sweep makes a row of every run)."""
+
+
 def flat_row(scenario: str, result: Result) -> dict[str, Any]:
     """A result as one flat record (CSV/Parquet): seconds and bytes, None where it does not fit."""
     phases = result.phases or {}
     row: dict[str, Any] = {"scenario": scenario, "strategy": result.strategy, "fits": result.fits,
                            "iteration_time_s": result.iteration_time_s}
-    for phase in PHASES:
-        row[f"{phase}_s"] = phases.get(phase)
+    for column, phase in zip(_PHASE_COLUMNS, PHASES):
+        row[column] = phases.get(phase)
     row["exposed_transfer_s"] = result.exposed_transfer_s
     # one loop per column group (the columns' order), each mapping read once
-    for prefix, by_tier in (("peak", result.peak_bytes), ("reserved", result.reserved_bytes),
-                            ("capacity", result.capacity_bytes)):
-        for tier in TIERS:
-            row[f"{prefix}_{tier}_bytes"] = by_tier[tier]
+    for columns, by_tier in zip(_TIER_COLUMNS, (result.peak_bytes, result.reserved_bytes, result.capacity_bytes)):
+        for column, tier in zip(columns, TIERS):
+            row[column] = by_tier[tier]
     row["bottleneck"] = result.bottleneck() if result.fits else None
     row["reason"] = result.reason
     return row

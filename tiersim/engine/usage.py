@@ -72,5 +72,25 @@ def _link_rows(run: EngineRun, spans: dict[str, float], totals: list[PhaseTotals
     return rows
 
 
+def busiest(run: EngineRun, spans: dict[str, float], phase: str) -> str | None:
+    """The stream or link of ``usage_table``'s rows for ``phase`` alone with the highest
+    utilisation, the first in table order among those within 1e-9 of it (a stream and the link
+    it saturates differ by float residue); None where nothing was busy in ``phase``. What a
+    sweep's row reads of every run, without building the rows."""
+    acc = run.accounts
+    busy, moved = acc.in_phase(phase)
+    span = spans[phase]
+    names = sorted([stream for stream in acc.stream_busy if stream in busy])
+    shares = [_ratio(busy[stream], span) for stream in names]
+    for link, capacity in run.link_capacity.items():
+        if link in busy:
+            names.append(link)
+            shares.append(_ratio(moved.get(link, 0.0), capacity * span))
+    if not shares:
+        return None
+    top = max(shares)
+    return next(name for name, share in zip(names, shares) if share >= top * (1 - 1e-9))
+
+
 def _ratio(part: float, whole: float) -> float:
     return part / whole if whole > 0 else 0.0
