@@ -197,13 +197,18 @@ class TaskGraph:
         return task.name
 
     def _dependencies(self, task: Task) -> list[int]:
-        """The positions of the distinct tasks ``task`` depends on, in its order."""
+        """The positions of the distinct tasks ``task`` depends on, in its order. Most tasks
+        depend on the one task added just before them alone, by the very name ``add`` returned
+        for it: that one is found without a lookup (names are distinct)."""
         names = task.deps
         if not names:
             return _NONE
         positions = self._positions
         try:
             if len(names) == 1:  # most tasks: nothing to compare
+                last = len(self.tasks) - 1
+                if last >= 0 and names[0] is self.tasks[last].name:
+                    return [last]
                 return [positions[names[0]]]
             deps: list[int] = []
             for dep in names:
