@@ -1,8 +1,8 @@
 """The compiled engine: which modules ``setup.py`` builds with mypyc, and whether they are used.
 
 Installing tiersim (``pip install .`` or ``-e .``) compiles ``COMPILED`` (the engine, the
-fast-forward and the strategies, where a run spends its time) with mypyc into C extensions
-beside their sources, and writes ``_native.json``: for each source it compiled, its hash, size
+fast-forward and the strategies, where a run spends its time, and the rank layout they read)
+with mypyc into C extensions beside their sources, and writes ``_native.json``: for each source it compiled, its hash, size
 (bytes) and modification time (ns). The extensions are used only when every one of them was built from the source now
 beside it, their shared library is there and ``TIERSIM_PURE_PYTHON`` is not set; otherwise all
 of them are imported from their sources (the compiled modules call one another directly, so it
@@ -27,6 +27,7 @@ from types import ModuleType
 from typing import Any
 
 COMPILED = (
+    "tiersim.config.ranks",
     "tiersim.engine.accounts",
     "tiersim.engine.clock",
     "tiersim.engine.flows",
@@ -58,6 +59,7 @@ COMPILED = (
     "tiersim.strategies.kinds",
     "tiersim.strategies.memory",
     "tiersim.strategies.nvme",
+    "tiersim.strategies.param_offload",
     "tiersim.strategies.placement",
     "tiersim.strategies.swap",
 )
