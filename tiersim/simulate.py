@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 
-from tiersim.config.hardware import TIERS
 from tiersim.config.scenario import RunConfig
 from tiersim.config.worksize import too_many_tasks
 from tiersim.engine.schedule import TaskLimit
@@ -37,7 +36,7 @@ def _simulate(config: RunConfig, trace: bool, fast_forward: bool, max_tasks: int
     strategy = STRATEGIES[config.strategy](config.options)
     plan = strategy.plan(step, config.hardware)
     peak = plan.placement.totals()
-    capacity = {tier: config.hardware.capacity(tier) for tier in TIERS}
+    capacity = config.hardware.capacities()
     items = list(plan.placement.items)
     if not plan.fits or plan.schedule is None or plan.capacity_of is None:
         return Result(config, False, plan.misfit, None, None, None, peak, capacity, items, 0)

@@ -284,24 +284,32 @@ class Hardware:
         return self.nvme_count / self.gpus
 
     def usable(self, tier: str) -> int:
-        """Bytes of a tier a run may hold: its capacity less the tier's ``HEADROOM``, or for DRAM
-        less ``host_memory_in_use`` where that is more."""
-        capacity = self.capacity(tier)
-        if tier == "dram" and self.host_memory_in_use > capacity * HEADROOM[tier]:
-            return capacity - self.host_memory_in_use
-        return int(capacity * (1.0 - HEADROOM[tier]))
+        """Bytes of a tier a run may hold (``usable_bytes``)."""
+        return self.usable_bytes()[tier]
+
+    def usable_bytes(self) -> dict[str, int]:
+        """Bytes of each tier a run may hold, in ``TIERS`` order: its capacity less the tier's
+        ``HEADROOM``, or for DRAM less ``host_memory_in_use`` where that is more."""
+        capacities = self.capacities()
+        usable = {tier: int(capacity * (1.0 - HEADROOM[tier])) for tier, capacity in capacities.items()}
+        dram = capacities["dram"]
+        if self.host_memory_in_use > dram * HEADROOM["dram"]:
+            usable["dram"] = dram - self.host_memory_in_use
+        return usable
 
     def capacity(self, tier: str) -> int:
-        """Bytes of a tier: per GPU for ``hbm``, whole node for host tiers (0 if absent)."""
-        if tier == "hbm":
-            return self.gpu.hbm_capacity if self.gpu else 0
-        if tier == "dram":
-            return self.dram_capacity_per_socket * self.sockets
-        if tier == "cxl":
-            return self.cxl.capacity * self.cxl_count if self.cxl else 0
-        if tier == "nvme":
-            return self.nvme.capacity * self.nvme_count if self.nvme else 0
-        raise KeyError(tier)
+        """Bytes of a tier (``capacities``; a ``KeyError`` for one that is not a tier)."""
+        return self.capacities()[tier]
+
+    def capacities(self) -> dict[str, int]:
+        """Bytes of each tier, in ``TIERS`` order: per GPU for ``hbm``, whole node for host tiers
+        (0 if absent). All four at once: a run reads every tier (one Python call, not four)."""
+        return {
+            "hbm": self.gpu.hbm_capacity if self.gpu else 0,
+            "dram": self.dram_capacity_per_socket * self.sockets,
+            "cxl": self.cxl.capacity * self.cxl_count if self.cxl else 0,
+            "nvme": self.nvme.capacity * self.nvme_count if self.nvme else 0,
+        }
 
 
 def resolve_hardware(spec: HardwareSpec, source: str, search: tuple[Path, ...] = (),

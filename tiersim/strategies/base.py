@@ -73,8 +73,9 @@ class Plan:
 def fullness(plan: Plan, hw: Hardware) -> float:
     """The largest share of a tier's usable bytes ``plan`` holds (above 1: it does not fit)."""
     shares = [0.0]
+    usable = hw.usable_bytes()
     for tier, need in plan.placement.reserved().items():
-        have = hw.usable(tier)
+        have = usable[tier]
         shares.append(need / have if have > 0 else math.inf if need else 0.0)
     return max(shares)
 
@@ -234,8 +235,9 @@ class Strategy(ABC):
         if offload:
             place_params(step, offload, self.params_layout(step, offload), placement, hw.gpus,
                          self.places_param_host)
+        usable = hw.usable_bytes()
         for tier, need in placement.reserved().items():
-            have = hw.usable(tier)
+            have = usable[tier]
             if need > have:
                 return Plan(placement, False, Misfit(tier, need, have), None)
         return Plan(placement, True, None, functools.partial(schedule_iteration, self, step, hw),
