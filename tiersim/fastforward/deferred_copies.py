@@ -62,12 +62,13 @@ class SkippedStretch:
 
 
 class CopyStep:
-    """A deferred task of the last iteration as its copies repeat it: its position, stream,
-    delay and seconds moving (s), and what it waits for (``_inputs``)."""
+    """A deferred task of the last iteration as its copies repeat it: its position, its
+    stream's place among the template's streams (``slot``), delay and seconds moving (s), and
+    what it waits for (``_inputs``)."""
 
-    def __init__(self, task: int, stream: str, delay: float, moving: float, inputs: list[CopyInput]) -> None:
+    def __init__(self, task: int, slot: int, delay: float, moving: float, inputs: list[CopyInput]) -> None:
         self.task = task
-        self.stream = stream
+        self.slot = slot
         self.delay = delay
         self.moving = moving
         self.inputs = inputs
@@ -166,7 +167,7 @@ def _release_waiting(run: DeferringRun, first: list[int], stretch: SkippedStretc
         for d in graph.deps[p]:
             if d >= first[0] and not run.deferred[d] and run.end[d] < 0:
                 it = iteration_of(first, d)
-                run.unmet[p] -= 1
+                run.unmet[p] = run.unmet[p] - 1  # ``-=`` on a list item is a generic call compiled
                 run.ready[p] = max(run.ready[p], stretch.ended(it, d - first[it]))
                 graph.dependents[d].remove(p)
     for p in waiting:
@@ -219,7 +220,8 @@ def _timed_copies(run: DeferringRun, deferral: Deferral, template: list[int], in
     tails = {graph.tasks[q].stream: 0.0 for q in template}
     for stream in tails:
         tails[stream] = run.ended_at(graph.stream_tail(stream))
-    steps = [_copy_step(run, q, inputs[q]) for q in template]
+    streams = list(tails)  # a step's stream by its place (``CopyStep.slot``): no str key to hash
+    steps = [_copy_step(run, q, inputs[q], streams) for q in template]
     if any(end < 0 for end in tails.values()) or any(  # ``min`` compiled is a call through Python
             run.ended_at(item.at) < 0 for step in steps for item in step.inputs if item.source == BEFORE_LOOP):
         return 0, tails
@@ -229,17 +231,26 @@ def _timed_copies(run: DeferringRun, deferral: Deferral, template: list[int], in
     iteration ``it + m`` is, up to its reference plus ``times``)."""
     for item in compute_side:
         last = min(last, stretch.references[item.at] + times - item.iteration)
-    timed, steady, tails = _time_until_steady(run, steps, stretch, compute_side, last, tails)
+    timed, steady, after = _time_until_steady(run, steps, stretch, compute_side, last, list(tails.values()))
     rest = last - len(timed) if steady else 0  # iterations after the listed ones, in closed form
-    _keep_spans(deferral, steps, timed, rest, tails)
-    return len(timed) + rest, tails
+    _keep_spans(deferral, steps, timed, rest, after)
+    return len(timed) + rest, _by_stream(streams, after)
+
+
+def _by_stream(streams: list[str], ends: list[float]) -> dict[str, float]:
+    """The streams' ``ends`` (by ``CopyStep.slot``) by stream (s)."""
+    out = {}
+    for k in range(len(streams)):  # ``dict(zip(...))`` compiled is calls through Python
+        out[streams[k]] = ends[k]
+    return out
 
 
 def _time_until_steady(run: DeferringRun, steps: list[CopyStep], stretch: SkippedStretch, compute_side: list[CopyInput],
-                       last: int, tails: dict[str, float]) -> tuple[list[tuple[list[float], list[list[float]]]], bool,
-                                                                  dict[str, float]]:
+                       last: int, tails: list[float]) -> tuple[list[tuple[list[float], list[list[float]]]], bool,
+                                                             list[float]]:
     """The copies of skipped iterations 1 to ``last`` timed in turn until they are ``_steady``
-    (their starts, what each is the latest of); whether they are; the streams' ends after them."""
+    (their starts, what each is the latest of); whether they are; the streams' ends after them
+    (by ``CopyStep.slot``)."""
     references = stretch.references
     timed: list[tuple[list[float], list[list[float]]]] = []
     for m in range(1, last + 1):
@@ -251,14 +262,15 @@ def _time_until_steady(run: DeferringRun, steps: list[CopyStep], stretch: Skippe
     return timed, False, tails
 
 
-def _copy_step(run: DeferringRun, q: int, inputs: list[CopyInput]) -> CopyStep:
-    """Deferred loop task ``q`` as its copies repeat it."""
+def _copy_step(run: DeferringRun, q: int, inputs: list[CopyInput], streams: list[str]) -> CopyStep:
+    """Deferred loop task ``q`` as its copies repeat it (its stream one of ``streams``)."""
     task, flow = run.graph.tasks[q], run.graph.flows[q]
-    return CopyStep(q, task.stream, task.delay, flow.size / flow.bound if flow is not None else 0.0, inputs)
+    moving = flow.size / flow.bound if flow is not None else 0.0
+    return CopyStep(q, streams.index(task.stream), task.delay, moving, inputs)
 
 
 def _keep_spans(deferral: Deferral, steps: list[CopyStep], timed: list[tuple[list[float], list[list[float]]]],
-                rest: int, tails: dict[str, float]) -> None:
+                rest: int, tails: list[float]) -> None:
     """The timed copies' spans into ``deferral.timed_copies``: one per timed iteration and, for
     the ``rest`` after them (steady), one progression (which moves its stream's tail)."""
     for k, step in enumerate(steps):
@@ -267,21 +279,21 @@ def _keep_spans(deferral: Deferral, steps: list[CopyStep], timed: list[tuple[lis
         if rest:
             rise = timed[-1][0][k] - timed[-2][0][k]
             listed.append(Spans(timed[-1][0][k] + rise, rise, lasting, rest))
-            tails[step.stream] = listed[-1].last  # template order is each stream's order
+            tails[step.slot] = listed[-1].last  # template order is each stream's order
         if listed:
             deferral.timed_copies[step.task] = listed
 
 
 def _timed_copy(run: DeferringRun, steps: list[CopyStep], stretch: SkippedStretch, m: int,
-                tails: dict[str, float]) -> tuple[list[float], list[list[float]], dict[str, float]]:
+                tails: list[float]) -> tuple[list[float], list[list[float]], list[float]]:
     """Skipped iteration ``m``'s copies' starts, in template order, what each start is the
     latest of (its stream's previous end, then its inputs' ends) and the streams' ends after
-    them (s)."""
+    them (s, by ``CopyStep.slot``)."""
     ends: dict[int, float] = {}
-    after = dict(tails)
+    after = tails[:]
     began_at, terms = [], []
     for step in steps:
-        values = [after[step.stream]]
+        values = [after[step.slot]]
         for item in step.inputs:
             if item.source == BEFORE_LOOP:
                 values.append(run.ended_at(item.at))
@@ -290,7 +302,7 @@ def _timed_copy(run: DeferringRun, steps: list[CopyStep], stretch: SkippedStretc
             else:
                 values.append(stretch.ended(item.iteration + m, item.at))
         began = values[_latest(values)]  # max of a list compiled is a call through Python
-        ends[step.task] = after[step.stream] = began + step.delay + step.moving
+        ends[step.task] = after[step.slot] = began + step.delay + step.moving
         began_at.append(began)
         terms.append(values)
     return began_at, terms, after

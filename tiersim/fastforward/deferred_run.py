@@ -85,7 +85,7 @@ class DeferringRun(Run):
 
     def dependency_done(self, p: int, now: float) -> None:
         if self.deferred[p]:
-            self.unmet[p] -= 1
+            self.unmet[p] = self.unmet[p] - 1  # ``-=`` on a list item is a generic call compiled
             if now > self.ready[p]:
                 self.ready[p] = now
             if not self.unmet[p] and self.stream_before(p) >= 0:
@@ -95,7 +95,10 @@ class DeferringRun(Run):
 
     def ended_at(self, p: int) -> float:
         """When task ``p`` ends, deferred or not (s; -1 while unknown)."""
-        return self.deferred_end.get(p, -1.0) if self.deferred[p] else self.end[p]
+        if not self.deferred[p]:
+            return self.end[p]
+        ends = self.deferred_end.get(p)  # a default would be a float boxed each call compiled
+        return -1.0 if ends is None else ends
 
     def stream_before(self, p: int) -> float:
         """When the task before ``p`` on its stream ends (s; 0 for none, -1 while unknown)."""
@@ -127,15 +130,16 @@ class DeferringRun(Run):
         """Give deferred task ``first`` its times (its inputs are known), and every deferred
         task that waited only for it, in turn; an event task waiting for one gets a timeout."""
         work = [first]
+        ready, delay, flows, starts, ended = self.ready, self.delay, self.flow, self.deferred_start, self.deferred_end
         while work:
             p = work.pop()
-            if p in self.deferred_end:
+            if p in ended:
                 continue
-            began = max(self.ready[p], self.stream_before(p))
-            flow = self.flow[p]
-            ends = began + self.delay[p] + (flow.size / flow.bound if flow is not None else 0.0)
-            self.deferred_start[p] = began
-            self.deferred_end[p] = ends
+            began = max(ready[p], self.stream_before(p))
+            flow = flows[p]
+            ends = began + delay[p] + (flow.size / flow.bound if flow is not None else 0.0)
+            starts[p] = began
+            ended[p] = ends
             if self._release(p, ends, work):
                 self._proxy(p)
 
@@ -148,7 +152,7 @@ class DeferringRun(Run):
             if j >= joined:
                 continue
             if deferred[j]:
-                unmet[j] -= 1
+                unmet[j] = unmet[j] - 1
                 if ends > ready[j]:
                     ready[j] = ends
                 if not unmet[j] and self.stream_before(j) >= 0:
@@ -169,7 +173,8 @@ class DeferringRun(Run):
         -1 (then the joining task waits for its timeout)."""
         if p in self.proxied:  # its timeout counts the waiting tasks down
             return self.end[p]
-        ends = self.deferred_end.get(p, -1.0)
+        ended = self.deferred_end.get(p)
+        ends = -1.0 if ended is None else ended
         if 0 <= ends <= now:
             self.end[p] = ends
             return ends
@@ -198,7 +203,7 @@ class DeferringRun(Run):
         unmet, deferred = self.unmet, self.deferred
         for j in self.dependents[p]:
             if j < len(unmet) and not deferred[j]:
-                unmet[j] -= 1
+                unmet[j] = unmet[j] - 1
                 if not unmet[j]:
                     self.ready[j] = now
                     if self.at_head[j]:
