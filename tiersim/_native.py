@@ -2,13 +2,14 @@
 
 Installing tiersim (``pip install .`` or ``-e .``) compiles ``COMPILED`` (the engine, the
 fast-forward and the strategies, where a run spends its time, and the rank layout they read)
-with mypyc into C extensions beside their sources, and writes ``_native.json``: for each source it compiled, its hash, size
-(bytes) and modification time (ns). The extensions are used only when every one of them was built from the source now
-beside it, their shared library is there and ``TIERSIM_PURE_PYTHON`` is not set; otherwise all
-of them are imported from their sources (the compiled modules call one another directly, so it
-is all or none): an edited source is never shadowed by an extension built from the old one.
-Both ways give the same results (tests/equivalence/test_native.py); the compiled one costs about half the
-instructions per run.
+with mypyc into C extensions beside their sources, and writes ``_native.json``: for each
+source it compiled, its hash, size (bytes) and modification time (ns). The extensions are used
+only when every one of them was built from the source now beside it, their shared library is
+there and ``TIERSIM_PURE_PYTHON`` is not set; otherwise all of them are imported from their
+sources (the compiled modules call one another directly, so it is all or none): an edited
+source is never shadowed by an extension built from the old one. Both ways give the same
+results (tests/equivalence/test_native.py); the compiled one costs about half the instructions
+per run.
 
 The check costs little at import: nothing is read where no extension was built; where one was,
 a source whose size and modification time are those recorded is taken as the one built, and
