@@ -131,6 +131,16 @@ def assert_agrees(config: RunConfig, fast: Result, full: Result) -> None:
         assert not beyond_spread(fast, full, spreads(config, full))
 
 
+def assert_chaotic_draw_is_the_full_run(overrides: list[str]) -> None:
+    """The 70B scenario's NVMe strategy at ZeRO-1 with ``overrides`` is chaotic (a float step
+    moves the full run's iteration time by more than 1e-5) and the fast run gives the full run's
+    results."""
+    config = zero_one(load_scenario(SEVENTY_B, overrides, ["nvme"])[0])
+    fast, full = simulate(config), simulate(config, fast_forward=False)
+    assert chaos(config, full) > 1e-5
+    assert_same(fast, full)
+
+
 def test_a_chaotic_schedule_gives_the_full_run() -> None:
     """70B layers on one GPU, pipelined NVMe swaps of ~300 small sub-groups: a relative timing
     difference grows about 1.4x per sub-group (reads and writes share the drives), so a drive's
@@ -142,10 +152,7 @@ def test_a_chaotic_schedule_gives_the_full_run() -> None:
                  "training.sub_group_size=1e7", "training.activation_checkpointing=true", "hardware.nvme.count=5",
                  "strategies.nvme.buffer_count=16", "strategies.nvme.pipeline_read=true",
                  "strategies.nvme.pipeline_write=true", "strategies.nvme.queue_depth=8"]
-    config = zero_one(load_scenario(SEVENTY_B, overrides, ["nvme"])[0])
-    fast, full = simulate(config), simulate(config, fast_forward=False)
-    assert chaos(config, full) > 1e-5
-    assert_same(fast, full)
+    assert_chaotic_draw_is_the_full_run(overrides)
 
 
 def test_a_pipelined_nvme_step_after_skipped_layers_gives_the_full_run() -> None:
@@ -159,10 +166,7 @@ def test_a_pipelined_nvme_step_after_skipped_layers_gives_the_full_run() -> None
                  "training.zero_stage=3", "training.sub_group_size=1e8", "training.activation_checkpointing=false",
                  "hardware.nvme.count=3", "strategies.nvme.buffer_count=16", "strategies.nvme.pipeline_read=true",
                  "strategies.nvme.pipeline_write=true", "strategies.nvme.queue_depth=8"]
-    config = zero_one(load_scenario(SEVENTY_B, overrides, ["nvme"])[0])
-    fast, full = simulate(config), simulate(config, fast_forward=False)
-    assert chaos(config, full) > 1e-5
-    assert_same(fast, full)
+    assert_chaotic_draw_is_the_full_run(overrides)
 
 
 def test_a_pipelined_nvme_step_after_skipped_micro_steps_gives_the_full_run() -> None:
@@ -177,10 +181,7 @@ def test_a_pipelined_nvme_step_after_skipped_micro_steps_gives_the_full_run() ->
                  "hardware.nvme.count=4", "strategies.nvme.buffer_count=16", "strategies.nvme.pipeline_read=true",
                  "strategies.nvme.pipeline_write=true", "strategies.nvme.queue_depth=8", "model.experts=4",
                  "model.experts_per_token=2", "model.expert_ffn=2048"]
-    config = zero_one(load_scenario(SEVENTY_B, overrides, ["nvme"])[0])
-    fast, full = simulate(config), simulate(config, fast_forward=False)
-    assert chaos(config, full) > 1e-5
-    assert_same(fast, full)
+    assert_chaotic_draw_is_the_full_run(overrides)
 
 
 def pipelined_swaps(layers: int, gpus: int, micro_steps: int, extra: tuple[str, ...] = ()) -> RunConfig:
