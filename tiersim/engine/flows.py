@@ -146,9 +146,11 @@ class LinkState:
     """One link of a network as it is now: its ``capacity`` (link units/s), the ``load`` its
     active flows put on it (link units/s), those ``flows``, in the order they came on it, and
     its ``account`` (``Accounts.resource``); while it carries flows, ``busy_since`` (s): when
-    its busy stretch began."""
+    its busy stretch began. Its totals so far: ``busy`` (s; a stretch counts as it ends, or at
+    ``FlowNetwork.flush_busy``) and the link units its flows ``moved`` (native floats on the
+    link, not values of a dict by name: a flow's end adds to them without a lookup)."""
 
-    __slots__ = ("account", "busy_since", "capacity", "flows", "load")
+    __slots__ = ("account", "busy", "busy_since", "capacity", "flows", "load", "moved")
 
     def __init__(self, capacity: float, account: Resource) -> None:
         self.capacity = capacity
@@ -156,6 +158,8 @@ class LinkState:
         self.flows: list[Flow] = []
         self.account = account
         self.busy_since = 0.0
+        self.busy = 0.0
+        self.moved = 0.0
 
 
 def own_bound(usage: Usage, cap: float, capacity: dict[str, float]) -> float:
@@ -273,8 +277,6 @@ class FlowNetwork:
         """Timers armed and not taken back: each fires once (the network's events)."""
         self.armed: list[float] = []
         """When the pending timers fire (s; a heap)."""
-        self.busy: dict[str, float] = {name: 0.0 for name in capacity}
-        self.moved: dict[str, float] = {name: 0.0 for name in capacity}
         self.recorded: list[FlowSpan] | None = None
         """Once a caller sets it to a list: every flow that ends from then on, in spans split at
         each ``flush_busy``."""
@@ -285,8 +287,16 @@ class FlowNetwork:
         """A link of ``capacity`` units/s joins the network (idle)."""
         self.capacity[name] = capacity
         self.links[name] = self._link(name, capacity)
-        self.busy[name] = 0.0
-        self.moved[name] = 0.0
+
+    @property
+    def busy(self) -> dict[str, float]:
+        """Each link's busy seconds so far (``LinkState.busy``), in the links' order."""
+        return {name: link.busy for name, link in self.links.items()}
+
+    @property
+    def moved(self) -> dict[str, float]:
+        """The link units each link's flows moved so far (``LinkState.moved``), in the links' order."""
+        return {name: link.moved for name, link in self.links.items()}
 
     def _link(self, name: str, capacity: float) -> LinkState:
         """A new idle link's state, with its account (a loose one where nothing is counted)."""
@@ -349,10 +359,9 @@ class FlowNetwork:
 
     def flush_busy(self, now: float) -> None:
         """Count every busy link's stretch up to ``now`` in ``busy``."""
-        busy = self.busy
-        for name, link in self.links.items():
+        for link in self.links.values():
             if link.flows:
-                busy[name] = busy[name] + (now - link.busy_since)
+                link.busy += now - link.busy_since
                 link.busy_since = now
         if self.recorded is not None:
             for flow in self.flows:
@@ -467,15 +476,13 @@ class FlowNetwork:
         accounts = self.accounts
         if accounts is not None:
             accounts.flow_ended(flow)
-        links, moved = self.links, self.moved
+        links = self.links
         size, rate = flow.size, flow.rate
         counted = size - flow.attributed  # the bytes no earlier phase counted
         saturated = False
-        busy = self.busy
-        # each total read once and written back (compiled, ``+=`` on a dict's value adds boxed floats)
         for link, units in flow.usage:
-            moved[link] = moved[link] + size * units
             state = links[link]
+            state.moved += size * units
             if accounts is not None:
                 accounts.link_moved(state.account, counted * units)
             if state.load >= state.capacity * (1 - _SATURATED_TOL):
@@ -486,7 +493,7 @@ class FlowNetwork:
                 changed.add(link)
             else:
                 state.load = 0.0  # no float residue on an idle link
-                busy[link] = busy[link] + (now - state.busy_since)
+                state.busy += now - state.busy_since
                 if accounts is not None:
                     accounts.link_idle(state.account, now)
         return saturated

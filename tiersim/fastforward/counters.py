@@ -3,11 +3,12 @@
 Every counter a run keeps (``tiersim.engine.accounts.Accounts``: seconds per phase, exposed
 seconds, per stream and link busy seconds and units moved per phase, per stream busy seconds
 and bytes over the run; the network's busy seconds and units moved per link) is a plain
-number, in a list whose slots are only ever appended (``Accounts.values``) or a dict whose
-keys are (the network's), so a snapshot at a boundary (``snapshot``) is a copy of that list and
-each dict's values as a list, and a fast-forward adds to each counter what the skipped periods
-would have added: ``times`` times one period's increase, or, settling by ``ratio``, the closed
-form of ``tiersim.fastforward.transient.advanced``. Times are s, sizes bytes.
+number, in a list whose slots are only ever appended (``Accounts.values``) or on a link of the
+network (``LinkState``: links are only added), so a snapshot at a boundary (``snapshot``) is a
+copy of that list and the links' totals as lists, in the links' order, and a fast-forward adds
+to each counter what the skipped periods would have added: ``times`` times one period's
+increase, or, settling by ``ratio``, the closed form of ``tiersim.fastforward.transient.advanced``.
+Times are s, sizes bytes.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from tiersim.fastforward.transient import advanced
 
 class CounterTotals:
     """The run's time integrals at a boundary: its exposed seconds (s), a copy of
-    ``Accounts.values``, and the values of the network's busy seconds and units moved per link
-    (each dict's, in its order). A later snapshot of the run lines up with it slot by slot
+    ``Accounts.values``, and the network's busy seconds and units moved per link (in the order
+    of its links). A later snapshot of the run lines up with it slot by slot
     (its lists only grow at their ends)."""
 
     __slots__ = ("accounts", "exposed", "network")
@@ -33,8 +34,9 @@ class CounterTotals:
 
 def snapshot(accounts: Accounts, network: FlowNetwork) -> CounterTotals:
     """The run's counters now (after ``Accounts.flush`` and ``FlowNetwork.flush_busy``)."""
+    links = list(network.links.values())
     return CounterTotals(accounts.exposed, accounts.values[:],
-                         [list(network.busy.values()), list(network.moved.values())])
+                         [[link.busy for link in links], [link.moved for link in links]])
 
 
 def advance_counters(accounts: Accounts, network: FlowNetwork, earlier: CounterTotals, before: CounterTotals,
@@ -44,29 +46,13 @@ def advance_counters(accounts: Accounts, network: FlowNetwork, earlier: CounterT
     snapshots."""
     accounts.exposed += advanced(earlier.exposed, before.exposed, after.exposed, times, ratio, True)
     advance_each(accounts.values, earlier.accounts, before.accounts, after.accounts, times, ratio)
-    for k in range(2):
-        target = network.moved if k else network.busy
-        if not ratio:  # a repeat: only the totals that changed are written back
-            _repeat_each(target, before.network[k], after.network[k], times)
-            continue
-        values = list(target.values())
-        advance_each(values, earlier.network[k], before.network[k], after.network[k], times, ratio)
-        keys = list(target)
-        for j in range(len(keys)):
-            target[keys[j]] = values[j]
-
-
-def _repeat_each(target: dict[str, float], before: list[float], after: list[float], times: int) -> None:
-    """``advance_each`` of a repeat (``ratio`` 0) on a dict's values, in its order (a total
-    that did not change is left as it is)."""
-    j = 0
-    for key in target:  # values replaced in place, no key added: the iteration holds
-        if j == len(after):
-            return
-        value, was = after[j], before[j] if j < len(before) else 0.0
-        if value != was:
-            target[key] = target[key] + times * (value - was)
-        j += 1
+    links = list(network.links.values())
+    busy, moved = [link.busy for link in links], [link.moved for link in links]
+    advance_each(busy, earlier.network[0], before.network[0], after.network[0], times, ratio)
+    advance_each(moved, earlier.network[1], before.network[1], after.network[1], times, ratio)
+    for link, seconds, units in zip(links, busy, moved):
+        link.busy = seconds
+        link.moved = units
 
 
 def advance_each(target: list[float], earlier: list[float], before: list[float], after: list[float], times: int,

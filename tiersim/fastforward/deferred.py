@@ -293,7 +293,7 @@ def _credit_group(run: DeferringRun, deferral: Deferral, group: _AlikeTasks, win
         for link, units in usage:
             accounts.add_moved(link, phase, bound * units * seconds)
     for link, units in usage:
-        network.moved[link] = network.moved[link] + total * units  # ``+=`` on an item: a generic call
+        network.links[link].moved += total * units
         loads.flows_on.setdefault(link, []).append((moving, bound * units))
         loads.deferred.setdefault(link, set()).add(stream)
         loads.peak(link, stream, bound * units)
@@ -322,7 +322,7 @@ def _credit_links(run: DeferringRun, loads: _LinkLoads, skipped: list[SkippedSpa
             seconds = _alone(_on_link(flows), off, windows)
         for (_begin, _end, phase), alone in zip(windows, seconds):
             if alone > least:
-                network.busy[link] = network.busy[link] + alone
+                network.links[link].busy += alone
                 accounts.add_busy(link, phase, alone)
 
 
