@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Hashable, Iterator, Sequence
+from typing import Final
 
 from tiersim.config.hardware import Hardware
 from tiersim.config.profiles import GPUProfile
@@ -16,6 +17,45 @@ from tiersim.layer_kernels import PassKernels
 from tiersim.strategies.gpu_kernels import pass_seconds
 from tiersim.strategies.memory import HostMemory
 from tiersim.workload import TrainingSpec, TrainingStep
+
+
+class Names:
+    """The task names of one ``pattern``: ``str.format`` of one or two indices >= 0 (a
+    micro-step, a layer, a sub-group), each made once per process and kept. A schedule's names
+    repeat from run to run, and a kept one is not formatted, hashed (the graph indexes its
+    tasks by name) or freed again."""
+
+    __slots__ = ("pattern", "rows")
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = pattern
+        self.rows: list[list[str]] = []
+
+    def of(self, first: int, second: int = 0) -> str:
+        """The name of indices ``first`` and ``second`` (unused by a pattern of one)."""
+        rows = self.rows
+        while len(rows) <= first:
+            rows.append([])
+        row = rows[first]
+        while len(row) <= second:
+            row.append(self.pattern.format(first, len(row)))
+        return row[second]
+
+
+_JOINED: Final[dict[str, dict[str, str]]] = {}
+"""``joined``'s names, by name and suffix."""
+
+
+def joined(name: str, suffix: str) -> str:
+    """``name + suffix``, made once per process and kept (as ``Names`` keeps its own): the name
+    of a task that follows another's (``m0.fwd.3.allgather``)."""
+    by_suffix = _JOINED.get(name)
+    if by_suffix is None:
+        by_suffix = _JOINED[name] = {}
+    made = by_suffix.get(suffix)
+    if made is None:
+        made = by_suffix[suffix] = name + suffix
+    return made
 
 
 class TaskKind:
@@ -257,8 +297,9 @@ class StepBuilder:
         pass has none."""
         if not work.tp_calls:
             return after
-        return self.add(Task(f"{name}.tp", "gpu", phase, "tensor_parallel", work.tp_calls * self.hw.fabric_latency,
-                             work.tp_bytes, self.fabric_usage(1.0), math.inf, (after,)))
+        return self.add(Task(joined(name, ".tp"), "gpu", phase, "tensor_parallel",
+                             work.tp_calls * self.hw.fabric_latency, work.tp_bytes, self.fabric_usage(1.0), math.inf,
+                             (after,)))
 
     def exchange(self, name: str, phase: str, sent: tuple[float, ...], after: str) -> str:
         """A pass's expert all-to-alls among the expert-parallel ranks of a node
@@ -273,7 +314,7 @@ class StepBuilder:
         if kind is None:
             kind = self.kinds[key] = TaskKind("gpu", phase, "all_to_all", len(sent) * self.hw.fabric_latency,
                                               self.fabric_usage(1.0))
-        return self.add(kind.task(f"{name}.all_to_all", sum(sent), (after,)))
+        return self.add(kind.task(joined(name, ".all_to_all"), sum(sent), (after,)))
 
     def collective(self, name: str, stream: str, phase: str, num_bytes: float, deps: tuple[str, ...],
                    expert_bytes: float = 0.0) -> str | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from tiersim.strategies.builder import KindMaker, StepBuilder, TaskKind
+from tiersim.strategies.builder import KindMaker, Names, StepBuilder, TaskKind
 from tiersim.strategies.kinds import FP32_BYTES, host_copy_kind, pcie_kind
 from tiersim.strategies.memory import HostMemory
 from tiersim.workload import LayerWork, StepShape, SubGroup
@@ -29,6 +29,11 @@ def partition_h2d(builder: StepBuilder, memory: HostMemory, writes: HostMemory |
 
 PARTITION_COPIES: Final[dict[str, KindMaker]] = {"d2h": partition_d2h, "h2d": partition_h2d}
 """The makers of ``partition_grads``' copies, by direction."""
+PARTITION_NAMES: Final[dict[str, Names]] = {"d2h": Names("m{}.bwd.{}.grad_d2h"), "h2d": Names("m{}.bwd.{}.grad_h2d")}
+"""The names of ``partition_grads``' copies of a layer in a micro-step, by direction."""
+FP32_GRAD_D2H: Final = Names("m{}.bwd.{}.fp32_grad_d2h")
+CONVERT: Final = Names("step.{}.convert")
+PARAMS_H2D: Final = Names("step.{}.h2d")
 
 
 def params_convert(builder: StepBuilder, memory: HostMemory, writes: HostMemory | None) -> TaskKind:
@@ -52,12 +57,11 @@ def gradients_to_host(builder: StepBuilder, memory: HostMemory, micro: int, inde
     Both run on ``PARTITION_STREAM``, after the copies of the layer before. Returns the last
     copy."""
     num_bytes = builder.step.rank_partitions[index] * builder.grad_accum_bytes
-    prefix = f"m{micro}.bwd.{index}"
     first, second = ("d2h", "h2d") if micro == 0 else ("h2d", "d2h")
-    there = builder.add(builder.kind(PARTITION_COPIES[first], memory).task(f"{prefix}.grad_{first}", num_bytes,
-                                                                           (ready,)))
-    return builder.add(builder.kind(PARTITION_COPIES[second], memory).task(f"{prefix}.grad_{second}", num_bytes,
-                                                                           (there,)))
+    there = builder.add(builder.kind(PARTITION_COPIES[first], memory).task(PARTITION_NAMES[first].of(micro, index),
+                                                                           num_bytes, (ready,)))
+    return builder.add(builder.kind(PARTITION_COPIES[second], memory).task(PARTITION_NAMES[second].of(micro, index),
+                                                                           num_bytes, (there,)))
 
 
 def gradient_copy_links(builder: StepBuilder, memory: HostMemory) -> frozenset[str]:
@@ -76,7 +80,7 @@ def fp32_gradients_d2h(builder: StepBuilder, memory: HostMemory, index: int, lay
     into a pinned host buffer (the optimizer's gradient, or a swap buffer), on
     ``PARTITION_STREAM``, after ``ready`` and the tasks ``after``."""
     num_bytes = builder.step.rank_partitions[index] * FP32_BYTES
-    name = f"m{builder.boundary}.bwd.{index}.fp32_grad_d2h"
+    name = FP32_GRAD_D2H.of(builder.boundary, index)
     return builder.add(builder.kind(partition_d2h, memory).task(name, num_bytes, (ready, *after)))
 
 
@@ -90,7 +94,7 @@ def params_to_gpu(builder: StepBuilder, memory: HostMemory, group: SubGroup, aft
     if not builder.hw.has_gpu:
         return after
     index, numel = group.index, group.numel
-    converted = builder.add(builder.kind(params_convert, memory, temporary).task(f"step.{index}.convert", numel,
+    converted = builder.add(builder.kind(params_convert, memory, temporary).task(CONVERT.of(index), numel,
                                                                                   (after,)))
     h2d = builder.kind(params_h2d, temporary or memory)
-    return builder.add(h2d.task(f"step.{index}.h2d", numel * builder.lp_bytes, (converted,)))
+    return builder.add(h2d.task(PARAMS_H2D.of(index), numel * builder.lp_bytes, (converted,)))

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Final
 
 from tiersim.config.hardware import Hardware
 from tiersim.engine.schedule import Session, iterations_back
-from tiersim.strategies.builder import KindMaker, StepBuilder, TaskKind
+from tiersim.strategies.builder import KindMaker, Names, StepBuilder, TaskKind, joined
 from tiersim.strategies.gradients import PARTITION_STREAM
 from tiersim.strategies.kinds import PCIE_LINKS, pcie_kind
 from tiersim.strategies.memory import HostMemory
@@ -33,6 +33,16 @@ def checkpoint_h2d(builder: StepBuilder, memory: HostMemory, writes: HostMemory 
 
 _CHECKPOINT_COPIES: Final[dict[str, KindMaker]] = {"d2h": checkpoint_d2h, "h2d": checkpoint_h2d}
 """The makers of ``cpu_checkpointing``'s copies, by direction."""
+_CHECKPOINT_SUFFIXES: Final[dict[str, str]] = {"d2h": ".checkpoint_d2h", "h2d": ".checkpoint_h2d"}
+"""What the names of ``cpu_checkpointing``'s copies add to their layers', by direction."""
+FORWARD_BEGIN: Final = Names("m{}.forward.begin")
+"""The marker a micro-step's forward begins at."""
+BACKWARD_BEGIN: Final = Names("m{}.backward.begin")
+"""The marker a micro-step's backward begins at."""
+FORWARD: Final = Names("m{}.fwd.{}")
+"""A layer's forward in a micro-step (``m0.fwd.3``), the prefix of its other tasks' names."""
+BACKWARD: Final = Names("m{}.bwd.{}")
+"""A layer's backward in a micro-step (``m0.bwd.3``), the prefix of its other tasks' names."""
 
 
 def schedule_iteration(strategy: Strategy, step: TrainingStep, hw: Hardware, session: Session) -> None:
@@ -111,7 +121,7 @@ def _gather(builder: StepBuilder, fetch: ParamFetch | None, name: str, phase: st
     gathered = None
     if builder.zero_stage >= 3:
         num_bytes = builder.layers[index].params * builder.lp_bytes
-        gathered = builder.collective(f"{name}.allgather", "allgather", phase, num_bytes, after)
+        gathered = builder.collective(joined(name, ".allgather"), "allgather", phase, num_bytes, after)
     return (gathered,) if gathered else after if fetch is not None else ()
 
 
@@ -128,12 +138,12 @@ def forward_pass(builder: StepBuilder, fetch: ParamFetch | None, micro: int, aft
     previous micro-step's backward) is done: DeepSpeed ends every backward by synchronizing the
     stream its gradient reduction and offload copies run on (v0.16.2 ``stage3.py``,
     ``independent_gradient_partition_epilogue``)."""
-    begin = builder.marker(f"m{micro}.forward.begin", "forward", after)
+    begin = builder.marker(FORWARD_BEGIN.of(micro), "forward", after)
     computed: list[str] = []
     layers = builder.layers
     shapes = builder.step.layer_shapes
     for i in builder.loop(fetch.keys(shapes) if fetch else shapes):
-        name = f"m{micro}.fwd.{i}"
+        name = FORWARD.of(micro, i)
         prefetch = tuple(iterations_back(computed, _ahead(fetch)) or [begin])
         ready = _gather(builder, fetch, name, "forward", i, prefetch, computed)
         computed.append(builder.compute(name, "forward", layers[i].forward_kernels, ready))
@@ -149,7 +159,7 @@ def _checkpoint_copy(builder: StepBuilder, direction: str, prefix: str, layer: L
     if not (builder.cpu_checkpointing and layer.checkpointed):
         return
     kind = builder.kind(_CHECKPOINT_COPIES[direction], HostMemory.dram_only())
-    builder.add(kind.task(f"{prefix}.checkpoint_{direction}", layer.activation_bytes, deps))
+    builder.add(kind.task(joined(prefix, _CHECKPOINT_SUFFIXES[direction]), layer.activation_bytes, deps))
 
 
 def backward_pass(strategy: Strategy, builder: StepBuilder, fetch: ParamFetch | None, micro: int,
@@ -159,7 +169,7 @@ def backward_pass(strategy: Strategy, builder: StepBuilder, fetch: ParamFetch | 
     unless not ``reduce`` (a pipeline stage reduces after its passes: ``reduce_gradients``);
     the streams whose copies run in the background of this micro-step's backward
     (``Strategy.background_streams``) are said so for its span."""
-    begin = builder.marker(f"m{micro}.backward.begin", "backward", after)
+    begin = builder.marker(BACKWARD_BEGIN.of(micro), "backward", after)
     background = _fixed_rate(builder, micro, strategy.background_streams(builder, micro))
     if background:
         builder.session.background_copies(background)
@@ -186,11 +196,11 @@ def _backward_layer(strategy: Strategy, builder: StepBuilder, fetch: ParamFetch 
     issued before it is done. ``micro``: the micro-step and its backward's first task."""
     layer = builder.layers[i]
     micro_step, begin = micro
-    prefix = f"m{micro_step}.bwd.{i}"
-    passes = (("recompute", layer.forward_kernels), ("", layer.backward_kernels)) if layer.checkpointed else (
+    prefix = BACKWARD.of(micro_step, i)
+    passes = ((".recompute", layer.forward_kernels), ("", layer.backward_kernels)) if layer.checkpointed else (
         ("", layer.backward_kernels),)
     for label, work in passes:
-        name = f"{prefix}.{label}" if label else prefix
+        name = joined(prefix, label) if label else prefix
         # an offloaded partition is fetched once the backward is issued (its marker)
         after = tuple(iterations_back(computed, _ahead(fetch)) or ([begin] if fetch else []))
         if blocking is not None:
@@ -213,7 +223,7 @@ def reduce_layer(strategy: Strategy, builder: StepBuilder, micro: int, i: int, r
         return strategy.offload_gradients(builder, micro, i, layer, ready)
     per_element = (1 if stage >= 2 else 2) * builder.lp_bytes
     experts = layer.expert_params if layer.expert_tensors else 0
-    rs = builder.collective(f"m{micro}.bwd.{i}.reduce", "reduce_scatter", "backward",
+    rs = builder.collective(joined(BACKWARD.of(micro, i), ".reduce"), "reduce_scatter", "backward",
                             per_element * (layer.params - experts), (ready, *after), per_element * experts)
     return strategy.offload_gradients(builder, micro, i, layer, rs or ready)
 

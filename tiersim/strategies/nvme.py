@@ -18,7 +18,7 @@ from tiersim.config.hardware import Hardware
 from tiersim.engine.schedule import iterations_back
 from tiersim.strategies import footprint
 from tiersim.strategies.base import ScheduleHints, Strategy
-from tiersim.strategies.builder import StepBuilder
+from tiersim.strategies.builder import Names, StepBuilder
 from tiersim.strategies.footprint import pinned
 from tiersim.strategies.gradient_swapper import MIN_AIO_BYTES, drains
 from tiersim.strategies.gradients import (
@@ -35,6 +35,11 @@ from tiersim.strategies.placement import MissingDevice, Placement, largest_parti
 from tiersim.strategies.swap import AIO_ALIGNED_BYTES, TENSORS_SWAPPED_OUT, aio_kind
 from tiersim.strategies.swap_options import TENSORS_SWAPPED_IN, SwapOptions
 from tiersim.workload import LayerWork, StepShape, TrainingSpec, TrainingStep
+
+GRAD_WRITE: Final = Names("m{}.bwd.{}.grad_write")
+SWAP_IN: Final = Names("step.{}.swap_in")
+ADAM: Final = Names("step.{}.adam")
+SWAP_OUT: Final = Names("step.{}.swap_out")
 
 
 class NVMeSwap(Strategy):
@@ -111,7 +116,7 @@ class NVMeSwap(Strategy):
         staged = fp32_gradients_d2h(builder, dram, index, layer, kept, drained)
         builder.background.add(write.stream)
         num_bytes = builder.step.rank_partitions[index] * FP32_BYTES
-        builder.add(write.task(f"m{micro}.bwd.{index}.grad_write", num_bytes, (staged,)))
+        builder.add(write.task(GRAD_WRITE.of(micro, index), num_bytes, (staged,)))
         return staged if waiting else None
 
     def _drains(self, step: TrainingStep) -> tuple[bool, ...]:
@@ -182,7 +187,7 @@ class NVMeSwap(Strategy):
             deps += iterations_back(writes, in_flight)
             numel = group.numel
             fp32 = numel * FP32_BYTES
-            reads.append(builder.add(swap_in.task(f"step.{i}.swap_in", TENSORS_SWAPPED_IN * fp32, tuple(deps))))
+            reads.append(builder.add(swap_in.task(SWAP_IN.of(i), TENSORS_SWAPPED_IN * fp32, tuple(deps))))
             # The update loop is sequential: a sub-group's Adam follows the previous one's
             # parameter copy (and, without pipeline_write, its swap-out).
             adam_deps = [reads[-1]]
@@ -190,9 +195,9 @@ class NVMeSwap(Strategy):
                 adam_deps.append(updated[-1])
                 if not pipeline_write:
                     adam_deps.append(writes[-1])
-            adam_done = builder.add(adam.task(f"step.{i}.adam", numel, tuple(adam_deps)))
+            adam_done = builder.add(adam.task(ADAM.of(i), numel, tuple(adam_deps)))
             updated.append(updated_params(builder, fetch, dram, group, adam_done))
-            writes.append(builder.add(swap_out.task(f"step.{i}.swap_out", TENSORS_SWAPPED_OUT * fp32, (updated[-1],))))
+            writes.append(builder.add(swap_out.task(SWAP_OUT.of(i), TENSORS_SWAPPED_OUT * fp32, (updated[-1],))))
 
 
 def chaotic_swaps(options: SwapOptions) -> bool:
