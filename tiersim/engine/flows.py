@@ -72,11 +72,11 @@ class FlowTimer(Event):
 
 
 class FlowsDone:
-    """Who a network tells of the flows that end (``FlowNetwork``): ``flows_done(keys, now)``,
-    with the keys of the flows that moved their last byte at ``now`` (s). The engine's run is
-    one (compiled, a native call, not one through Python as a callback is)."""
+    """Who a network tells of the flows that end (``FlowNetwork``): ``flows_done(flows, now)``,
+    with the flows that moved their last byte at ``now`` (s), each named by its ``key``. The
+    engine's run is one (compiled, a native call, not one through Python as a callback is)."""
 
-    def flows_done(self, keys: list[int], now: float) -> None:
+    def flows_done(self, flows: list[Flow], now: float) -> None:
         raise NotImplementedError
 
 
@@ -86,14 +86,14 @@ class Callback(FlowsDone):
     def __init__(self, function: Callable[[list[int], float], None]) -> None:
         self.function = function
 
-    def flows_done(self, keys: list[int], now: float) -> None:
-        self.function(keys, now)
+    def flows_done(self, flows: list[Flow], now: float) -> None:
+        self.function([flow.key for flow in flows], now)
 
 
 class _Closed(FlowsDone):
     """A closed network's ``done`` (no flow can end on it)."""
 
-    def flows_done(self, keys: list[int], now: float) -> None:
+    def flows_done(self, flows: list[Flow], now: float) -> None:
         raise ModelError("a flow ended on a closed network")
 
 
@@ -277,6 +277,9 @@ class FlowNetwork:
         """Timers armed and not taken back: each fires once (the network's events)."""
         self.armed: list[float] = []
         """When the pending timers fire (s; a heap)."""
+        self.changed: set[str] = set()
+        """The links a timer's ending flows left carrying others (``on_timer``; empty between
+        timers: one set, not one made and freed per timer)."""
         self.recorded: list[FlowSpan] | None = None
         """Once a caller sets it to a list: every flow that ends from then on, in spans split at
         each ``flush_busy``."""
@@ -449,12 +452,16 @@ class FlowNetwork:
                 due.append(flow)
             elif flow.finish_at < first:
                 first = flow.finish_at
-        changed: set[str] = set()
+        changed = self.changed
         release = not self.shortcuts
         for flow in due:
             if self._end(flow, now, changed):
                 release = True
-        component = self._component(changed) if changed and release else None
+        component = None
+        if changed:
+            if release:
+                component = self._component(changed)
+            changed.clear()
         if component:  # (empty when the flows left on a link were due too)
             self._reallocate(component, now)
             first = _earliest_finish(flows)
@@ -464,7 +471,7 @@ class FlowNetwork:
                 self._withdraw_stale()  # slowed the flow it was for
             self._arm_at(first, now)
         if due:
-            self.done.flows_done([flow.key for flow in due], now)
+            self.done.flows_done(due, now)
 
     def _end(self, flow: Flow, now: float, changed: set[str]) -> bool:
         """``flow`` leaves the network at ``now``: its units count as moved, each link it used

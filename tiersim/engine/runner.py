@@ -12,7 +12,7 @@ from typing import Any, NamedTuple, cast
 
 from tiersim.engine.accounts import Accounts
 from tiersim.engine.clock import Clock, Event
-from tiersim.engine.flows import FlowNetwork, FlowsDone
+from tiersim.engine.flows import Flow, FlowNetwork, FlowsDone
 from tiersim.engine.graph import Task, TaskGraph
 from tiersim.errors import ConfigError, ModelError
 from tiersim.frozen import by_fields
@@ -231,10 +231,11 @@ class Run(FlowsDone):
             # a flow never ends at once: nothing to drain
             self.network.transfer(i, flow.size, flow.usage, flow.rate_cap, flow.bound, flow.stream)
 
-    def flows_done(self, keys: list[int], now: float) -> None:
-        """The network's ``FlowsDone``: the flows of these tasks moved their last byte at ``now``."""
-        for i in keys:
-            self.finish(i, now)
+    def flows_done(self, flows: list[Flow], now: float) -> None:
+        """The network's ``FlowsDone``: these tasks' flows (each keyed by its task's position)
+        moved their last byte at ``now``."""
+        for flow in flows:
+            self.finish(flow.key, now)
         if self.startable:
             self.drain(now)
 
