@@ -25,6 +25,24 @@ _NONE: Final[list[int]] = []
 """The dependents of a task nothing depends on, and the dependencies of a task that waits for
 none (shared, never appended to)."""
 
+_ALONE: Final[list[list[int]]] = []
+"""``[p]``: the dependencies of a task that waits for the task at ``p`` alone, as most do,
+shared by every graph (never appended to; a list each would be made and freed per task and
+run), for ``p`` below ``_ALONE_LIMIT``."""
+
+_ALONE_LIMIT: Final = 1 << 14
+"""Positions ``_ALONE`` keeps lists for (a graph of more tasks makes its own past it)."""
+
+
+def _alone(at: int) -> list[int]:
+    """The dependencies ``[at]`` (``_ALONE``)."""
+    if at >= _ALONE_LIMIT:
+        return [at]
+    lists = _ALONE
+    while len(lists) <= at:
+        lists.append([len(lists)])
+    return lists[at]
+
 
 class Link:
     """A shared-bandwidth resource: ``capacity`` link units per second, shared max-min fairly.
@@ -124,17 +142,18 @@ class _OwnBound:
 
 class _Tail:
     """The position of the last task on a stream, as ``TaskGraph`` keeps it per stream (moved
-    on in place as the stream's tasks are added), and the last own bound worked out for one of
-    its flows (a stream's tasks are mostly of one kind, sharing a usage)."""
+    on in place as the stream's tasks are added), the last own bound worked out for one of its
+    flows (a stream's tasks are mostly of one kind, sharing a usage) and its last flow."""
 
-    __slots__ = ("at", "last")
+    __slots__ = ("at", "flow", "last")
 
-    def __init__(self, at: int, last: _OwnBound | None) -> None:
+    def __init__(self, at: int, last: _OwnBound | None, flow: FlowSpec | None) -> None:
         self.at = at
         self.last = last
+        self.flow = flow
 
     def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
-        return _Tail, (self.at, self.last)
+        return _Tail, (self.at, self.last, self.flow)
 
 
 @dataclass
@@ -192,9 +211,20 @@ class TaskGraph:
             else:
                 dependents[at] = [here]
         dependents.append(_NONE)
-        self.flows.append(FlowSpec(task.size, task.usage, task.rate_cap, bound, task.stream) if task.size > 0 else None)
-        self._join_stream(task.stream, tail, here)
+        flow = self._flow(task, tail, bound) if task.size > 0 else None
+        self.flows.append(flow)
+        self._join_stream(task.stream, tail, here, flow)
         return task.name
+
+    @staticmethod
+    def _flow(task: Task, tail: _Tail | None, bound: float) -> FlowSpec:
+        """``task``'s flow, at its own ``bound``: that of the task before it on its stream where
+        that one moves as many bytes over the same usage at the same cap (a flow is never
+        changed, so alike tasks in a row share one), else a new one."""
+        last = tail.flow if tail is not None else None
+        if last is not None and last.usage is task.usage and last.size == task.size and last.rate_cap == task.rate_cap:
+            return last
+        return FlowSpec(task.size, task.usage, task.rate_cap, bound, task.stream)
 
     def _dependencies(self, task: Task) -> list[int]:
         """The positions of the distinct tasks ``task`` depends on, in its order. Most tasks
@@ -208,8 +238,8 @@ class TaskGraph:
             if len(names) == 1:  # most tasks: nothing to compare
                 last = len(self.tasks) - 1
                 if last >= 0 and names[0] is self.tasks[last].name:
-                    return [last]
-                return [positions[names[0]]]
+                    return _alone(last)
+                return _alone(positions[names[0]])
             deps: list[int] = []
             for dep in names:
                 at = positions[dep]
@@ -234,15 +264,18 @@ class TaskGraph:
             tail.last = known
         return known.bound
 
-    def _join_stream(self, stream: str, tail: _Tail | None, here: int) -> None:
-        """The task at ``here`` follows ``tail``, the last on ``stream`` (None: none)."""
+    def _join_stream(self, stream: str, tail: _Tail | None, here: int, flow: FlowSpec | None) -> None:
+        """The task at ``here``, of ``flow`` (None: none), follows ``tail``, the last on
+        ``stream`` (None: none)."""
         if tail is None:
-            self._stream_tails[stream] = _Tail(here, None)
+            self._stream_tails[stream] = _Tail(here, None, flow)
             self.stream_prev.append(-1)
         else:
             self.stream_prev.append(tail.at)
             self.stream_next[tail.at] = here
             tail.at = here
+            if flow is not None:
+                tail.flow = flow
         self.stream_next.append(-1)
 
     def _own_bound(self, task: Task) -> _OwnBound:
