@@ -4,6 +4,7 @@ and every host resource stays each node's own."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from tiersim.config.scenario import RunConfig
 from tiersim.engine.schedule import Session
 from tiersim.errors import ConfigError
 from tiersim.simulate import simulate
-from tiersim.strategies.builder import StepBuilder, collectives_bound_by_host_link, rank_link_capacity
+from tiersim.strategies.builder import StepBuilder, collectives_bound_by_host_link, figures_of, rank_link_capacity
 from tiersim.workload import build_step
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "scenarios" / "quickstart.yaml"
@@ -217,3 +218,17 @@ def test_a_session_builds_the_collective_from_the_step() -> None:
     b = StepBuilder(build_step(cfg.model, cfg.training), cfg.hardware, Session(lambda name: 1.0))
     assert b.collective("x", "allgather", "forward", 8.0, ()) == "x"
     assert b.graph.tasks[-1].size == 7.0
+
+
+def test_a_hardware_figures_are_read_once_and_agree_with_it() -> None:
+    """``figures_of`` keeps one ``RankFigures`` per hardware object; what it gives is what the
+    hardware's properties give, and another hardware (``replace``) gets its own."""
+    hw = config("nvme").hardware
+    figures = figures_of(hw)
+    assert figures_of(hw) is figures
+    assert figures.figure("pcie_latency") == hw.pcie_latency
+    assert rank_link_capacity(hw, "nvme") == hw.nvme_drives_per_rank
+    more = replace(hw, nvme_count=2 * hw.nvme_count)
+    assert figures_of(more) is not figures
+    assert rank_link_capacity(more, "nvme") == 2 * rank_link_capacity(hw, "nvme")
+

@@ -19,6 +19,7 @@ from tiersim.config.hardware import Hardware
 from tiersim.config.scenario import RunConfig
 from tiersim.results import Result
 from tiersim.simulate import simulate
+from tiersim.strategies.builder import Names, joined
 from tiersim.strategies.gradients import PARTITION_STREAM
 from tiersim.strategies.placement import Misfit, MissingDevice
 from tiersim.workload import build_step
@@ -361,3 +362,13 @@ def test_engine_shortcuts_change_no_strategy_result(strategy: str, monkeypatch: 
     full = run_graph(result.graph)
     assert full.makespan == pytest.approx(result.run.makespan, rel=1e-9)
     assert [r.end for r in full.records] == pytest.approx([r.end for r in result.run.records], rel=1e-9)
+
+
+def test_task_names_are_made_once() -> None:
+    """``Names`` and ``joined`` give the same string object each time they give a name."""
+    names = Names("m{}.bwd.{}")
+    assert names.of(1, 3) == "m1.bwd.3"
+    assert names.of(1, 3) is names.of(1, 3)
+    assert Names("step.{}.adam").of(2) == "step.2.adam"
+    assert joined(names.of(0, 0), ".reduce") == "m0.bwd.0.reduce"
+    assert joined(names.of(0, 0), ".reduce") is joined(names.of(0, 0), ".reduce")

@@ -105,9 +105,60 @@ def first_apart(keys: Sequence[Hashable]) -> tuple[Hashable, ...]:
     return tuple((i == 0, key) for i, key in enumerate(keys))
 
 
+class RankFigures:
+    """What one ``Hardware`` gives a rank: its figures (``StepBuilder.figure``) and its links'
+    capacities (``rank_link_capacity``), each read once per hardware object and kept
+    (``figures_of``). A ``Hardware`` is frozen, so it gives the same every time; its properties
+    run in Python (1-10 k instructions each), and a sweep's points share a few."""
+
+    __slots__ = ("figures", "hw", "links")
+
+    def __init__(self, hw: Hardware) -> None:
+        self.hw = hw
+        self.figures: dict[str, float] = {}
+        self.links: dict[str, float] = {}
+
+    def figure(self, name: str) -> float:
+        """``hw``'s figure ``name`` (``rank_cores``, ``pcie_latency``: physical cores, s)."""
+        known = self.figures.get(name)
+        if known is None:
+            known = self.figures[name] = float(getattr(self.hw, name))
+        return known
+
+    def link_capacity(self, name: str) -> float:
+        """``rank_link_capacity`` of link ``name``."""
+        known = self.links.get(name)
+        if known is None:
+            known = self.links[name] = _link_capacity(self.hw, name)
+        return known
+
+
+_KEPT: Final[dict[int, RankFigures]] = {}
+"""``figures_of``'s figures, by the identity of their hardware (which they hold: the identity
+is not reused while kept)."""
+
+_KEPT_MOST: Final = 64
+"""Hardware objects ``_KEPT`` holds at most (it starts afresh past it)."""
+
+
+def figures_of(hw: Hardware) -> RankFigures:
+    """The figures of ``hw`` read so far in this process (``RankFigures``)."""
+    kept = _KEPT.get(id(hw))
+    if kept is None:
+        if len(_KEPT) >= _KEPT_MOST:
+            _KEPT.clear()
+        kept = _KEPT[id(hw)] = RankFigures(hw)
+    return kept
+
+
 def rank_link_capacity(hw: Hardware, name: str) -> float:
     """Capacity of one of a rank's links: bytes/s, or device-seconds per second for cxl and nvme
-    (a schedule's graph asks on the link's first use)."""
+    (a schedule's graph asks on the link's first use; kept per hardware: ``figures_of``)."""
+    return figures_of(hw).link_capacity(name)
+
+
+def _link_capacity(hw: Hardware, name: str) -> float:
+    """``rank_link_capacity``, read from ``hw``."""
     if name == "fabric":
         return hw.fabric_bandwidth
     if name == "network":
@@ -196,6 +247,10 @@ class StepBuilder:
         self.staged: dict[Usage, Usage] = {}
         """Each usage the stage's tasks name, with the stage's links (made once per usage)."""
         self.hw = hw
+        self.rank = figures_of(hw)
+        """What ``hw`` gives the rank (``figure``)."""
+        self.has_gpu: bool = hw.has_gpu
+        """Whether the rank has a GPU (``Hardware.has_gpu``)."""
         self.session = session or Session(functools.partial(rank_link_capacity, hw))
         self.graph: TaskGraph = self.session.graph
         self.kinds: dict[Hashable, TaskKind] = {}
@@ -210,8 +265,6 @@ class StepBuilder:
         self.background: set[str] = set()
         """Streams whose backward work may run on into the optimizer step (the step does not
         wait for them to begin; the strategy waits where it needs them)."""
-        self._figures: dict[str, float] = {}
-        """The rank's figures ``figure`` has read from ``hw``, by name."""
         self._collective_latency = -1.0
         """``collective_latency`` once worked out (s; -1 before)."""
         self._collective_usage: Usage | None = None
@@ -263,12 +316,9 @@ class StepBuilder:
 
     def figure(self, name: str) -> float:
         """``hw``'s figure ``name`` (``rank_cores``, ``pageable_bandwidth``: physical cores,
-        bytes/s), read once per schedule: a ``Hardware`` property runs in Python, and a step asks
-        for these per sub-group."""
-        known = self._figures.get(name)
-        if known is None:
-            known = self._figures[name] = float(getattr(self.hw, name))
-        return known
+        bytes/s), read once per hardware object (``RankFigures``): a ``Hardware`` property runs
+        in Python, and a step asks for these per sub-group."""
+        return self.rank.figure(name)
 
     def pass_seconds(self, work: PassKernels) -> float:
         """Seconds of one layer pass on the rank's GPU (``tiersim.strategies.gpu_kernels``)."""
@@ -298,8 +348,8 @@ class StepBuilder:
         if not work.tp_calls:
             return after
         return self.add(Task(joined(name, ".tp"), "gpu", phase, "tensor_parallel",
-                             work.tp_calls * self.hw.fabric_latency, work.tp_bytes, self.fabric_usage(1.0), math.inf,
-                             (after,)))
+                             work.tp_calls * self.figure("fabric_latency"), work.tp_bytes, self.fabric_usage(1.0),
+                             math.inf, (after,)))
 
     def exchange(self, name: str, phase: str, sent: tuple[float, ...], after: str) -> str:
         """A pass's expert all-to-alls among the expert-parallel ranks of a node
@@ -312,7 +362,7 @@ class StepBuilder:
         key = ("all_to_all", phase, len(sent))
         kind = self.kinds.get(key)
         if kind is None:
-            kind = self.kinds[key] = TaskKind("gpu", phase, "all_to_all", len(sent) * self.hw.fabric_latency,
+            kind = self.kinds[key] = TaskKind("gpu", phase, "all_to_all", len(sent) * self.figure("fabric_latency"),
                                               self.fabric_usage(1.0))
         return self.add(kind.task(joined(name, ".all_to_all"), sum(sent), (after,)))
 
@@ -349,7 +399,7 @@ class StepBuilder:
         ``nsteps - nInterSteps`` for a ring all-gather or reduce-scatter, ``src/graph/tuning.cc``)."""
         if self._collective_latency < 0:
             nodes = self.dp_span[1]
-            latency = self.hw.fabric_latency
+            latency = self.figure("fabric_latency")
             if nodes > 1:
                 latency += self.network_latency(nodes - 1, self.dp - nodes)
             self._collective_latency = latency
@@ -377,7 +427,7 @@ class StepBuilder:
     def p2p_latency(self, across: bool) -> float:
         """Seconds a point-to-point transfer costs besides its bytes: the fabric's per-call
         latency and, ``across`` nodes, the network's for one step."""
-        return self.hw.fabric_latency + (self.network_latency(1) if across else 0.0)
+        return self.figure("fabric_latency") + (self.network_latency(1) if across else 0.0)
 
     def p2p_usage(self, across: bool) -> Usage:
         """The links a point-to-point transfer crosses: the GPU fabric within a node (as a

@@ -91,7 +91,7 @@ def params_to_gpu(builder: StepBuilder, memory: HostMemory, group: SubGroup, aft
     converts on the CPU into a fresh (pageable) tensor (in ``temporary``; None: ``memory``) and
     copies that H2D at the pageable rate. Returns the copy (``after`` itself on a host-only
     machine: the CPU validation of the offload path)."""
-    if not builder.hw.has_gpu:
+    if not builder.has_gpu:
         return after
     index, numel = group.index, group.numel
     converted = builder.add(builder.kind(params_convert, memory, temporary).task(CONVERT.of(index), numel,

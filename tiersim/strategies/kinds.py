@@ -33,7 +33,7 @@ def adam_kind(builder: StepBuilder, memory: HostMemory, writes: HostMemory | Non
     shares with every other flow on it. ``adam_step_overhead`` is the fixed cost of one call.
     """
     per_element = ADAM_READ_BYTES + ADAM_WRITE_BYTES
-    cap = builder.hw.adam_rate * per_element
+    cap = builder.figure("adam_rate") * per_element
     usage = traffic(memory, ADAM_READ_BYTES / per_element, writes, ADAM_WRITE_BYTES / per_element)
     overhead = builder.hw.cpu.adam_step_overhead or 0.0
     return TaskKind("cpu", "optimizer_step", "adam", overhead, usage, cap, per_element)
@@ -74,6 +74,6 @@ def pcie_kind(builder: StepBuilder, direction: str, phase: str, memory: HostMemo
     if kind is None:
         host = memory.access(1, 0) if direction == "h2d" else memory.access(0, 1)
         usage = ((f"pcie_{direction}", 1.0), *host)
-        kind = builder.kinds[key] = TaskKind(stream or direction, phase, direction, builder.hw.pcie_latency, usage,
-                                             rate_cap)
+        kind = builder.kinds[key] = TaskKind(stream or direction, phase, direction, builder.figure("pcie_latency"),
+                                             usage, rate_cap)
     return kind
