@@ -245,12 +245,13 @@ class Accounts:
 
     def flow_ended(self, flow: Flow) -> None:
         """A flow moved its last byte: the bytes not yet counted count in this phase, on its
-        stream (and on each of its links by ``link_moved``)."""
-        self._add(self._moved_now, flow.stream, flow.size - flow.attributed)
+        stream (its ``account``, or found by name) and on each of its links (``link_moved``)."""
+        stream = flow.account if flow.account is not None else self.resource(flow.stream)
+        self.link_moved(stream, flow.size - flow.attributed)
 
     def link_moved(self, link: Resource, units: float) -> None:
-        """A flow that ended moved ``units`` link units over ``link`` not yet counted: they
-        count in this phase."""
+        """A flow that ended moved ``units`` link units over ``link`` (or bytes, over a stream)
+        not yet counted: they count in this phase."""
         self._current(link)
         if link.moved_slot < 0:
             link.moved_slot = self._slot(self._moved_now, link.name)

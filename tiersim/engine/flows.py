@@ -101,9 +101,11 @@ class Flow:
     """One active transfer: ``remaining`` bytes as of time ``last`` (s), its current ``rate``
     (bytes/s, at first its ``bound``: ``own_bound``, the rate it gets alone), and ``finish_at``
     (s) if the rate holds; ``key`` names it to the network's owner, ``stream`` the stream it
-    moves for and ``attributed`` the bytes of it already counted in an earlier phase."""
+    moves for (``account``: that stream's ``Resource``, where the owner passed it) and
+    ``attributed`` the bytes of it already counted in an earlier phase."""
 
     __slots__ = (
+        "account",
         "attributed",
         "began",
         "bound",
@@ -127,6 +129,7 @@ class Flow:
         bound: float = 0.0,
         last: float = 0.0,
         stream: str = "",
+        account: Resource | None = None,
     ) -> None:
         self.key = key
         self.size = size
@@ -138,6 +141,7 @@ class Flow:
         self.last = last
         self.finish_at = math.inf
         self.stream = stream
+        self.account = account
         self.attributed = 0.0
         self.began = last
 
@@ -306,13 +310,14 @@ class FlowNetwork:
         return LinkState(capacity, self.accounts.resource(name) if self.accounts is not None else Resource(name))
 
     def transfer(
-        self, key: int, size: float, usage: Usage, cap: float, bound: float | None = None, stream: str = ""
+        self, key: int, size: float, usage: Usage, cap: float, bound: float | None = None, stream: str = "",
+        account: Resource | None = None,
     ) -> Flow:
-        """Start a flow of ``size`` bytes now for ``stream``; ``bound`` (``own_bound`` of it)
-        may be passed precomputed."""
+        """Start a flow of ``size`` bytes now for ``stream`` (``account``: its ``Resource``, or
+        None to find it by name); ``bound`` (``own_bound`` of it) may be passed precomputed."""
         now = self.clock.now()
         rate = own_bound(usage, cap, self.capacity) if bound is None else bound
-        flow = Flow(size, usage, cap, key, rate, now, stream)
+        flow = Flow(size, usage, cap, key, rate, now, stream, account)
         shared = False
         fits = True  # at its own bound, beside the flows on its links
         links = self.links

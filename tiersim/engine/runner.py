@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, NamedTuple, cast
 
-from tiersim.engine.accounts import Accounts
+from tiersim.engine.accounts import Accounts, Resource
 from tiersim.engine.clock import Clock, Event
 from tiersim.engine.flows import Flow, FlowNetwork, FlowsDone
 from tiersim.engine.graph import Task, TaskGraph
@@ -102,8 +102,8 @@ def run_graph(graph: TaskGraph) -> EngineRun:
 class Run(FlowsDone):
     """The state of one run, in lists indexed by task: the dependencies not yet done, whether
     the stream is free for it, ready, start and end times (-1 until then) and the order tasks
-    finished in; the graph's own lists give the dependents, the next task on the stream and
-    the flows. ``pending`` holds the tasks joined and not finished. Once the network is closed
+    finished in, and its stream's account; the graph's own lists give the dependents, the next
+    task on the stream and the flows. ``pending`` holds the tasks joined and not finished. Once the network is closed
     nothing of a finished run is left in a reference cycle (so it is freed at once, without the
     cyclic garbage collector)."""
 
@@ -116,6 +116,9 @@ class Run(FlowsDone):
         self.dependents = graph.dependents
         self.successor = graph.stream_next
         self.flow = graph.flows
+        self.streams: list[Resource] = []
+        """Per task, its stream's ``Accounts.resource``: found by name for a stream's first task,
+        then passed on from each task to the next on the stream (no lookup by name a task)."""
         self.unmet: list[int] = []
         self.at_head: list[bool] = []
         self.delay: list[float] = []
@@ -137,7 +140,10 @@ class Run(FlowsDone):
                 if name not in network.capacity:
                     network.add_link(name, link.capacity)
         now = self.clock.now()
+        streams, prev = self.streams, graph.stream_prev
         for p in range(len(self.unmet), len(graph.tasks)):
+            before = prev[p]
+            streams.append(streams[before] if before >= 0 else self.accounts.resource(graph.tasks[p].stream))
             self.join(p, now)
         if self.startable:
             self.drain(now)
@@ -203,12 +209,13 @@ class Run(FlowsDone):
         # methods are called on their objects, not through local names (compiled, those would be
         # calls through Python)
         startable, start, delays, flows, tasks = self.startable, self.start, self.delay, self.flow, self.tasks
+        streams = self.streams
         while startable:
             i = _pop(startable)
             start[i] = now
             task = tasks[i]
             if task.category != "marker":
-                self.accounts.task_started(self.accounts.resource(task.stream), task.category, now)
+                self.accounts.task_started(streams[i], task.category, now)
             delay = delays[i]
             flow = flows[i]
             if delay > 0:
@@ -217,7 +224,7 @@ class Run(FlowsDone):
             elif flow is None:
                 self.finish(i, now)
             else:
-                self.network.transfer(i, flow.size, flow.usage, flow.rate_cap, flow.bound, flow.stream)
+                self.network.transfer(i, flow.size, flow.usage, flow.rate_cap, flow.bound, flow.stream, streams[i])
 
     def after_delay(self, i: int) -> None:
         """Task ``i``'s delay is over: its flow starts, or (none) it finishes."""
@@ -229,7 +236,7 @@ class Run(FlowsDone):
                 self.drain(now)
         else:
             # a flow never ends at once: nothing to drain
-            self.network.transfer(i, flow.size, flow.usage, flow.rate_cap, flow.bound, flow.stream)
+            self.network.transfer(i, flow.size, flow.usage, flow.rate_cap, flow.bound, flow.stream, self.streams[i])
 
     def flows_done(self, flows: list[Flow], now: float) -> None:
         """The network's ``FlowsDone``: these tasks' flows (each keyed by its task's position)
@@ -248,7 +255,7 @@ class Run(FlowsDone):
         if task.category == "marker":
             self.accounts.phase_begins(task.phase, now, self.network.flows)
         else:
-            self.accounts.task_ended(self.accounts.resource(task.stream), task.category, self.start[i], task.size, now)
+            self.accounts.task_ended(self.streams[i], task.category, self.start[i], task.size, now)
         after = self.successor[i]
         if after >= 0:
             self.stream_free(after)
