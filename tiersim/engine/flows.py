@@ -56,7 +56,8 @@ class FlowSpan:
 
 
 class FlowTimer(Event):
-    """A flow network's timer: when it fires, the flows due then end (``FlowNetwork``)."""
+    """A flow network's timer: when it fires, the flows due then end (``FlowNetwork``). A fired
+    timer is the network's ``spare``, armed again by its next ``_arm_at``."""
 
     __slots__ = ("network",)
 
@@ -65,7 +66,9 @@ class FlowTimer(Event):
         self.network = network
 
     def fire(self) -> None:
-        self.network.on_timer()
+        network = self.network
+        network.spare = self
+        network.on_timer()
 
     def owner(self) -> object:
         return self.network
@@ -230,6 +233,24 @@ def _earliest_finish(flows: list[Flow]) -> float:
     return first
 
 
+def _arm(armed: list[float], due: float) -> None:
+    """``heapq.heappush``, but a time pushed on no other is appended (a network's timers are
+    mostly one at a time: no call through Python)."""
+    if armed:
+        _heappush(armed, due)
+    else:
+        armed.append(due)
+
+
+def _disarm(armed: list[float]) -> None:
+    """``heapq.heappop`` of the earliest armed time, but a heap of one is cleared (no call
+    through Python)."""
+    if len(armed) == 1:
+        armed.clear()
+    else:
+        _heappop(armed)
+
+
 def _due(flow: Flow, at: float) -> bool:
     """Whether ``flow`` ends at a timer at ``at`` (s): it finishes by then, give or take
     ``_DUE_TOL`` of its own time to go and float residue of ``at``."""
@@ -281,6 +302,9 @@ class FlowNetwork:
         """Timers armed and not taken back: each fires once (the network's events)."""
         self.armed: list[float] = []
         """When the pending timers fire (s; a heap)."""
+        self.spare: FlowTimer | None = None
+        """A fired timer, armed again for the next time (one made and freed per timer costs some
+        300 instructions)."""
         self.changed: set[str] = set()
         """The links a timer's ending flows left carrying others (``on_timer``; empty between
         timers: one set, not one made and freed per timer)."""
@@ -364,6 +388,7 @@ class FlowNetwork:
         if self.flows:
             raise ModelError("closing a flow network with active flows")
         self.done = _Closed()
+        self.spare = None  # (it holds the network: a reference cycle)
 
     def flush_busy(self, now: float) -> None:
         """Count every busy link's stretch up to ``now`` in ``busy``."""
@@ -420,12 +445,17 @@ class FlowNetwork:
         armed = self.armed
         if armed and armed[0] <= due * _ARM_SLACK:
             return
-        _heappush(armed, due)
+        _arm(armed, due)
         self.timers += 1
         delay = due - now
         if delay < 0.0:  # max(due - now, 0.0), without the builtin's call through Python
             delay = 0.0
-        self.clock.schedule(delay, FlowTimer(self))
+        timer = self.spare
+        if timer is None:
+            timer = FlowTimer(self)
+        else:
+            self.spare = None
+        self.clock.schedule(delay, timer)
 
     def _withdraw_stale(self) -> None:
         """Take the earliest pending timers out of the event queue while no active flow would be
@@ -438,7 +468,7 @@ class FlowNetwork:
             for flow in flows:
                 if _due(flow, at):
                     return
-            _heappop(armed)
+            _disarm(armed)
             if not self.clock.withdraw_first(self):
                 raise ModelError("an armed timer is missing from the event queue")
             self.timers -= 1
@@ -448,7 +478,7 @@ class FlowNetwork:
         ``now``'s spacing left them; the flows they shared a saturated link with get their rates
         re-allocated."""
         now = self.clock.now()
-        _heappop(self.armed)
+        _disarm(self.armed)
         flows = self.flows
         due: list[Flow] = []
         first = math.inf  # the earliest finish of the others
