@@ -32,7 +32,8 @@ class TaskRecord(NamedTuple):
 
 
 class DelayEnds(Event):
-    """The end of a task's delay (its ``value``: the task's position in the run)."""
+    """The end of a task's delay (its ``value``: the task's position in the run). A fired one
+    is the run's ``spare``, queued again for the next delay (``Run.delay_ends``)."""
 
     __slots__ = ("run",)
 
@@ -41,7 +42,9 @@ class DelayEnds(Event):
         self.run = run
 
     def fire(self) -> None:
-        self.run.after_delay(cast(int, self.value))
+        run, task = self.run, cast(int, self.value)
+        run.spare = self
+        run.after_delay(task)
 
 
 class LateTask(Exception):
@@ -129,6 +132,9 @@ class Run(FlowsDone):
         self.pending: dict[int, None] = {}
         self.startable: list[int] = []
         self.timeouts = 0
+        self.spare: DelayEnds | None = None
+        """A fired delay's event, queued again for the next (one made and freed per delay costs
+        some 300 instructions)."""
 
     def extend(self) -> None:
         """Take in the tasks added to the graph since the last call and start those that can
@@ -183,6 +189,7 @@ class Run(FlowsDone):
         """The run's output once the event queue is empty (every task done, or a deadlock);
         ``complete``: whether it has a record of every task (``EngineRun.complete``)."""
         self.network.close()
+        self.spare = None  # (it holds the run: a reference cycle)
         if self.pending:
             raise ModelError("task graph deadlocked: a dependency can never be met")
         network = self.network
@@ -220,11 +227,21 @@ class Run(FlowsDone):
             flow = flows[i]
             if delay > 0:
                 self.timeouts += 1
-                self.clock.schedule(delay, DelayEnds(self, i))
+                self.clock.schedule(delay, self.delay_ends(i))
             elif flow is None:
                 self.finish(i, now)
             else:
                 self.network.transfer(i, flow.size, flow.usage, flow.rate_cap, flow.bound, flow.stream, streams[i])
+
+    def delay_ends(self, i: int) -> DelayEnds:
+        """An event for the end of task ``i``'s delay: the spare, if a delay has ended since it
+        was last taken."""
+        event = self.spare
+        if event is None:
+            return DelayEnds(self, i)
+        self.spare = None
+        event.value = i
+        return event
 
     def after_delay(self, i: int) -> None:
         """Task ``i``'s delay is over: its flow starts, or (none) it finishes."""
