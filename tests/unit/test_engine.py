@@ -4,6 +4,7 @@ stream order, overlap), plus conservation, determinism and validation properties
 from __future__ import annotations
 
 import math
+import pickle
 import signal
 from collections.abc import Iterator
 
@@ -433,13 +434,21 @@ def test_graph_errors_are_model_errors_the_cli_prints_in_one_line(
 
 
 def test_records_of_a_fast_forwarded_run_name_the_trace_option() -> None:
-    from dataclasses import replace
-
     from tiersim.errors import ConfigError
 
-    run = replace(run_graph(graph({}, Task("t", "s", "p", "c", delay=1.0))), complete=False)
+    done = run_graph(graph({}, Task("t", "s", "p", "c", delay=1.0)))
+    run = EngineRun(done.tasks, done.ready, done.start, done.end, done.order, done.makespan, done.link_busy,
+                    done.link_units_moved, done.link_capacity, done.events, done.accounts, complete=False)
     with pytest.raises(ConfigError, match="trace"):
         _ = run.records
+
+
+def test_a_run_pickles_back_equal_and_differs_from_another() -> None:
+    one = run_graph(graph({"L": 2.0}, Task("t", "s", "p", "c", delay=1.0, size=4.0, usage=(("L", 1.0),))))
+    back = pickle.loads(pickle.dumps(one))
+    assert back == one and back.records == one.records and back.makespan == 3.0
+    other = run_graph(graph({"L": 4.0}, Task("t", "s", "p", "c", delay=1.0, size=4.0, usage=(("L", 1.0),))))
+    assert other != one and other.makespan == 2.0
 
 
 def _without_shortcuts(g: TaskGraph, monkeypatch: pytest.MonkeyPatch) -> EngineRun:

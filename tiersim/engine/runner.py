@@ -6,7 +6,6 @@ event run: ``tiersim.fastforward.deferred_run``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, NamedTuple, cast
 
@@ -15,7 +14,6 @@ from tiersim.engine.clock import Clock, Event
 from tiersim.engine.flows import Flow, FlowNetwork, FlowsDone
 from tiersim.engine.graph import Task, TaskGraph
 from tiersim.errors import ConfigError, ModelError
-from tiersim.frozen import by_fields
 
 
 class TaskRecord(NamedTuple):
@@ -52,29 +50,49 @@ class LateTask(Exception):
     built too lazily for this schedule (the caller builds it whole instead)."""
 
 
-@dataclass(frozen=True)
 class EngineRun:
     """The engine's output: the makespan (s), counters per link, the events processed and the
     time integrals of ``accounts``. When ``complete``, also per task (by position in
     ``tasks``) its ready, start and end times (s) and the positions in completion order;
     ``records`` gives the same as one record per task, built when first read. A
-    fast-forwarded run is not complete: it holds the tasks it built, not every task."""
+    fast-forwarded run is not complete: it holds the tasks it built, not every task.
 
-    tasks: list[Task] = field(repr=False)
-    ready: list[float] = field(repr=False)
-    start: list[float] = field(repr=False)
-    end: list[float] = field(repr=False)
-    order: list[int] = field(repr=False)
-    makespan: float
-    link_busy: dict[str, float]
-    link_units_moved: dict[str, float]
-    link_capacity: dict[str, float]
-    events: int
-    accounts: Accounts = field(repr=False)
-    complete: bool = True
+    A plain class, as ``Task`` is (a frozen dataclass's ``__init__`` runs in Python even
+    compiled: some 18,000 instructions a run): nothing changes a run once made. Two runs are
+    equal when every field is."""
+
+    def __init__(self, tasks: list[Task], ready: list[float], start: list[float], end: list[float], order: list[int],
+                 makespan: float, link_busy: dict[str, float], link_units_moved: dict[str, float],
+                 link_capacity: dict[str, float], events: int, accounts: Accounts, complete: bool = True) -> None:
+        self.tasks = tasks
+        self.ready = ready
+        self.start = start
+        self.end = end
+        self.order = order
+        self.makespan = makespan
+        self.link_busy = link_busy
+        self.link_units_moved = link_units_moved
+        self.link_capacity = link_capacity
+        self.events = events
+        self.accounts = accounts
+        self.complete = complete
+
+    def _fields(self) -> tuple[Any, ...]:
+        return (self.tasks, self.ready, self.start, self.end, self.order, self.makespan, self.link_busy,
+                self.link_units_moved, self.link_capacity, self.events, self.accounts, self.complete)
 
     def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
-        return by_fields(self)
+        return EngineRun, self._fields()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, EngineRun) and self._fields() == other._fields()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (f"EngineRun(makespan={self.makespan!r}, link_busy={self.link_busy!r}, "
+                f"link_units_moved={self.link_units_moved!r}, link_capacity={self.link_capacity!r}, "
+                f"events={self.events!r}, complete={self.complete!r})")
 
     @cached_property
     def records(self) -> list[TaskRecord]:
