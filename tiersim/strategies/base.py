@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 from tiersim.config.hardware import Hardware
 from tiersim.engine.schedule import Session
-from tiersim.strategies.builder import StepBuilder, collectives_bound_by_host_link, rank_link_capacity
+from tiersim.strategies.builder import StepBuilder, collectives_bound_by_host_link, figures_of, rank_link_capacity
 from tiersim.strategies.iteration import schedule_iteration
 from tiersim.strategies.memory import HostMemory
 from tiersim.strategies.param_offload import (
@@ -230,12 +230,14 @@ class Strategy(ABC):
         if missing:
             return Plan(placement, False, missing, None)
         self.place(step, hw, placement)
-        placement.put("dram", "activation checkpoints (cpu_checkpointing, pageable)",
-                      step.in_flight_bytes(sum(step.host_checkpoint_sizes)) * hw.gpus)
+        checkpoints = step.host_checkpoint_sizes
+        if checkpoints:  # none without cpu_checkpointing: a TrainingStep's method runs in Python
+            placement.put("dram", "activation checkpoints (cpu_checkpointing, pageable)",
+                          step.in_flight_bytes(sum(checkpoints)) * hw.gpus)
         if offload:
             place_params(step, offload, self.params_layout(step, offload), placement, hw.gpus,
                          self.places_param_host)
-        usable = hw.usable_bytes()
+        usable = figures_of(hw).usable_bytes()
         for tier, need in placement.reserved().items():
             have = usable[tier]
             if need > have:

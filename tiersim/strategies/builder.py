@@ -106,17 +106,25 @@ def first_apart(keys: Sequence[Hashable]) -> tuple[Hashable, ...]:
 
 
 class RankFigures:
-    """What one ``Hardware`` gives a rank: its figures (``StepBuilder.figure``) and its links'
-    capacities (``rank_link_capacity``), each read once per hardware object and kept
-    (``figures_of``). A ``Hardware`` is frozen, so it gives the same every time; its properties
-    run in Python (1-10 k instructions each), and a sweep's points share a few."""
+    """What one ``Hardware`` gives a rank: its figures (``StepBuilder.figure``), its links'
+    capacities (``rank_link_capacity``) and its tiers' usable bytes (``Strategy.plan``), each
+    read once per hardware object and kept (``figures_of``). A ``Hardware`` is frozen, so it
+    gives the same every time; its properties run in Python (1-10 k instructions each), and a
+    sweep's points share a few."""
 
-    __slots__ = ("figures", "hw", "links")
+    __slots__ = ("_usable", "figures", "hw", "links")
 
     def __init__(self, hw: Hardware) -> None:
         self.hw = hw
         self.figures: dict[str, float] = {}
         self.links: dict[str, float] = {}
+        self._usable: dict[str, int] | None = None
+
+    def usable_bytes(self) -> dict[str, int]:
+        """``hw.usable_bytes()`` (bytes of each tier a run may hold; not to be changed)."""
+        if self._usable is None:
+            self._usable = self.hw.usable_bytes()
+        return self._usable
 
     def figure(self, name: str) -> float:
         """``hw``'s figure ``name`` (``rank_cores``, ``pcie_latency``: physical cores, s)."""

@@ -80,10 +80,11 @@ class NVMeSwap(Strategy):
         placement.put("nvme", "fp32 params + Adam m, v", step.optimizer_state_bytes() * ranks)
         placement.put("nvme", "fp32 gradients", step.fp32_grad_bytes() * ranks)
         buffer = FP32_BYTES * _aligned(largest, self.options.thread_count)
+        staging = FP32_BYTES * largest_partition(step)
         host = [
             ("pinned swap buffers", self.options.buffer_count * buffer, self.options.buffer_count * pin(buffer)),
             ("gradient partitions (grad_accum_dtype)", step.grad_accum_bytes * rank, pin(step.grad_accum_bytes * rank)),
-            ("fp32 gradient staging", FP32_BYTES * largest_partition(step), pin(FP32_BYTES * largest_partition(step))),
+            ("fp32 gradient staging", staging, pin(staging)),
             ("fp32 gradient buffer of swapped sub-groups", FP32_BYTES * largest, FP32_BYTES * largest),
             ("16-bit temporary of the H2D copy", step.lp_bytes * largest, step.lp_bytes * largest),
             ("process runtime", 0, footprint.PROCESS_HOST_BYTES),

@@ -119,9 +119,10 @@ def place_gpu_common(step: TrainingStep, placement: Placement, gpu: GPUProfile, 
     transient = peak if peak is not None else _transients(step, gradient_conversion, fetched_ahead)
     for what, num_bytes in transient.items():
         placement.put("hbm", what, num_bytes)
-    reserve = footprint.allocator_reserve(step, sum(transient.values()))
+    at_peak = sum(transient.values())
+    reserve = footprint.allocator_reserve(step, at_peak)
     placement.put("hbm", "caching-allocator reserve (freed blocks kept)", 0, reserve)
-    beyond = step_transient - sum(transient.values()) - reserve
+    beyond = step_transient - at_peak - reserve
     placement.put("hbm", "optimizer step's temporary, beyond the backward's peak", max(beyond, 0))
     placement.put("hbm", "CUDA context and libraries", 0, gpu.reserved_memory)
 
