@@ -186,8 +186,14 @@ class Clock:
         """Take the earliest queued event of ``owner`` (``Event.owner``) out of the queue; False
         if none is."""
         queue = self._events()
-        if not _withdraw_first(queue, _time, lambda event: event.owner() is owner):
+        found = -1
+        for k in range(len(queue)):  # as ``_withdraw_first`` searches, without a call through Python an event
+            event = queue[k]
+            if (found < 0 or event.at < queue[found].at) and event.owner() is owner:
+                found = k
+        if found < 0:
             return False
+        _take_out(queue, found)
         self.size = len(queue)
         _heapify(queue)
         return True
@@ -253,33 +259,29 @@ class SimPyClock(Clock):
 
     def withdraw_first(self, owner: object) -> bool:
         queue = self.env._queue
-        if not _withdraw_first(queue, _simpy_time, lambda entry: any(
+        if not _withdraw_first(queue, lambda entry: any(
                 isinstance(relay, _Relay) and relay.event.owner() is owner for relay in entry[3].callbacks)):
             return False
         heapify(queue)
         return True
 
 
-def _time(event: Event) -> float:
-    """When a ``Clock``'s queued event happens (s)."""
-    return event.at
-
-
-def _simpy_time(entry: Any) -> float:
-    """When an entry of SimPy's queue happens (s)."""
-    return float(entry[0])
-
-
-def _withdraw_first(queue: list[Any], at: Callable[[Any], float], matches: Callable[[Any], bool]) -> bool:
-    """Take the earliest entry of ``queue`` (by ``at``; the first in the list of equal ones) that
-    ``matches`` out of it (the last entry takes its place: the caller makes it a heap again);
-    False if none matches."""
+def _withdraw_first(queue: list[Any], matches: Callable[[Any], bool]) -> bool:
+    """Take the earliest entry of SimPy's ``queue`` (by time; the first in the list of equal
+    ones) that ``matches`` out of it (the last entry takes its place: the caller makes it a heap
+    again); False if none matches."""
     found = -1
     for k, entry in enumerate(queue):
-        if (found < 0 or at(entry) < at(queue[found])) and matches(entry):
+        if (found < 0 or float(entry[0]) < float(queue[found][0])) and matches(entry):
             found = k
     if found < 0:
         return False
-    queue[found] = queue[-1]
-    queue.pop()
+    _take_out(queue, found)
     return True
+
+
+def _take_out(queue: list[Any], k: int) -> None:
+    """Take entry ``k`` out of ``queue``: the last entry takes its place (the caller makes the
+    queue a heap again)."""
+    queue[k] = queue[-1]
+    queue.pop()
