@@ -107,18 +107,22 @@ def first_apart(keys: Sequence[Hashable]) -> tuple[Hashable, ...]:
 
 class RankFigures:
     """What one ``Hardware`` gives a rank: its figures (``StepBuilder.figure``), its links'
-    capacities (``rank_link_capacity``) and its tiers' usable bytes (``Strategy.plan``), each
-    read once per hardware object and kept (``figures_of``). A ``Hardware`` is frozen, so it
-    gives the same every time; its properties run in Python (1-10 k instructions each), and a
-    sweep's points share a few."""
+    capacities (``rank_link_capacity``), its tiers' usable bytes (``Strategy.plan``) and the
+    seconds of layer passes on its GPU (``StepBuilder.pass_seconds``), each read once per
+    hardware object and kept (``figures_of``). A ``Hardware`` is frozen, so it gives the same
+    every time; its properties run in Python (1-10 k instructions each), and a sweep's points
+    share a few."""
 
-    __slots__ = ("_usable", "figures", "hw", "links")
+    __slots__ = ("_usable", "figures", "hw", "links", "passes")
 
     def __init__(self, hw: Hardware) -> None:
         self.hw = hw
         self.figures: dict[str, float] = {}
         self.links: dict[str, float] = {}
         self._usable: dict[str, int] | None = None
+        self.passes: dict[int, tuple[PassKernels, int, float]] = {}
+        """Each pass's ZeRO stage and seconds (``pass_seconds``), by the pass object's identity
+        (it is held, so its identity is not reused)."""
 
     def usable_bytes(self) -> dict[str, int]:
         """``hw.usable_bytes()`` (bytes of each tier a run may hold; not to be changed)."""
@@ -132,6 +136,15 @@ class RankFigures:
         if known is None:
             known = self.figures[name] = float(getattr(self.hw, name))
         return known
+
+    def pass_seconds(self, work: PassKernels, zero_stage: int) -> float:
+        """Seconds of one layer pass under ZeRO stage ``zero_stage`` on the rank's GPU
+        (``gpu_kernels.pass_seconds``): a step's passes are the same objects from run to run
+        (``build_step`` keeps its steps), and its decoder layers share theirs."""
+        known = self.passes.get(id(work))
+        if known is None or known[1] != zero_stage:
+            known = self.passes[id(work)] = (work, zero_stage, pass_seconds(work, self.hw.rank_gpu, zero_stage))
+        return known[2]
 
     def link_capacity(self, name: str) -> float:
         """``rank_link_capacity`` of link ``name``."""
@@ -267,9 +280,6 @@ class StepBuilder:
         """The kind each maker last made (``kind``), by maker."""
         self._collectives: dict[str, dict[str, TaskKind]] = {}
         """The collectives' kinds (``collective``), by stream and phase."""
-        self.pass_times: dict[int, tuple[PassKernels, float]] = {}
-        """Seconds of each layer pass object (the decoder layers share theirs), by ``id``, worked
-        out once per schedule (hashing a pass's GEMMs on every task would cost more)."""
         self.background: set[str] = set()
         """Streams whose backward work may run on into the optimizer step (the step does not
         wait for them to begin; the strategy waits where it needs them)."""
@@ -329,11 +339,9 @@ class StepBuilder:
         return self.rank.figure(name)
 
     def pass_seconds(self, work: PassKernels) -> float:
-        """Seconds of one layer pass on the rank's GPU (``tiersim.strategies.gpu_kernels``)."""
-        known = self.pass_times.get(id(work))
-        if known is None:
-            known = self.pass_times[id(work)] = (work, pass_seconds(work, self.gpu, self.zero_stage))
-        return known[1]
+        """Seconds of one layer pass on the rank's GPU (``tiersim.strategies.gpu_kernels``; kept
+        per hardware: ``RankFigures.pass_seconds``)."""
+        return self.rank.pass_seconds(work, self.zero_stage)
 
     def marker(self, name: str, phase: str, deps: tuple[str, ...] = ()) -> str:
         """A zero-length task on the GPU stream marking where a phase begins."""
