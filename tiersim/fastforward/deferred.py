@@ -78,14 +78,15 @@ class Deferral:
     """What a fast-forward keeps of a run's deferred tasks: the positions before ``credited``
     are in the counters; ``timed_copies``: the copies of deferred tasks it timed without
     building (by the position of the task they copy, their spans, s); ``skipped``: the spans it
-    jumped over."""
+    jumped over; ``early``: what ``refuse_early`` has taken in so far."""
 
-    __slots__ = ("credited", "skipped", "timed_copies")
+    __slots__ = ("credited", "early", "skipped", "timed_copies")
 
     def __init__(self) -> None:
         self.credited = 0
         self.timed_copies: dict[int, list[Spans]] = {}
         self.skipped: list[SkippedSpan] = []
+        self.early: _EarlyCheck | None = None
 
 
 def credit_deferred(run: DeferringRun, deferral: Deferral, now: float | None = None) -> None:
@@ -117,29 +118,69 @@ def refuse_early(run: DeferringRun, deferral: Deferral) -> None:
     recorded, or its flow, the other deferred flows timed so far and the event run's flows
     recorded so far, each at its own bound, be able to saturate a link (the credit checks the
     same with more flows, which only add load). The flows are listed only on a link their
-    streams' peaks could saturate."""
+    streams' peaks could saturate. What earlier states took in is kept (``_EarlyCheck``): each
+    takes in only the tasks timed and the flows recorded since."""
     network, tasks, graph_flows = run.network, run.graph.tasks, run.graph.flows
-    loads = _LinkLoads()
-    timed: list[int] = []
-    for p in run.deferred_end:
+    early = deferral.early
+    if early is None or early.credited != deferral.credited or early.recorded is not network.recorded:
+        early = deferral.early = _EarlyCheck(deferral.credited, network.recorded)
+    resolved = run.resolved
+    for k in range(early.resolved, len(resolved)):
+        p = resolved[k]
         flow = graph_flows[p]
-        if p < deferral.credited or flow is None:
+        if p < early.credited or flow is None:
             continue
         task = tasks[p]
         if run.deferred_start[p] + task.delay < network.recorded_since:
             raise DeferredFlowContended(f"a deferred {task.stream} task moves before the event run's flows were "
                                         "recorded", frozenset({task.stream}))
-        timed.append(p)
-        loads.peak_flow(task.stream, flow.usage, flow.bound)
-    peaks = loads.peaks
-    for span in network.recorded or ():
+        early.timed.append(p)
+        early.ours.peak_flow(task.stream, flow.usage, flow.bound)
+    early.resolved = len(resolved)
+    recorded = network.recorded or []
+    for k in range(early.spans, len(recorded)):
+        span = recorded[k]
         for link, units in span.usage:
-            if link in peaks:
-                loads.peak(link, span.stream, span.bound * units)
-    for link in peaks:
+            early.theirs.peak(link, span.stream, span.bound * units)
+    early.spans = len(recorded)
+    for link, ours in early.ours.peaks.items():
         capacity = network.capacity[link]
-        if loads.may_saturate(link, capacity):
-            _check_timed(run, link, timed, capacity)
+        if _peaks_exceed(ours, early.theirs.peaks.get(link), capacity):
+            _check_timed(run, link, early.timed, capacity)
+
+
+class _EarlyCheck:
+    """What ``refuse_early`` has taken in of the deferred tasks not credited (from ``credited``)
+    and of one record of the event run's flows (``recorded``): the tasks of ``run.resolved``
+    before ``resolved`` and the spans before ``spans``; the deferred tasks timed (positions, in
+    the order they were) and their flows' peaks (``ours``), and the recorded flows' peaks on
+    every link (``theirs``)."""
+
+    __slots__ = ("credited", "ours", "recorded", "resolved", "spans", "theirs", "timed")
+
+    def __init__(self, credited: int, recorded: list[FlowSpan] | None) -> None:
+        self.credited = credited
+        self.recorded = recorded
+        self.resolved = 0
+        self.spans = 0
+        self.timed: list[int] = []
+        self.ours = _LinkLoads()
+        self.theirs = _LinkLoads()
+
+
+def _peaks_exceed(ours: dict[str, float], theirs: dict[str, float] | None, capacity: float) -> bool:
+    """``_LinkLoads.may_saturate`` of a link whose peaks per stream are the larger of the
+    deferred flows' (``ours``) and the recorded flows' (``theirs``), summed in the order one
+    ``_LinkLoads`` taking the deferred flows first would hold them (the same float sum)."""
+    total = 0.0
+    for stream, load in ours.items():
+        other = theirs.get(stream) if theirs is not None else None
+        total += other if other is not None and other > load else load
+    if theirs is not None:
+        for stream, load in theirs.items():
+            if stream not in ours:
+                total += load
+    return total > capacity * (1 + _OVERLOAD)
 
 
 def _check_timed(run: DeferringRun, link: str, timed: list[int], capacity: float) -> None:
@@ -178,13 +219,13 @@ def _to_credit(run: DeferringRun, deferral: Deferral, now: float | None) -> list
     none, or (mid-run, at ``now``) one that has not ended."""
     if run.last_deferred < deferral.credited and not deferral.timed_copies:
         return None
-    ends, flags = run.deferred_end, run.deferred
-    deferred: list[int] = []
-    for p in range(deferral.credited, len(flags)):
-        if flags[p]:
-            if now is not None and ends.get(p, math.inf) > now:
+    ends = run.deferred_end
+    deferred = run.deferred_since(deferral.credited)
+    if now is not None:
+        for p in deferred:
+            ended = ends.get(p)  # a default would be a float boxed each call compiled
+            if ended is None or ended > now:
                 return None  # the first not ended (or not timed) is enough
-            deferred.append(p)
     if now is not None and any(span.last > now for spans in deferral.timed_copies.values() for span in spans):
         return None
     if any(p not in ends for p in deferred):
@@ -263,8 +304,11 @@ class _LinkLoads:
         on_link = self.peaks.get(link)
         if on_link is None:
             on_link = self.peaks[link] = {}
-        had = on_link.get(stream, 0.0)
-        on_link[stream] = load if load > had else had  # ``max``, without a call through Python
+        had = on_link.get(stream)  # a default would be a float boxed each call compiled
+        if had is None:
+            on_link[stream] = load if load > 0.0 else 0.0
+        elif load > had:  # ``max``, without a call through Python (nor a store where it holds)
+            on_link[stream] = load
 
 
 def _credit_group(run: DeferringRun, deferral: Deferral, group: _AlikeTasks, windows: list[Window], least: float,

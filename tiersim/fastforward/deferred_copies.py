@@ -93,14 +93,12 @@ def _copies_stand_apart(run: DeferringRun, first: list[int]) -> bool:
     dependency), and the last iteration's deferred tasks depend on deferred tasks of their own
     iteration only."""
     graph, deferred = run.graph, run.deferred
-    for p in range(first[0], len(graph.tasks)):
-        if deferred[p]:
-            after = graph.stream_next[p]
-            if (after >= 0 and not deferred[after]) or any(not deferred[j] for j in graph.dependents[p]):
-                return False
+    for p in run.deferred_since(first[0]):
+        after = graph.stream_next[p]
+        if (after >= 0 and not deferred[after]) or any(not deferred[j] for j in graph.dependents[p]):
+            return False
     last = first[-1]
-    return not any(deferred[p] and any(first[0] <= d < last and deferred[d] for d in graph.deps[p])
-                   for p in range(last, len(graph.tasks)))
+    return not any(any(first[0] <= d < last and deferred[d] for d in graph.deps[p]) for p in run.deferred_since(last))
 
 
 def _references(run: DeferringRun, loop: LoopProgress) -> dict[int, int] | None:
@@ -111,8 +109,8 @@ def _references(run: DeferringRun, loop: LoopProgress) -> dict[int, int] | None:
     first, keys, deferred, ends = loop.first, loop.key, run.deferred, run.end
     last = len(first) - 1
     wanted = set()
-    for p in range(first[0], len(graph.tasks)):
-        if deferred[p] and (p >= first[last] or p not in run.deferred_end):  # a copy's template, or waiting
+    for p in run.deferred_since(first[0]):
+        if p >= first[last] or p not in run.deferred_end:  # a copy's template, or waiting
             for d in graph.deps[p]:
                 if d >= first[0] and not deferred[d]:
                     it = iteration_of(first, d)
@@ -139,10 +137,10 @@ def add_skipped_copies(run: DeferringRun, deferral: Deferral, loop: LoopProgress
     built while their inputs are known (``_timed_copies``), the rest built (named after the
     iterations skipped before, ``skipped_before``)."""
     graph = run.graph
-    first, deferred = loop.first, run.deferred
+    first = loop.first
     _release_waiting(run, first, stretch)
     last = len(first) - 1
-    template = [q for q in range(first[last], len(graph.tasks)) if deferred[q]]
+    template = run.deferred_since(first[last])
     inputs = {q: _inputs(run, first, q) for q in template}
     timed, tails = _timed_copies(run, deferral, template, inputs, times, stretch)
     for m in range(timed + 1, times + 1):
@@ -162,7 +160,7 @@ def _release_waiting(run: DeferringRun, first: list[int], stretch: SkippedStretc
     """The real deferred tasks still waiting take the stretch's ends for the compute-side tasks
     they wait for that the skip jumped over, and are timed once nothing else holds them."""
     graph = run.graph
-    waiting = [p for p in range(first[0], len(graph.tasks)) if run.deferred[p] and p not in run.deferred_end]
+    waiting = [p for p in run.deferred_since(first[0]) if p not in run.deferred_end]
     for p in waiting:
         for d in graph.deps[p]:
             if d >= first[0] and not run.deferred[d] and run.end[d] < 0:

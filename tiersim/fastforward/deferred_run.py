@@ -42,8 +42,14 @@ class DeferringRun(Run):
         """From each position on (in order), the streams whose tasks are deferred."""
         self._change = 0
         self._deferring: frozenset[str] = frozenset()
+        self._defers = False
+        """Whether ``_deferring`` holds a stream (a set's truth compiled is a call through Python)."""
         self.deferred: list[bool] = []
         """Per task joined: whether it is deferred."""
+        self.deferred_at: list[int] = []
+        """The positions of the deferred tasks joined, in order."""
+        self.resolved: list[int] = []
+        """The deferred tasks resolved so far, in the order they were (``deferred_end``'s)."""
         self.last_deferred = -1
         """The position of the last deferred task joined (-1: none)."""
         self.deferred_start: dict[int, float] = {}
@@ -64,11 +70,13 @@ class DeferringRun(Run):
         changes = self.changes
         while self._change < len(changes) and changes[self._change][0] <= p:
             self._deferring = changes[self._change][1]
+            self._defers = len(self._deferring) > 0
             self._change += 1
-        deferred = bool(self._deferring) and self.tasks[p].stream in self._deferring
+        deferred = self._defers and self.tasks[p].stream in self._deferring
         self.deferred.append(deferred)
         if deferred:
             self.last_deferred = p
+            self.deferred_at.append(p)
             self._join_deferred(p)
         else:
             super().join(p, now)
@@ -92,6 +100,18 @@ class DeferringRun(Run):
                 self.resolve_deferred(p)
         else:
             super().dependency_done(p, now)
+
+    def deferred_since(self, position: int) -> list[int]:
+        """The positions of the deferred tasks joined from ``position`` on, in order."""
+        at = self.deferred_at
+        lo, hi = 0, len(at)
+        while lo < hi:  # the first at or after ``position`` (``bisect`` compiled is a call through Python)
+            mid = (lo + hi) // 2
+            if at[mid] < position:
+                lo = mid + 1
+            else:
+                hi = mid
+        return at[lo:]
 
     def ended_at(self, p: int) -> float:
         """When task ``p`` ends, deferred or not (s; -1 while unknown)."""
@@ -140,6 +160,7 @@ class DeferringRun(Run):
             ends = began + delay[p] + (flow.size / flow.bound if flow is not None else 0.0)
             starts[p] = began
             ended[p] = ends
+            self.resolved.append(p)
             if self._release(p, ends, work):
                 self._proxy(p)
 
