@@ -208,7 +208,9 @@ def _latest_end(run: DeferringRun) -> float:
     for end in run.end:
         if end > latest:
             latest = end
-    for end in run.deferred_end.values():
+    deferred_end = run.deferred_end
+    for p in run.resolved:
+        end = deferred_end[p]
         if end > latest:
             latest = end
     return latest
@@ -223,12 +225,12 @@ def _to_credit(run: DeferringRun, deferral: Deferral, now: float | None) -> list
     deferred = run.deferred_since(deferral.credited)
     if now is not None:
         for p in deferred:
-            ended = ends.get(p)  # a default would be a float boxed each call compiled
-            if ended is None or ended > now:
+            ended = ends[p]
+            if ended < 0 or ended > now:
                 return None  # the first not ended (or not timed) is enough
     if now is not None and any(span.last > now for spans in deferral.timed_copies.values() for span in spans):
         return None
-    if any(p not in ends for p in deferred):
+    if any(ends[p] < 0 for p in deferred):
         raise DeferredFlowContended("a deferred task never had its inputs")
     return deferred
 

@@ -110,7 +110,7 @@ def _references(run: DeferringRun, loop: LoopProgress) -> dict[int, int] | None:
     last = len(first) - 1
     wanted = set()
     for p in run.deferred_since(first[0]):
-        if p >= first[last] or p not in run.deferred_end:  # a copy's template, or waiting
+        if p >= first[last] or run.deferred_end[p] < 0:  # a copy's template, or waiting
             for d in graph.deps[p]:
                 if d >= first[0] and not deferred[d]:
                     it = iteration_of(first, d)
@@ -160,7 +160,7 @@ def _release_waiting(run: DeferringRun, first: list[int], stretch: SkippedStretc
     """The real deferred tasks still waiting take the stretch's ends for the compute-side tasks
     they wait for that the skip jumped over, and are timed once nothing else holds them."""
     graph = run.graph
-    waiting = [p for p in run.deferred_since(first[0]) if p not in run.deferred_end]
+    waiting = [p for p in run.deferred_since(first[0]) if run.deferred_end[p] < 0]
     for p in waiting:
         for d in graph.deps[p]:
             if d >= first[0] and not run.deferred[d] and run.end[d] < 0:

@@ -49,12 +49,14 @@ class DeferringRun(Run):
         self.deferred_at: list[int] = []
         """The positions of the deferred tasks joined, in order."""
         self.resolved: list[int] = []
-        """The deferred tasks resolved so far, in the order they were (``deferred_end``'s)."""
+        """The deferred tasks resolved so far, in the order they were."""
         self.last_deferred = -1
         """The position of the last deferred task joined (-1: none)."""
-        self.deferred_start: dict[int, float] = {}
-        """Deferred tasks resolved so far: start and end (s), by position."""
-        self.deferred_end: dict[int, float] = {}
+        self.deferred_start: list[float] = []
+        """Deferred tasks' start and end (s; -1 until resolved), by position, at least as far as
+        the last deferred one joined (lists, not dicts: no int boxed and hashed per look-up
+        compiled)."""
+        self.deferred_end: list[float] = []
         self.proxied: set[int] = set()
         """Deferred tasks an event task waits for: each has a timeout at its end."""
         self.proxies_pending = 0
@@ -117,8 +119,7 @@ class DeferringRun(Run):
         """When task ``p`` ends, deferred or not (s; -1 while unknown)."""
         if not self.deferred[p]:
             return self.end[p]
-        ends = self.deferred_end.get(p)  # a default would be a float boxed each call compiled
-        return -1.0 if ends is None else ends
+        return self.deferred_end[p]
 
     def stream_before(self, p: int) -> float:
         """When the task before ``p`` on its stream ends (s; 0 for none, -1 while unknown)."""
@@ -137,6 +138,10 @@ class DeferringRun(Run):
         task = self.tasks[p]
         if task.category in self.accounts.compute_categories:
             raise ModelError(f"task {task.name!r}: a compute task cannot be deferred")
+        if p >= len(self.deferred_end):  # grown to twice past ``p``: a few times a run, not each task
+            unknown = [-1.0] * (p + 1 + len(self.deferred_end))
+            self.deferred_start.extend(unknown)
+            self.deferred_end.extend(unknown)
         self.unmet.append(unmet)
         self.at_head.append(False)
         self.delay.append(task.delay)
@@ -153,7 +158,7 @@ class DeferringRun(Run):
         ready, delay, flows, starts, ended = self.ready, self.delay, self.flow, self.deferred_start, self.deferred_end
         while work:
             p = work.pop()
-            if p in ended:
+            if ended[p] >= 0:
                 continue
             began = max(ready[p], self.stream_before(p))
             flow = flows[p]
@@ -194,8 +199,7 @@ class DeferringRun(Run):
         -1 (then the joining task waits for its timeout)."""
         if p in self.proxied:  # its timeout counts the waiting tasks down
             return self.end[p]
-        ended = self.deferred_end.get(p)
-        ends = -1.0 if ended is None else ended
+        ends = self.deferred_end[p]
         if 0 <= ends <= now:
             self.end[p] = ends
             return ends

@@ -33,10 +33,14 @@ def shift_run(run: DeferringRun, seconds: float, first: int, credited: int) -> N
             start[p] = began + seconds
         if ended >= 0:
             end[p] = ended + seconds
-    for p in range(first, credited):  # credited deferred tasks move with their iterations
-        if p in run.deferred_end:
-            run.deferred_start[p] += seconds
-            run.deferred_end[p] += seconds
+    deferred_start, deferred_end = run.deferred_start, run.deferred_end
+    for p in run.deferred_since(first):  # credited deferred tasks move with their iterations
+        if p >= credited:
+            break
+        began, ended = deferred_start[p], deferred_end[p]
+        if ended >= 0:
+            deferred_start[p] = began + seconds
+            deferred_end[p] = ended + seconds
 
 
 def _shift_network(network: FlowNetwork, seconds: float) -> None:
