@@ -395,19 +395,31 @@ def _event_flows(network: FlowNetwork, loads: _LinkLoads,
     for span in network.recorded or ():
         since, until = span.since, span.until
         for link, units in span.usage:
-            if link in reach and since < reach[link][1] and until > max(since, reach[link][0]):
-                ran.setdefault(link, ([], []))[0].append((since, until, span.bound * units))
+            bounds = reach.get(link)
+            if bounds is not None and since < bounds[1] and until > max(since, bounds[0]):
+                _on(ran, link)[0].append((since, until, span.bound * units))
                 loads.peak(link, span.stream, span.bound * units)
     for skip in skipped:
         for flow, copies in skip.progressions():
             for link, units in flow.usage:
-                if link in reach:
-                    k0, k1 = copies.meeting(*reach[link])
+                bounds = reach.get(link)
+                if bounds is not None:
+                    k0, k1 = copies.meeting(bounds[0], bounds[1])
                     if k0 <= k1:
                         met = Spans(copies.first + k0 * copies.step, copies.step, copies.length, k1 - k0 + 1)
-                        ran.setdefault(link, ([], []))[1].append((met, flow.bound * units))
+                        _on(ran, link)[1].append((met, flow.bound * units))
                         loads.peak(link, flow.stream, flow.bound * units)
     return ran
+
+
+def _on(ran: dict[str, tuple[list[Load], list[tuple[Spans, float]]]],
+        link: str) -> tuple[list[Load], list[tuple[Spans, float]]]:
+    """``ran``'s lists of ``link``, made the first time (``setdefault`` compiled would make a
+    tuple of two lists each call)."""
+    lists = ran.get(link)
+    if lists is None:
+        lists = ran[link] = ([], [])
+    return lists
 
 
 def _one_step(flows: list[tuple[Intervals, float]], repeats: list[tuple[Spans, float]]) -> float | None:
