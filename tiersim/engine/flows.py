@@ -104,8 +104,9 @@ class Flow:
     """One active transfer: ``remaining`` bytes as of time ``last`` (s), its current ``rate``
     (bytes/s, at first its ``bound``: ``own_bound``, the rate it gets alone), and ``finish_at``
     (s) if the rate holds; ``key`` names it to the network's owner, ``stream`` the stream it
-    moves for (``account``: that stream's ``Resource``, where the owner passed it) and
-    ``attributed`` the bytes of it already counted in an earlier phase."""
+    moves for (``account``: that stream's ``Resource``, where the owner passed it),
+    ``attributed`` the bytes of it already counted in an earlier phase and ``met`` the last
+    search for connected flows that met it (``FlowNetwork._component``)."""
 
     __slots__ = (
         "account",
@@ -116,6 +117,7 @@ class Flow:
         "finish_at",
         "key",
         "last",
+        "met",
         "rate",
         "remaining",
         "size",
@@ -147,6 +149,7 @@ class Flow:
         self.account = account
         self.attributed = 0.0
         self.began = last
+        self.met = 0
 
 
 class LinkState:
@@ -155,9 +158,10 @@ class LinkState:
     its ``account`` (``Accounts.resource``); while it carries flows, ``busy_since`` (s): when
     its busy stretch began. Its totals so far: ``busy`` (s; a stretch counts as it ends, or at
     ``FlowNetwork.flush_busy``) and the link units its flows ``moved`` (native floats on the
-    link, not values of a dict by name: a flow's end adds to them without a lookup)."""
+    link, not values of a dict by name: a flow's end adds to them without a lookup); ``met``:
+    the last search for connected flows that met it (``FlowNetwork._component``)."""
 
-    __slots__ = ("account", "busy", "busy_since", "capacity", "flows", "load", "moved")
+    __slots__ = ("account", "busy", "busy_since", "capacity", "flows", "load", "met", "moved")
 
     def __init__(self, capacity: float, account: Resource) -> None:
         self.capacity = capacity
@@ -167,6 +171,7 @@ class LinkState:
         self.busy_since = 0.0
         self.busy = 0.0
         self.moved = 0.0
+        self.met = 0
 
 
 def own_bound(usage: Usage, cap: float, capacity: dict[str, float]) -> float:
@@ -298,6 +303,8 @@ class FlowNetwork:
         self.links: dict[str, LinkState] = {name: self._link(name, units) for name, units in capacity.items()}
         """Each link's load and flows now (one lookup per link a flow uses, where a start or an
         end reads them)."""
+        self.searches = 0
+        """Searches for the flows connected to a change so far (``_component``: ``met``)."""
         self.timers = 0
         """Timers armed and not taken back: each fires once (the network's events)."""
         self.armed: list[float] = []
@@ -406,19 +413,29 @@ class FlowNetwork:
         return [link for link in self.links.values() if link.flows]
 
     def _component(self, links: list[str] | set[str]) -> list[Flow]:
-        """The active flows that share a link with ``links``, transitively."""
-        seen = set(links)
-        stack = list(links)
-        members: dict[Flow, None] = {}
+        """The active flows that share a link with ``links``, transitively, in the order a
+        depth-first search meets them. The search marks each link and flow it meets with its
+        number (``met``), rather than keep sets of them: no set or dict made per search."""
+        self.searches += 1
+        search = self.searches
+        states = self.links
+        stack: list[LinkState] = []
+        for name in links:
+            state = states[name]
+            state.met = search
+            stack.append(state)
+        members: list[Flow] = []
         while stack:
-            for flow in self.links[stack.pop()].flows:
-                if flow not in members:
-                    members[flow] = None
+            for flow in stack.pop().flows:
+                if flow.met != search:
+                    flow.met = search
+                    members.append(flow)
                     for link, _ in flow.usage:
-                        if link not in seen:
-                            seen.add(link)
-                            stack.append(link)
-        return list(members)
+                        state = states[link]
+                        if state.met != search:
+                            state.met = search
+                            stack.append(state)
+        return members
 
     def _reallocate(self, flows: list[Flow], now: float) -> None:
         """Bring ``flows`` to ``now`` at their old rates, then share the links anew."""
