@@ -66,10 +66,10 @@ from tiersim.fastforward.state import (
     Delaying,
     Doing,
     Flowing,
-    Waiting,
     close,
     extrapolated,
     first_pending,
+    waiting,
 )
 from tiersim.fastforward.transient import GeometricSkipMissed, advanced, common_ratio
 
@@ -407,14 +407,16 @@ class FastForwardSession(Session):
         who: list[Hashable] = []
         doing: list[Doing] = []
         start, unmet, at_head, delay = run.start, run.unmet, run.at_head, run.delay
+        it = 0  # the pending tasks joined in order of position: their iterations only rise
         for p in run.pending:
             if first and p >= first[0]:
-                it = iteration_of(first, p)
+                while it + 1 < len(first) and first[it + 1] <= p:  # ``iteration_of``, walked
+                    it += 1
                 who.append((index[it] - current, p - first[it], keys[it]))
             else:
                 who.append(("before", p))
             if start[p] < 0:
-                doing.append(Waiting(unmet[p], at_head[p]))
+                doing.append(waiting(unmet[p], at_head[p]))
             elif p in flows:
                 flow = flows[p]
                 left = max(flow.remaining - flow.rate * (now - flow.last), 0.0)

@@ -42,6 +42,19 @@ class Waiting:
         self.at_head = at_head
 
 
+_SHARED_UNMET: Final = 8
+"""Unmet dependencies up to which ``waiting`` hands out a shared ``Waiting``."""
+_WAITING: Final = [Waiting(unmet, at_head) for unmet in range(_SHARED_UNMET) for at_head in (False, True)]
+
+
+def waiting(unmet: int, at_head: bool) -> Waiting:
+    """A task not started, as ``Waiting`` (never changed once made): one shared for each of a few
+    unmet dependencies and stream states, so that a state's waiting tasks make no objects."""
+    if unmet < _SHARED_UNMET:
+        return _WAITING[2 * unmet + (1 if at_head else 0)]
+    return Waiting(unmet, at_head)
+
+
 class Delaying:
     """A task in its delay: the seconds of it left."""
 
