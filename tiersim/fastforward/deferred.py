@@ -140,8 +140,7 @@ def refuse_early(run: DeferringRun, deferral: Deferral) -> None:
     recorded = network.recorded or []
     for k in range(early.spans, len(recorded)):
         span = recorded[k]
-        for link, units in span.usage:
-            early.theirs.peak(link, span.stream, span.bound * units)
+        early.theirs.peak_flow(span.stream, span.usage, span.bound)
     early.spans = len(recorded)
     for link, ours in early.ours.peaks.items():
         capacity = network.capacity[link]

@@ -48,7 +48,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import Final
 
-from tiersim.engine.flows import FlowSpan
+from tiersim.engine.flows import Flow, FlowSpan
 from tiersim.engine.graph import TaskGraph
 from tiersim.engine.runner import EngineRun, LateTask
 from tiersim.engine.schedule import Block, Runs, Session, blocks_of, run_whole
@@ -401,7 +401,6 @@ class FastForwardSession(Session):
             credit_deferred(run, self.deferral, now)
         elif network.recorded is not None and not self.deferral.skipped:  # a refusal now spares the rest
             refuse_early(run, self.deferral)
-        flows = {flow.key: flow for flow in network.flows}
         first, index, keys = loop.first, loop.index, loop.key
         current = index[-1] if index else 0
         who: list[Hashable] = []
@@ -415,10 +414,10 @@ class FastForwardSession(Session):
                 who.append((index[it] - current, p - first[it], keys[it]))
             else:
                 who.append(("before", p))
+            flow = _flow_of(network.flows, p) if start[p] >= 0 else None
             if start[p] < 0:
                 doing.append(waiting(unmet[p], at_head[p]))
-            elif p in flows:
-                flow = flows[p]
+            elif flow is not None:
                 left = max(flow.remaining - flow.rate * (now - flow.last), 0.0)
                 doing.append(Flowing(flow.rate, left, flow.finish_at - now, now - start[p]))
             else:
@@ -487,6 +486,16 @@ class FastForwardSession(Session):
         while i > 0 and recorded[i - 1].until >= since:
             i -= 1
         return [span for span in recorded[i:] if span.since >= since]
+
+
+def _flow_of(flows: list[Flow], p: int) -> Flow | None:
+    """Task ``p``'s flow among the network's ``flows`` (a few; the last of its key, as a dict of
+    them by key would hold), or None: no dict to build and no int boxed to look one up."""
+    found = None
+    for flow in flows:
+        if flow.key == p:
+            found = flow
+    return found
 
 
 def run_schedule(schedule: Callable[[Session], None], capacity_of: Callable[[str], float],
