@@ -168,9 +168,10 @@ class _EarlyCheck:
 
 
 def _peaks_exceed(ours: dict[str, float], theirs: dict[str, float] | None, capacity: float) -> bool:
-    """``_LinkLoads.may_saturate`` of a link whose peaks per stream are the larger of the
-    deferred flows' (``ours``) and the recorded flows' (``theirs``), summed in the order one
-    ``_LinkLoads`` taking the deferred flows first would hold them (the same float sum)."""
+    """Whether a link's peaks per stream add up to more than its ``capacity`` (units/s): each
+    stream's the larger of the deferred flows' (``ours``) and the recorded flows' (``theirs``,
+    None: ours alone), summed in the order one ``_LinkLoads`` taking the deferred flows first
+    would hold them (the same float sum)."""
     total = 0.0
     for stream, load in ours.items():
         other = theirs.get(stream) if theirs is not None else None
@@ -298,8 +299,7 @@ class _LinkLoads:
     def may_saturate(self, link: str, capacity: float) -> bool:
         """Whether the peaks on ``link`` add up to more than its ``capacity`` (units/s; a stream
         runs one flow at a time: below it, its flows cannot saturate the link)."""
-        total = sum((load for load in self.peaks[link].values()), 0.0)  # a generator's sum compiles to a loop
-        return total > capacity * (1 + _OVERLOAD)
+        return _peaks_exceed(self.peaks[link], None, capacity)
 
     def peak(self, link: str, stream: str, load: float) -> None:
         on_link = self.peaks.get(link)

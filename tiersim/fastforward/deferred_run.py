@@ -17,6 +17,7 @@ from tiersim.engine.clock import Event
 from tiersim.engine.graph import TaskGraph
 from tiersim.engine.runner import LateTask, Run
 from tiersim.errors import ModelError
+from tiersim.fastforward.loops import at_or_before
 
 
 class ProxyEnds(Event):
@@ -106,14 +107,7 @@ class DeferringRun(Run):
     def deferred_since(self, position: int) -> list[int]:
         """The positions of the deferred tasks joined from ``position`` on, in order."""
         at = self.deferred_at
-        lo, hi = 0, len(at)
-        while lo < hi:  # the first at or after ``position`` (``bisect`` compiled is a call through Python)
-            mid = (lo + hi) // 2
-            if at[mid] < position:
-                lo = mid + 1
-            else:
-                hi = mid
-        return at[lo:]
+        return at[at_or_before(at, position - 1):]
 
     def ended_at(self, p: int) -> float:
         """When task ``p`` ends, deferred or not (s; -1 while unknown)."""

@@ -47,18 +47,23 @@ def _repeats(keys: tuple[Hashable, ...], start: int, width: int) -> int:
     return count
 
 
-def iteration_of(first: list[int], p: int) -> int:
-    """The iteration holding task ``p``: the last whose first task (``first``, ascending
-    positions) is at or before ``p`` (-1 if none is). A binary search in native ints
-    (``bisect_right`` compiled is a call through Python)."""
-    lo, hi = 0, len(first)
+def at_or_before(ascending: list[int], p: int) -> int:
+    """How many of the positions ``ascending`` are at or before ``p``: ``bisect_right`` as a
+    binary search in native ints (compiled, the library's is a call through Python)."""
+    lo, hi = 0, len(ascending)
     while lo < hi:
         mid = (lo + hi) // 2
-        if p < first[mid]:
+        if p < ascending[mid]:
             hi = mid
         else:
             lo = mid + 1
-    return lo - 1
+    return lo
+
+
+def iteration_of(first: list[int], p: int) -> int:
+    """The iteration holding task ``p``: the last whose first task (``first``, ascending
+    positions) is at or before ``p`` (-1 if none is)."""
+    return at_or_before(first, p) - 1
 
 
 Signature = tuple[int, int, int, str | None]
