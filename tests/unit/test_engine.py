@@ -13,12 +13,23 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tiersim.engine import Link, Task, TaskGraph, run_graph
-from tiersim.engine.flows import Flow, max_min_rates
+from tiersim.engine.accounts import Resource
+from tiersim.engine.flows import Flow, LinkState, max_min_rates
 from tiersim.engine.runner import EngineRun
 from tiersim.errors import ModelError, TiersimError
 
 REL = 1e-9
 GB = 1e9
+
+
+def share(capacity: dict[str, float], *flows: Flow) -> None:
+    """Put ``flows`` on links of ``capacity`` (units/s by name), as a network's transfer does,
+    and set their rates by ``max_min_rates``."""
+    links = {name: LinkState(units, Resource(name)) for name, units in capacity.items()}
+    for one in flows:
+        one.states = [links[name] for name, _units in one.usage]
+        one.units = [units for _name, units in one.usage]
+    max_min_rates(list(flows))
 
 
 @pytest.fixture(autouse=True)
@@ -111,7 +122,7 @@ def test_rate_cap_below_fair_share_leaves_the_rest_to_others() -> None:
     network_capacity = {"L": 10.0}
     capped = Flow(10.0, (("L", 1.0),), 2.0)
     free = Flow(10.0, (("L", 1.0),), math.inf)
-    max_min_rates([capped, free], network_capacity)
+    share(network_capacity, capped, free)
     assert (capped.rate, free.rate) == pytest.approx((2.0, 8.0), rel=REL)
     # In a run: free ends at 10/8 s; capped stays at 2/s (its cap) and ends at 5 s.
     run = run_graph(graph(network_capacity, flow("capped", 10.0, ("L",), cap=2.0), flow("free", 10.0, ("L",))))
@@ -131,7 +142,7 @@ def test_flow_without_links_runs_at_its_cap() -> None:
 def test_two_link_flow_limited_by_tighter_link_other_gets_leftover() -> None:
     both = Flow(2.0, (("tight", 1.0), ("loose", 1.0)), math.inf)
     loose_only = Flow(6.0, (("loose", 1.0),), math.inf)
-    max_min_rates([both, loose_only], {"tight": 1.0, "loose": 3.0})
+    share({"tight": 1.0, "loose": 3.0}, both, loose_only)
     assert (both.rate, loose_only.rate) == pytest.approx((1.0, 2.0), rel=REL)
     # The run: rates 1 and 2 until `both` ends at t=2 (loose_only has 2 left), then 3/s: 2 + 2/3.
     run = run_graph(graph({"tight": 1.0, "loose": 3.0},
@@ -194,7 +205,7 @@ def test_weighted_max_min_with_coefficients() -> None:
     # a costs 0.5 units/byte, b 1 unit/byte, capacity 3: equal byte rates r with 1.5 r = 3 -> r = 2.
     a = Flow(1.0, (("dev", 0.5),), math.inf)
     b = Flow(1.0, (("dev", 1.0),), math.inf)
-    max_min_rates([a, b], {"dev": 3.0})
+    share({"dev": 3.0}, a, b)
     assert (a.rate, b.rate) == pytest.approx((2.0, 2.0), rel=REL)
 
 

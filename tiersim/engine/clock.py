@@ -184,18 +184,26 @@ class Clock:
 
     def withdraw_first(self, owner: object) -> bool:
         """Take the earliest queued event of ``owner`` (``Event.owner``) out of the queue; False
-        if none is."""
-        queue = self._events()
+        if none is. The last queued event takes its place and sifts to its own (the order of
+        events is total, so where the heap keeps them does not change which comes first)."""
+        queue, size = self.queue, self.size
         found = -1
-        for k in range(len(queue)):  # as ``_withdraw_first`` searches, without a call through Python an event
+        for k in range(size):
             event = queue[k]
-            if (found < 0 or event.at < queue[found].at) and event.owner() is owner:
+            if (found < 0 or _earlier(event, queue[found])) and event.owner() is owner:
                 found = k
         if found < 0:
             return False
-        _take_out(queue, found)
-        self.size = len(queue)
-        _heapify(queue)
+        size -= 1
+        self.size = size
+        last = queue[size]
+        queue[size] = _SPENT
+        if found < size:
+            queue[found] = last
+            if found and _earlier(last, queue[(found - 1) >> 1]):
+                _sift_down(queue, 0, found)
+            else:
+                _sift_up(queue, found, size)
         return True
 
     def queued(self) -> list[tuple[float, object]]:

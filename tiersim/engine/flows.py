@@ -106,7 +106,10 @@ class Flow:
     (s) if the rate holds; ``key`` names it to the network's owner, ``stream`` the stream it
     moves for (``account``: that stream's ``Resource``, where the owner passed it),
     ``attributed`` the bytes of it already counted in an earlier phase and ``met`` the last
-    search for connected flows that met it (``FlowNetwork._component``)."""
+    search for connected flows that met it (``FlowNetwork._component``). ``states`` and
+    ``units``: the state of each link in its ``usage`` and the units per byte it puts on it, in
+    that order (``FlowNetwork.transfer`` fills them: the sharing reads links by object, not by
+    name)."""
 
     __slots__ = (
         "account",
@@ -121,7 +124,9 @@ class Flow:
         "rate",
         "remaining",
         "size",
+        "states",
         "stream",
+        "units",
         "usage",
     )
 
@@ -150,6 +155,8 @@ class Flow:
         self.attributed = 0.0
         self.began = last
         self.met = 0
+        self.states: list[LinkState] = []
+        self.units: list[float] = []
 
 
 class LinkState:
@@ -159,9 +166,13 @@ class LinkState:
     its busy stretch began. Its totals so far: ``busy`` (s; a stretch counts as it ends, or at
     ``FlowNetwork.flush_busy``) and the link units its flows ``moved`` (native floats on the
     link, not values of a dict by name: a flow's end adds to them without a lookup); ``met``:
-    the last search for connected flows that met it (``FlowNetwork._component``)."""
+    the last search for connected flows that met it (``FlowNetwork._component``). While
+    ``max_min_rates`` fills: the capacity left (``residual``, units/s), the units per byte the
+    unfrozen flows put on it this round (``fill``; 0 between rounds) and whether it saturated
+    this round (``saturated``; False between rounds)."""
 
-    __slots__ = ("account", "busy", "busy_since", "capacity", "flows", "load", "met", "moved")
+    __slots__ = ("account", "busy", "busy_since", "capacity", "fill", "flows", "load", "met", "moved", "residual",
+                 "saturated")
 
     def __init__(self, capacity: float, account: Resource) -> None:
         self.capacity = capacity
@@ -172,6 +183,9 @@ class LinkState:
         self.busy = 0.0
         self.moved = 0.0
         self.met = 0
+        self.residual = capacity
+        self.fill = 0.0
+        self.saturated = False
 
 
 def own_bound(usage: Usage, cap: float, capacity: dict[str, float]) -> float:
@@ -185,48 +199,67 @@ def own_bound(usage: Usage, cap: float, capacity: dict[str, float]) -> float:
     return rate
 
 
-def max_min_rates(flows: list[Flow], capacity: dict[str, float]) -> None:
-    """Set ``flow.rate`` for every flow by weighted max-min fairness (progressive filling)."""
-    if len(flows) == 1:
-        flows[0].rate = own_bound(flows[0].usage, flows[0].cap, capacity)
-        return
-    residual: dict[str, float] = {}
+def max_min_rates(flows: list[Flow]) -> None:
+    """Set ``flow.rate`` for every flow by weighted max-min fairness (progressive filling) over
+    the links of their ``states``: each round every unfrozen flow's rate grows by one step, and
+    the flows at their cap or on a link that saturated this round freeze."""
     for flow in flows:
         flow.rate = 0.0
-        for link, _ in flow.usage:
-            residual[link] = capacity[link]
+        for state in flow.states:
+            state.residual = state.capacity
     active = flows
+    filled: list[LinkState] = []
     while active:
-        load: dict[str, float] = {}
-        step = _fill_step(active, residual, load)
-        saturated = set()
-        for link, units in load.items():
-            residual[link] -= step * units
-            if residual[link] <= _REL_TOL * capacity[link]:
-                saturated.add(link)
+        step = _fill_step(active, filled)
+        for state in filled:
+            state.residual -= step * state.fill
+            state.saturated = state.residual <= _REL_TOL * state.capacity
         still = []
         for flow in active:
             flow.rate += step
-            if not _at_cap(flow) and not (saturated and any(link in saturated for link, _ in flow.usage)):
+            if not _at_cap(flow) and not _on_saturated(flow):
                 still.append(flow)
+        _clear(filled)
         active = still
 
 
-def _fill_step(active: list[Flow], residual: dict[str, float], load: dict[str, float]) -> float:
+def _fill_step(active: list[Flow], filled: list[LinkState]) -> float:
     """How much every unfrozen flow's rate may grow (bytes/s) before a flow reaches its cap or a
-    link its capacity (``residual``: units/s left per link); ``load`` gets the units per byte
-    the flows put on each link."""
+    link its capacity (``residual``: units/s left); each link the flows put units on gets their
+    sum per byte in ``fill`` and joins ``filled``, in the order the flows meet them."""
     step = math.inf
     for flow in active:
         step = min(step, flow.cap - flow.rate)
-        for link, units in flow.usage:
-            if units > 0:
-                load[link] = load.get(link, 0.0) + units
-    for link, units in load.items():
-        step = min(step, residual[link] / units)
+        states, units = flow.states, flow.units
+        for k in range(len(states)):
+            per_byte = units[k]
+            if per_byte > 0:
+                state = states[k]
+                if state.fill == 0.0:  # (a positive sum once it has units)
+                    filled.append(state)
+                state.fill += per_byte
+    for state in filled:
+        step = min(step, state.residual / state.fill)
     if math.isinf(step) or math.isnan(step):
+        _clear(filled)
         raise ModelError("a flow has neither a link nor a finite rate cap")
     return step
+
+
+def _on_saturated(flow: Flow) -> bool:
+    """Whether one of ``flow``'s links saturated in this round of filling."""
+    for state in flow.states:
+        if state.saturated:
+            return True
+    return False
+
+
+def _clear(filled: list[LinkState]) -> None:
+    """End a round of filling: ``filled``'s links hold no round's figures, and the list is empty."""
+    for state in filled:
+        state.fill = 0.0
+        state.saturated = False
+    filled.clear()
 
 def _earliest_finish(flows: list[Flow]) -> float:
     """The earliest ``finish_at`` of ``flows`` (s; there is one): ``min`` as a compiled loop,
@@ -351,9 +384,11 @@ class FlowNetwork:
         flow = Flow(size, usage, cap, key, rate, now, stream, account)
         shared = False
         fits = True  # at its own bound, beside the flows on its links
-        links = self.links
+        links, states, units_of = self.links, flow.states, flow.units
         for link, units in usage:
             state = links[link]
+            states.append(state)
+            units_of.append(units)
             if state.flows:
                 shared = True
                 if state.load + rate * units > state.capacity * (1 + _REL_TOL):
@@ -365,20 +400,20 @@ class FlowNetwork:
             state.flows.append(flow)
         self.flows.append(flow)
         if shared and not (fits and self.shortcuts):
-            due = self._share(usage, now)
+            due = self._share(flow, now)
         else:
             due = flow.finish_at = now + size / rate
-            for link, units in usage:
-                links[link].load += rate * units
+            for k in range(len(states)):
+                states[k].load += rate * units_of[k]
         self._arm_at(due, now)
         return flow
 
-    def _share(self, usage: Usage, now: float) -> float:
+    def _share(self, flow: Flow, now: float) -> float:
         """Re-allocate the flows connected to a new flow's links; the earliest finish among
         them (s), a stale timer taken back (the re-allocation may have slowed its flow), and
         then the earliest finish of all flows: one within float residue after a withdrawn timer
         had no timer of its own."""
-        component = self._component([link for link, _ in usage])
+        component = self._component(flow.states)
         self._reallocate(component, now)
         due = _earliest_finish(component)
         armed = self.armed
@@ -412,50 +447,56 @@ class FlowNetwork:
         """The links carrying flows now."""
         return [link for link in self.links.values() if link.flows]
 
-    def _component(self, links: list[str] | set[str]) -> list[Flow]:
+    def _component(self, links: list[LinkState]) -> list[Flow]:
         """The active flows that share a link with ``links``, transitively, in the order a
         depth-first search meets them. The search marks each link and flow it meets with its
-        number (``met``), rather than keep sets of them: no set or dict made per search."""
+        number (``met``), rather than keep sets of them: no set or dict made per search. Its
+        stack ends at ``top``: the list is not shrunk as links are taken (compiled, a ``pop``
+        that empties a list frees its items through the C library's ``realloc``)."""
         self.searches += 1
         search = self.searches
-        states = self.links
         stack: list[LinkState] = []
-        for name in links:
-            state = states[name]
+        for state in links:
             state.met = search
             stack.append(state)
+        top = len(stack)
         members: list[Flow] = []
-        while stack:
-            for flow in stack.pop().flows:
+        while top:
+            top -= 1
+            for flow in stack[top].flows:
                 if flow.met != search:
                     flow.met = search
                     members.append(flow)
-                    for link, _ in flow.usage:
-                        state = states[link]
+                    for state in flow.states:
                         if state.met != search:
                             state.met = search
-                            stack.append(state)
+                            if top < len(stack):
+                                stack[top] = state
+                            else:
+                                stack.append(state)
+                            top += 1
         return members
 
     def _reallocate(self, flows: list[Flow], now: float) -> None:
         """Bring ``flows`` to ``now`` at their old rates, then share the links anew."""
-        links = self.links
         for flow in flows:
             rate = flow.rate
             if flow.finish_at != math.inf:  # a new flow has no load yet
-                for link, units in flow.usage:
-                    links[link].load -= rate * units
+                states, units = flow.states, flow.units
+                for k in range(len(states)):
+                    states[k].load -= rate * units[k]
             flow.remaining = max(flow.remaining - rate * (now - flow.last), 0.0)
             flow.last = now
         if len(flows) == 1:
             flows[0].rate = flows[0].bound
         else:
-            max_min_rates(flows, self.capacity)
+            max_min_rates(flows)
         for flow in flows:
             rate = flow.rate
             flow.finish_at = now + flow.remaining / rate
-            for link, units in flow.usage:
-                links[link].load += rate * units
+            states, units = flow.states, flow.units
+            for k in range(len(states)):
+                states[k].load += rate * units[k]
 
     def _arm_at(self, due: float, now: float) -> None:
         """Arm a timer for ``due`` unless one at or before it is already pending."""
@@ -512,7 +553,8 @@ class FlowNetwork:
         component = None
         if changed:
             if release:
-                component = self._component(changed)
+                links = self.links
+                component = self._component([links[name] for name in changed])
             changed.clear()
         if component:  # (empty when the flows left on a link were due too)
             self._reallocate(component, now)
@@ -535,12 +577,14 @@ class FlowNetwork:
         accounts = self.accounts
         if accounts is not None:
             accounts.flow_ended(flow)
-        links = self.links
+        states = flow.states
         size, rate = flow.size, flow.rate
         counted = size - flow.attributed  # the bytes no earlier phase counted
         saturated = False
-        for link, units in flow.usage:
-            state = links[link]
+        k = 0
+        for link, units in flow.usage:  # (by name for ``changed``; its state is ``states[k]``)
+            state = states[k]
+            k += 1
             state.moved += size * units
             if accounts is not None:
                 accounts.link_moved(state.account, counted * units)
