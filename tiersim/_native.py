@@ -42,6 +42,7 @@ COMPILED = (
     "tiersim.fastforward.deferred_copies",
     "tiersim.fastforward.deferred_run",
     "tiersim.fastforward.loops",
+    "tiersim.fastforward.probe",
     "tiersim.fastforward.session",
     "tiersim.fastforward.shift",
     "tiersim.fastforward.spans",

@@ -5,7 +5,7 @@ strategy: iteration time, phases, exposed transfer and every utilisation row (bu
 units moved, utilisation) agree with and without fast-forward to 1e-9 relative, chaotic
 schedules among them (pipelined NVMe swaps of many small sub-groups, where a rate nudged by a
 float's worth moves the iteration time by 1e-4): where such a step does not settle into a
-repeat, they are run again without deferred copies. The generated scenarios
+repeat and nudged rates move the fast run, they are run whole. The generated scenarios
 are held, where the full simulation is chaotic, to agree as closely as it agrees with itself
 under such nudges (``assert_agrees``).
 """
@@ -134,11 +134,12 @@ def assert_agrees(config: RunConfig, fast: Result, full: Result) -> None:
 def assert_chaotic_draw_is_the_full_run(overrides: list[str]) -> None:
     """The 70B scenario's NVMe strategy at ZeRO-1 with ``overrides`` is chaotic (a float step
     moves the full run's iteration time by more than 1e-5) and the fast run gives the full run's
-    results."""
+    results: nudged rates move its fast run too, so it is run whole (as many events)."""
     config = zero_one(load_scenario(SEVENTY_B, overrides, ["nvme"])[0])
     fast, full = simulate(config), simulate(config, fast_forward=False)
     assert chaos(config, full) > 1e-5
     assert_same(fast, full)
+    assert fast.events == full.events
 
 
 def test_a_chaotic_schedule_gives_the_full_run() -> None:
@@ -146,8 +147,9 @@ def test_a_chaotic_schedule_gives_the_full_run() -> None:
     difference grows about 1.4x per sub-group (reads and writes share the drives), so a drive's
     bandwidth nudged by 1e-12 (even 1e-15) moves the full simulation's iteration time by up to
     7e-4. Copies timed apart from the event run end a float step off its times, which such a step
-    would grow (3e-4 off); its sub-groups never settle into a repeat, so the schedule is run whole
-    (``UnsettledAmplifyingLoop``), and the fast-forward gives the full run's results."""
+    would grow (3e-4 off); its sub-groups never settle into a repeat, nudged rates move its fast
+    run too (``tiersim.fastforward.probe``), so the schedule is run whole, and the fast-forward
+    gives the full run's results."""
     overrides = ["model.layers=3", "hardware.gpus=1", "training.global_batch=2", "training.zero_stage=3",
                  "training.sub_group_size=1e7", "training.activation_checkpointing=true", "hardware.nvme.count=5",
                  "strategies.nvme.buffer_count=16", "strategies.nvme.pipeline_read=true",
@@ -160,8 +162,8 @@ def test_a_pipelined_nvme_step_after_skipped_layers_gives_the_full_run() -> None
     once failed: 12 70B layers on one GPU, 2 micro-steps, 3 drives, pipelined swaps of 1e8
     sub-groups. The boundary's gradient write, deferred, ended a float step off the event run's
     (26.3601 s against 26.3610 s, beyond twice the full run's own spread in the drives'
-    utilisation); the step's sub-groups never settle, so the schedule is run whole
-    (``UnsettledAmplifyingLoop``) and the results are the full run's."""
+    utilisation); the step's sub-groups never settle and the run fails the probe, so the schedule
+    is run whole and the results are the full run's."""
     overrides = ["model.layers=12", "hardware.gpus=1", "hardware.sockets=2", "training.global_batch=2",
                  "training.zero_stage=3", "training.sub_group_size=1e8", "training.activation_checkpointing=false",
                  "hardware.nvme.count=3", "strategies.nvme.buffer_count=16", "strategies.nvme.pipeline_read=true",
@@ -174,8 +176,8 @@ def test_a_pipelined_nvme_step_after_skipped_micro_steps_gives_the_full_run() ->
     once failed: 4 70B layers of 4 experts on one GPU, 4 micro-steps, 4 drives, pipelined swaps
     of 1e7 sub-groups. Run again without deferring, its micro-steps were still skipped, and their
     shifted times, a float step off the full run's sums, grew through the step's unsettled
-    sub-groups to 3.9555 s against 3.9577 s; an amplifying loop unsettled after a skip is run
-    whole (``UnsettledAmplifyingLoop``), and the results are the full run's."""
+    sub-groups to 3.9555 s against 3.9577 s; an amplifying loop unsettled after a skip has its
+    run probed, this one fails and is run whole, and the results are the full run's."""
     overrides = ["model.layers=4", "hardware.gpus=1", "hardware.sockets=2", "training.global_batch=4",
                  "training.zero_stage=3", "training.sub_group_size=1e7", "training.activation_checkpointing=false",
                  "hardware.nvme.count=4", "strategies.nvme.buffer_count=16", "strategies.nvme.pipeline_read=true",
@@ -193,6 +195,18 @@ def pipelined_swaps(layers: int, gpus: int, micro_steps: int, extra: tuple[str, 
                  "strategies.nvme.buffer_count=16", "strategies.nvme.pipeline_read=true",
                  "strategies.nvme.pipeline_write=true", "strategies.nvme.queue_depth=1", *extra]
     return load_scenario(SEVENTY_B, overrides, ["nvme"], force=True)[0]
+
+
+def test_an_unsettled_step_that_nudged_rates_do_not_move_is_not_run_whole() -> None:
+    """24 70B layers on 8 GPUs over a PCIe fabric, 60 micro-steps, pipelined swaps of 1e8
+    sub-groups on 8 drives: the step's 25 sub-groups follow skipped micro-steps and do not settle
+    within ``UNSETTLED_ITERATIONS``, but the run is not chaotic (nudged rates move the full run by
+    4e-14), and its fast run stands the probe: 418 events for the full run's 23,344, and the
+    full run's results."""
+    config = pipelined_swaps(24, 8, 60, ("hardware.fabric=pcie-p2p-gen5", "hardware.nvme.count=8"))
+    fast, full = simulate(config), simulate(config, fast_forward=False)
+    assert_same(fast, full)
+    assert fast.events < full.events / 40
 
 
 def test_a_pipelined_swap_boundary_defers_its_writes_and_gives_the_full_run() -> None:

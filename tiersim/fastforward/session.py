@@ -40,7 +40,10 @@ the streams that contended in the event run, deferring the others. Deferred task
 step off the event run's times; a loop that would grow such a step (``amplifies``: a pipelined
 NVMe step's sub-groups) and builds ``UNSETTLED_ITERATIONS`` after deferred tasks or a skip
 (whose shifted times are a float step off the full run's sums too) without settling into a
-repeat has the caller run the schedule whole (``UnsettledAmplifyingLoop``).
+repeat marks the session ``unsettled``: its results stand only if a run with nudged rates
+agrees (``tiersim.fastforward.probe``), or the caller runs the schedule whole; one with more
+than as many iterations again still to build has the caller run the schedule whole at once
+(``UnsettledAmplifyingLoop``).
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ from tiersim.fastforward.deferred import Deferral, DeferredFlowContended, Skippe
 from tiersim.fastforward.deferred_copies import SkippedStretch, add_skipped_copies, copy_references
 from tiersim.fastforward.deferred_run import DeferringRun
 from tiersim.fastforward.loops import LoopProgress, iteration_of, runs_of
+from tiersim.fastforward.probe import agree, nudged
 from tiersim.fastforward.shift import retime, shift_run
 from tiersim.fastforward.state import (
     REL_TOL,
@@ -92,16 +96,21 @@ an iteration sooner, and reading it costs less than simulating that iteration. L
 UNSETTLED_ITERATIONS: Final = 24
 """Iterations a loop that amplifies a float step in its start (``Session.loop``) may build
 after tasks were deferred (their ends are a float step off the event run's) or iterations
-skipped (their shifted times are a float step off the full run's sums): one that settles into
-a repeat skips after a few, and a step grown 1.4x per iteration over 24 (a pipelined NVMe
-step's sub-groups, about 3,000x) stays float residue; one that has not settled by then is run
-whole (``UnsettledAmplifyingLoop``)."""
+skipped (their shifted times are a float step off the full run's sums) before its run must be
+probed: one that settles into a repeat skips after a few, and a step grown 1.4x per iteration
+over 24 (a pipelined NVMe step's sub-groups, about 3,000x) stays float residue; a run with one
+that has not settled by then is ``unsettled``, and stands only if a run with nudged rates
+agrees with it (``run_schedule``). One with more than ``UNSETTLED_ITERATIONS`` still to build
+then is run whole (``UnsettledAmplifyingLoop``): the probe would simulate those unsettled
+iterations twice more, which costs more than the whole run it might save (a chaotic step of
+300 sub-groups: 31 ms probed, 7 ms run whole)."""
 
 
 class UnsettledAmplifyingLoop(Exception):
     """A loop that amplifies a float step in its start built ``UNSETTLED_ITERATIONS`` without
-    settling into a repeat, after tasks were deferred or iterations skipped: the caller runs the
-    schedule whole, so that the loop begins where the full run's does, to the bit."""
+    settling into a repeat, after tasks were deferred or iterations skipped, with more than as
+    many still to build: the caller runs the schedule whole, so that the loop begins where the
+    full run's does, to the bit."""
 
 
 class _AlikeBlocks:
@@ -146,6 +155,9 @@ class FastForwardSession(Session):
         self.deferral = Deferral()
         self.skipped = 0
         """Loop iterations fast-forwarded over."""
+        self.unsettled = False
+        """Whether a loop that amplifies built ``UNSETTLED_ITERATIONS`` without settling after
+        deferred tasks or skipped iterations (``run_schedule`` probes the run)."""
 
     def background_copies(self, streams: frozenset[str]) -> None:
         """Defer the tasks of ``streams`` but the ``kept`` from now on (an empty set ends it), if
@@ -173,10 +185,12 @@ class FastForwardSession(Session):
         them, so the state at a run's first block (after a block of another key, or where the
         loop begins: ``_start``) may be the one the next repeats: tasks of different keys, or
         from before the loop, count as the same when their roles are (``_roles``). A loop that
-        ``amplifies``, begun after deferred tasks or skipped iterations, builds at most
-        ``UNSETTLED_ITERATIONS`` (``UnsettledAmplifyingLoop``)."""
+        ``amplifies``, begun after deferred tasks or skipped iterations, that builds
+        ``UNSETTLED_ITERATIONS`` makes the session ``unsettled`` (``UnsettledAmplifyingLoop``
+        with more than as many to go)."""
         loop = LoopProgress()
         unsettled = self._unsettled_limit(amplifies)
+        total = sum(count * width for _key, count, width in blocks)
         index = 0
         for key, count, width in blocks:
             alike = _AlikeBlocks(count, width, self_contained, self.depth)
@@ -193,7 +207,7 @@ class FastForwardSession(Session):
                 for i in range(start, start + width):
                     self.check_size()
                     if len(loop.first) == unsettled:
-                        raise UnsettledAmplifyingLoop(f"a loop that amplifies built {unsettled} iterations unsettled")
+                        self._unsettled(total - i)
                     loop.first.append(len(self.graph.tasks))
                     loop.index.append(i)
                     loop.key.append(key if width == 1 else (key, i - start))
@@ -203,8 +217,16 @@ class FastForwardSession(Session):
         if loop.expected is not None:
             self._check(loop, self._boundary(loop, True, force=True))
 
+    def _unsettled(self, left: int) -> None:
+        """A loop that amplifies has built ``UNSETTLED_ITERATIONS`` unsettled, ``left`` to go:
+        the session is ``unsettled``, or (more than as many to go) ``UnsettledAmplifyingLoop``."""
+        if left > UNSETTLED_ITERATIONS:
+            raise UnsettledAmplifyingLoop(f"a loop that amplifies built {UNSETTLED_ITERATIONS} iterations "
+                                          f"unsettled, {left} to go")
+        self.unsettled = True
+
     def _unsettled_limit(self, amplifies: bool) -> int:
-        """The iterations a loop may build before ``UnsettledAmplifyingLoop``:
+        """The iterations a loop may build before the session is ``unsettled``:
         ``UNSETTLED_ITERATIONS`` for one that ``amplifies`` begun after some stream deferred or
         some iteration was skipped (either leaves a float step off the full run's times, which it
         may grow), else -1 (no limit)."""
@@ -505,21 +527,40 @@ def run_schedule(schedule: Callable[[Session], None], capacity_of: Callable[[str
     (``GeometricSkipMissed``), again should a deferred task not have moved at its own rate
     (``DeferredFlowContended``: the streams it names then stay in the event run, whose repeats
     are still skipped, and the others defer; none defers once it names none new), and whole
-    (``run_whole``, as without fast-forward) should a loop that amplifies not settle after
-    deferred tasks or skipped iterations (``UnsettledAmplifyingLoop``) or the lazy graph start a
-    task late. ``TaskLimit`` once it builds more than ``max_tasks`` tasks."""
+    (``run_whole``, as without fast-forward) should the lazy graph start a task late, a loop
+    that amplifies not settle after deferred tasks or skipped iterations with many iterations to
+    go (``UnsettledAmplifyingLoop``), or a run with such a loop near its end
+    (``FastForwardSession.unsettled``) not stand the probe (``_stands``). ``TaskLimit`` once it
+    builds more than ``max_tasks`` tasks."""
     geometric = deferring = fast_forward
     kept: frozenset[str] = frozenset()
     while fast_forward:
         session = FastForwardSession(capacity_of, max_tasks, geometric, deferring, kept)
         try:
             schedule(session)
-            return session.finish(), session.graph
+            run = session.finish()
         except GeometricSkipMissed:  # raised only by a skip over a geometric transient
             geometric = False
+            continue
         except DeferredFlowContended as contended:  # raised only by deferred tasks
             deferring = bool(contended.streams - kept)
             kept |= contended.streams
+            continue
         except (UnsettledAmplifyingLoop, LateTask):
             break
+        if session.unsettled and not _stands(run, schedule, capacity_of, max_tasks, geometric, deferring, kept):
+            break
+        return run, session.graph
     return run_whole(schedule, capacity_of, max_tasks)
+
+
+def _stands(run: EngineRun, schedule: Callable[[Session], None], capacity_of: Callable[[str], float],
+            max_tasks: int | None, geometric: bool, deferring: bool, kept: frozenset[str]) -> bool:
+    """Whether the fast run ``run`` of ``schedule`` agrees with one, made the same way, with
+    every link's capacity nudged (``tiersim.fastforward.probe``); not if that one runs again."""
+    probe = FastForwardSession(nudged(capacity_of), max_tasks, geometric, deferring, kept)
+    try:
+        schedule(probe)
+        return agree(run, probe.finish())
+    except (GeometricSkipMissed, DeferredFlowContended, LateTask):
+        return False
