@@ -22,7 +22,8 @@ def test_a_run_agrees_with_itself_and_with_nudged_rates() -> None:
     run = two_copies(2.0)
     assert agree(run, two_copies(2.0))
     assert agree(run, two_copies(nudged({"pcie": 2.0}.__getitem__)("pcie")))
-    assert nudged({"pcie": 2.0}.__getitem__)("pcie") == 2.0 * (1 + NUDGE)
+    capacity = nudged({"pcie": 2.0, "nvme": 1.0}.__getitem__)
+    assert (capacity("pcie"), capacity("nvme"), capacity("pcie")) == (2.0 * (1 + NUDGE), 1.0 - NUDGE, 2.0 * (1 + NUDGE))
 
 
 def test_a_run_moved_beyond_the_bound_disagrees() -> None:

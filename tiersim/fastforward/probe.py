@@ -4,7 +4,7 @@ Deferred tasks end, and skipped iterations leave their shifted times, a float st
 run's; a loop that ``amplifies`` (a pipelined NVMe step's sub-groups, whose reads and writes
 share the drives) may grow such a step through iterations that do not settle into a repeat.
 Such a run stands only if it is insensitive at that scale: the schedule is run again, fast, with
-every link's capacity ``NUDGE`` higher (``nudged``), and every figure of the two runs must agree
+each link's capacity ``NUDGE`` higher or lower (``nudged``), and every figure of the two runs must agree
 to ``AGREE`` (``agree``). A run that grows a relative step at most ``AGREE / NUDGE`` times then
 grows the float steps of its skips and deferred ends (about 1e-14 of its times) to well under
 the 1e-9 it is held to against the full run; a chaotic one (a float step moves it by 1e-5 and
@@ -19,7 +19,7 @@ from typing import Final, TypeVar
 from tiersim.engine.runner import EngineRun
 
 NUDGE: Final = 1e-12
-"""Relative change of every link's capacity in the probing run: some 10,000 float steps of a
+"""Relative change of each link's capacity in the probing run: some 10,000 float steps of a
 run's times (a skip's or a deferred end's is one to a few)."""
 AGREE: Final = 1e-10
 """Relative difference every figure of the probing run may show: a growth of a relative step
@@ -30,8 +30,16 @@ K = TypeVar("K")
 
 
 def nudged(capacity_of: Callable[[str], float]) -> Callable[[str], float]:
-    """``capacity_of`` with every link's capacity (units/s) ``NUDGE`` higher."""
-    return lambda link: capacity_of(link) * (1.0 + NUDGE)
+    """``capacity_of`` with each link's capacity (units/s) ``NUDGE`` higher and lower by turns,
+    in the order the links are first asked for: links nudged apart, not only all together
+    against the compute (a drive's reads against the DRAM copies beside them, say)."""
+    signs: dict[str, float] = {}
+
+    def capacity(link: str) -> float:
+        sign = signs.setdefault(link, -1.0 if len(signs) % 2 else 1.0)
+        return capacity_of(link) * (1.0 + sign * NUDGE)
+
+    return capacity
 
 
 def agree(run: EngineRun, probe: EngineRun) -> bool:
