@@ -4,11 +4,11 @@ Deferred tasks end, and skipped iterations leave their shifted times, a float st
 run's; a loop that ``amplifies`` (a pipelined NVMe step's sub-groups, whose reads and writes
 share the drives) may grow such a step through iterations that do not settle into a repeat.
 Such a run stands only if it is insensitive at that scale: the schedule is run again, fast, with
-each link's capacity ``NUDGE`` higher or lower (``nudged``), and every figure of the two runs must agree
-to ``AGREE`` (``agree``). A run that grows a relative step at most ``AGREE / NUDGE`` times then
-grows the float steps of its skips and deferred ends (about 1e-14 of its times) to well under
-the 1e-9 it is held to against the full run; a chaotic one (a float step moves it by 1e-5 and
-more) disagrees, and the caller runs the schedule whole.
+each link's capacity ``NUDGE`` higher or lower (``nudged``), and every figure of the two runs
+must agree to ``AGREE`` (``agree``). A run that grows a relative step at most ``AGREE / NUDGE``
+times then grows the float steps of its skips and deferred ends (about 1e-14 of its times) to
+well under the 1e-9 it is held to against the full run; a chaotic one (a float step moves it by
+1e-5 and more) disagrees, and the caller runs the schedule whole.
 """
 
 from __future__ import annotations
