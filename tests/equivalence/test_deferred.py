@@ -146,6 +146,21 @@ def test_a_long_loop_that_amplifies_and_does_not_settle_is_run_whole() -> None:
     assert (fast.makespan, fast.events, fast.link_busy) == (full.makespan, full.events, full.link_busy)
 
 
+def test_a_probe_that_reaches_the_bound_with_more_to_go_leaves_the_run_whole() -> None:
+    """The probing run's skips may differ from the first run's, and with them how many
+    iterations its loop has to go at the bound: where that is more than ``UNSETTLED_ITERATIONS``
+    (here a schedule that builds one more read under nudged rates), the probe fails and the
+    schedule is run whole, to the bit, rather than raising."""
+    def schedule(session: Session) -> None:
+        capacity_of = session.graph.capacity_of
+        assert capacity_of is not None
+        more = capacity_of("nvme") != CAPACITY["nvme"]
+        copies_then_reads(tuple(range(2 * UNSETTLED_ITERATIONS + more)), True)(session)
+    assert built(schedule).unsettled
+    fast, full = _both(schedule)
+    assert (fast.makespan, fast.events, fast.link_busy) == (full.makespan, full.events, full.link_busy)
+
+
 def skipped_then_reads(keys: tuple[int, ...]) -> Callable[[Session], None]:
     """Twelve alike layers of compute then a write (skipped after a few: nothing defers), then a
     loop of reads of the drive, one per key, which amplifies."""

@@ -557,10 +557,11 @@ def run_schedule(schedule: Callable[[Session], None], capacity_of: Callable[[str
 def _stands(run: EngineRun, schedule: Callable[[Session], None], capacity_of: Callable[[str], float],
             max_tasks: int | None, geometric: bool, deferring: bool, kept: frozenset[str]) -> bool:
     """Whether the fast run ``run`` of ``schedule`` agrees with one, made the same way, with
-    every link's capacity nudged (``tiersim.fastforward.probe``); not if that one runs again."""
+    every link's capacity nudged (``tiersim.fastforward.probe``); not if that one would run
+    again or whole (its skips may differ, and with them where its loop reaches the bound)."""
     probe = FastForwardSession(nudged(capacity_of), max_tasks, geometric, deferring, kept)
     try:
         schedule(probe)
         return agree(run, probe.finish())
-    except (GeometricSkipMissed, DeferredFlowContended, LateTask):
+    except (GeometricSkipMissed, DeferredFlowContended, UnsettledAmplifyingLoop, LateTask):
         return False
