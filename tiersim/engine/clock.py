@@ -284,12 +284,6 @@ def _withdraw_first(queue: list[Any], matches: Callable[[Any], bool]) -> bool:
             found = k
     if found < 0:
         return False
-    _take_out(queue, found)
-    return True
-
-
-def _take_out(queue: list[Any], k: int) -> None:
-    """Take entry ``k`` out of ``queue``: the last entry takes its place (the caller makes the
-    queue a heap again)."""
-    queue[k] = queue[-1]
+    queue[found] = queue[-1]
     queue.pop()
+    return True
